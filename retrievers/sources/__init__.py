@@ -1,0 +1,1 @@
+"""Knowledge sources, registered by name (the spec strings' source tokens)."""

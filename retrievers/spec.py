@@ -1,0 +1,104 @@
+"""Parse the paper's retriever spec strings into a small plan.
+
+Grammar (precedence @RR > @k > & > @CP, as in the paper's §2.1):
+    spec  := "ReFree" | terms ["@CP"]
+    terms := term ("&" term)*
+    term  := SOURCE ["@RR"] ["@" INT]
+e.g. `SE@RR@5&Wiki@5@CP` = compress(concat(topk(rerank(SE), 5), topk(Wiki, 5))).
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+REFREE = "ReFree"
+KNOWN_SOURCES = ("Wiki", "SE", "PK", "HB")
+
+# The paper's 16 retrievers (Appendix C.1 plus ReFree), in the paper's order.
+PAPER_POOL: tuple[str, ...] = (
+    "Wiki@10", "SE@1", "SE@4", "PK", "SE@RR@10", "SE@2&Wiki@5", "SE@RR@5&Wiki@5", "HB@RR@10",
+    "Wiki@10@CP", "SE@1@CP", "SE@4@CP", "SE@RR@10@CP", "SE@2&Wiki@5@CP", "SE@RR@5&Wiki@5@CP",
+    "HB@RR@10@CP", "ReFree",
+)
+
+
+class SpecError(ValueError):
+    """A spec string that does not parse; the message names the bad token."""
+
+
+@dataclass(frozen=True)
+class Term:
+    source: str
+    rerank: bool = False
+    k: int | None = None  # None: the source's natural output (PK: its one document)
+
+
+@dataclass(frozen=True)
+class RetrieverPlan:
+    spec: str
+    terms: tuple[Term, ...] = ()  # empty for ReFree
+    compress: bool = False
+
+    @property
+    def retrieval_free(self) -> bool:
+        return not self.terms
+
+    @property
+    def sources(self) -> set[str]:
+        return {t.source for t in self.terms}
+
+
+_TERM = re.compile(r"^(?P<src>[A-Za-z]+)(?P<ops>(@[A-Za-z0-9]+)*)$")
+
+
+def _parse_term(text: str, spec: str) -> Term:
+    m = _TERM.match(text)
+    if not m:
+        raise SpecError(f"bad token {text!r} in retriever spec {spec!r}")
+    source = m.group("src")
+    if source not in KNOWN_SOURCES:
+        raise SpecError(f"unknown knowledge source {source!r} in retriever spec {spec!r}; "
+                        f"known: {', '.join(KNOWN_SOURCES)}")
+    ops = [o for o in m.group("ops").split("@") if o]
+    rerank, k = False, None
+    for i, op in enumerate(ops):
+        if op == "RR":
+            if rerank or k is not None:  # @RR binds tighter than @k, so it must come first
+                raise SpecError(f"misplaced '@RR' in {text!r} of retriever spec {spec!r}")
+            rerank = True
+        elif op.isdigit():
+            if k is not None or int(op) < 1:
+                raise SpecError(f"bad top-k '@{op}' in {text!r} of retriever spec {spec!r}")
+            k = int(op)
+        elif op == "CP":
+            raise SpecError(f"'@CP' must end the whole spec, found inside {text!r} of {spec!r}")
+        else:
+            raise SpecError(f"unknown operation '@{op}' in {text!r} of retriever spec {spec!r}; "
+                            "known: @RR, @<k>, @CP, &")
+    if source == "PK" and (rerank or k is not None):
+        raise SpecError(f"PK is one generated document: no @RR or @k ({spec!r})")
+    return Term(source, rerank, k)
+
+
+def parse_spec(spec: str) -> RetrieverPlan:
+    text = spec.strip()
+    if not text:
+        raise SpecError("empty retriever spec")
+    if text == REFREE:
+        return RetrieverPlan(text)
+    compress = text.endswith("@CP")
+    body = text[: -len("@CP")] if compress else text
+    parts = body.split("&")
+    if any(not p for p in parts):
+        raise SpecError(f"empty operand around '&' in retriever spec {spec!r}")
+    return RetrieverPlan(text, tuple(_parse_term(p, text) for p in parts), compress)
+
+
+def parse_pool(specs: list[str] | tuple[str, ...]) -> list[RetrieverPlan]:
+    plans = [parse_spec(s) for s in specs]
+    seen: set[str] = set()
+    for p in plans:
+        if p.spec in seen:
+            raise SpecError(f"retriever {p.spec!r} appears twice in the pool")
+        seen.add(p.spec)
+    return plans

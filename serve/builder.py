@@ -1,0 +1,62 @@
+"""Wire configured components into a running pool (the only place that knows them all)."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from retrievers.corpus import Document
+from retrievers.encoder import Encoder
+from retrievers.pool import RetrieverPool
+from retrievers.reader import CachedReader, ReaderCache, ReaderEngine
+from retrievers.registry import SOURCE_BACKENDS
+from retrievers.sources.dense import build_dense_index
+from retrievers.sources.lucene import build_lucene_index
+from serve.config import EorConfig
+from serve.paths import cache_path, indexes_dir
+
+WIKI_DIR = "wiki"
+SE_DIR = "se"
+
+
+def index_path(name: str) -> Path:
+    return indexes_dir() / name
+
+
+def build_indexes(docs: list[Document], name: str, encoder: Encoder, show_progress: bool = True) -> dict:
+    """Both sources over one corpus: dense passages (Wiki) and Lucene pages (SE)."""
+    root = index_path(name)
+    n_passages = build_dense_index(docs, root / WIKI_DIR, encoder, show_progress=show_progress)
+    n_pages = build_lucene_index(docs, root / SE_DIR)
+    info = {"documents": len(docs), "wiki_passages": n_passages, "se_pages": n_pages}
+    (root / "index.json").write_text(json.dumps(info, indent=2))
+    return info
+
+
+def make_sources(config: EorConfig, encoder: Encoder) -> dict:
+    root = index_path(config.index.name)
+    wiki = SOURCE_BACKENDS.create("dense", index_dir=str(root / WIKI_DIR), encoder=encoder)
+    if config.index.se_backend == "http":
+        se = SOURCE_BACKENDS.create("http", url=config.index.se_http_url,
+                                    fetch_pages=config.index.se_http_fetch_pages)
+    else:
+        se = SOURCE_BACKENDS.create(config.index.se_backend, index_dir=str(root / SE_DIR))
+    return {"Wiki": wiki, "SE": se}
+
+
+def make_reader(engine: ReaderEngine, config: EorConfig) -> CachedReader:
+    cache = None
+    if config.cache.enabled:
+        cache = ReaderCache(config.cache.path or cache_path())
+    return CachedReader(engine, cache)
+
+
+def make_engine(config: EorConfig) -> ReaderEngine:
+    from serve.vllm_engine import VLLMEngine
+
+    return VLLMEngine(config.reader)
+
+
+def make_pool(config: EorConfig, engine: ReaderEngine | None = None) -> RetrieverPool:
+    encoder = Encoder(config.index.encoder)
+    reader = make_reader(engine or make_engine(config), config)
+    return RetrieverPool(config.pool, make_sources(config, encoder), encoder, reader)

@@ -1,0 +1,23 @@
+"""Where eor keeps what it builds: models, indexes, the reader cache ($EOR_HOME, default ./var
+of the checkout)."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+
+def eor_home() -> Path:
+    env = os.environ.get("EOR_HOME")
+    return Path(env) if env else Path(__file__).resolve().parents[1] / "var"
+
+
+def models_dir() -> Path:
+    return eor_home() / "models"
+
+
+def indexes_dir() -> Path:
+    return eor_home() / "indexes"
+
+
+def cache_path() -> Path:
+    return eor_home() / "cache" / "reader.sqlite"

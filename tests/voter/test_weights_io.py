@@ -1,0 +1,65 @@
+import json
+
+import numpy as np
+import pytest
+
+from tests.voter.conftest import tensor_from_clusters
+from voter.estimator import EoRVoter
+from voter.weights_io import FORMAT, Provenance, SavedWeights, check_compatible, load_weights, save_weights
+
+POOL = ["Wiki@10", "SE@1", "PK", "ReFree"]
+METRICS = ["em", "bertscore", "nli"]
+
+
+@pytest.fixture
+def fitted():
+    rng = np.random.default_rng(0)
+    clusters = np.where(rng.random((80, 4)) < 0.5, 0, rng.integers(1, 3, (80, 4)))
+    clusters[:, 0] = 0
+    X = tensor_from_clusters(clusters, k=3)
+    y = (clusters == 0).astype(float)
+    return EoRVoter(n_restarts=2, pooling="mean").fit(X, y), X
+
+
+def provenance(obj):
+    return Provenance(questions_file="data/nq_dev_200.jsonl", n_questions=80, reader_model="SmolLM2-135M", objective=obj)
+
+
+def test_round_trip(tmp_path, fitted):
+    voter, X = fitted
+    saved = SavedWeights.from_voter(voter, POOL, METRICS, provenance(voter.objective_))
+    path = save_weights(tmp_path / "w" / "voter.json", saved)
+    raw = json.loads(path.read_text())
+    assert raw["format"] == FORMAT and raw["pool"] == POOL and raw["metrics"] == METRICS
+    assert raw["pooling"] == "mean" and raw["threshold"] == 0.1
+    assert set(raw["weights"]) == {"metric_weights", "retriever_weights", "kept"}
+    assert set(raw["provenance"]) >= {"questions_file", "n_questions", "reader_model", "date", "objective"}
+    loaded = load_weights(path, pool=POOL, metrics=METRICS)
+    assert loaded == saved
+    again = loaded.voter()
+    np.testing.assert_array_equal(again.predict(X), voter.predict(X))
+    np.testing.assert_array_equal(again.decision_scores(X), voter.decision_scores(X))
+
+
+def test_different_pool_is_refused_with_the_differences(tmp_path, fitted):
+    voter, _ = fitted
+    path = save_weights(tmp_path / "voter.json", SavedWeights.from_voter(voter, POOL, METRICS, provenance(0.9)))
+    with pytest.raises(ValueError) as e:
+        load_weights(path, pool=["Wiki@10", "SE@4", "PK", "ReFree"])
+    msg = str(e.value)
+    assert "different retriever pool" in msg and "'SE@1'" in msg and "'SE@4'" in msg
+    with pytest.raises(ValueError, match="different order"):
+        load_weights(path, pool=["SE@1", "Wiki@10", "PK", "ReFree"])
+    with pytest.raises(ValueError, match="metric list"):
+        load_weights(path, pool=POOL, metrics=["em", "bertscore"])
+    check_compatible(load_weights(path), POOL, METRICS)  # same: fine
+
+
+def test_inconsistent_files_are_rejected(fitted):
+    voter, _ = fitted
+    with pytest.raises(ValueError, match="pool of 3"):
+        SavedWeights.from_voter(voter, POOL[:3], METRICS, provenance(0.9))
+    with pytest.raises(ValueError, match="duplicate"):
+        SavedWeights.from_voter(voter, ["PK"] * 4, METRICS, provenance(0.9))
+    with pytest.raises(ValueError, match="not a voter weights file"):
+        SavedWeights.from_dict({"format": "something-else"})
