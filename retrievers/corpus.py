@@ -43,7 +43,7 @@ def read_jsonl(path: str | Path) -> Iterator[Document]:
             try:
                 rec = json.loads(line)
                 yield Document(str(rec["id"]), str(rec.get("title", "")), str(rec["text"]))
-            except (json.JSONDecodeError, KeyError) as exc:
+            except (json.JSONDecodeError, KeyError, TypeError, AttributeError) as exc:  # non-object lines too
                 raise ValueError(f"{path}:{lineno}: not a corpus record ({exc!r}); "
                                  'expected {"id", "title", "text"}') from exc
 
@@ -86,7 +86,8 @@ def split_words(text: str, words: int) -> list[str]:
         return [" ".join(tokens)] if tokens else []
     chunks = [tokens[i : i + words] for i in range(0, len(tokens), words)]
     if len(chunks) > 1 and len(chunks[-1]) < words // 2:
-        chunks[-2] = chunks[-2] + chunks.pop()
+        tail = chunks.pop()  # pop before indexing, or [-2] names the wrong chunk
+        chunks[-1] = chunks[-1] + tail
     return [" ".join(c) for c in chunks]
 
 

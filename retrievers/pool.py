@@ -40,6 +40,7 @@ class PoolConfig:
     answer_tokens: int = 32
     pk_tokens: int = 200
     cp_tokens: int = 200
+    long_form_repetition_penalty: float = 1.1  # PK/@CP: a 135M model loops under plain greedy
 
 
 class QuestionError(ValueError):
@@ -91,19 +92,24 @@ class RetrieverPool:
 
     # ---- stages -------------------------------------------------------------------------
     def run(self, questions: Sequence[str], specs: Sequence[str] | None = None) -> list[QuestionResult]:
+        if isinstance(questions, str):
+            raise TypeError("run() takes a list of questions, not one string")
         qs = [check_question(q) for q in questions]
-        plans = [self._plan(s) for s in (specs or self.specs)]
+        plans = [self._plan(s) for s in (self.specs if specs is None else specs)]
         work = _Work()
         used = {s for p in plans for s in p.sources}
         if used & {"PK", "HB"}:
             work.pk_docs = self.reader.generate(
-                [pk_prompt(q) for q in qs], SamplingParams(max_tokens=self.config.pk_tokens))
+                [pk_prompt(q) for q in qs], self._long_form(self.config.pk_tokens))
         self._search(qs, plans, work)
         contexts: list[list[Context | str]] = []  # Context, or an error message
         for qi, q in enumerate(qs):
             contexts.append([self._context(qi, q, p, work) for p in plans])
         self._compress(qs, plans, contexts)
         return self._answer(qs, plans, contexts)
+
+    def _long_form(self, max_tokens: int) -> SamplingParams:
+        return SamplingParams(max_tokens=max_tokens, repetition_penalty=self.config.long_form_repetition_penalty)
 
     def _plan(self, spec: str) -> RetrieverPlan:
         if spec not in self.plans:
@@ -195,7 +201,7 @@ class RetrieverPool:
         if not slots:
             return
         prompts = [compress_prompt(qs[qi], self._document(contexts[qi][pi])) for qi, pi in slots]
-        summaries = self.reader.generate(prompts, SamplingParams(max_tokens=self.config.cp_tokens))
+        summaries = self.reader.generate(prompts, self._long_form(self.config.cp_tokens))
         for (qi, pi), summary in zip(slots, summaries):
             ctx = contexts[qi][pi]
             contexts[qi][pi] = Context(ctx.spec, ctx.passages, summary.strip())

@@ -22,6 +22,7 @@ class SamplingParams:
     max_tokens: int = 32
     temperature: float = 0.0
     stop: tuple[str, ...] = ()
+    repetition_penalty: float = 1.0  # >1 stops small models looping in long greedy outputs
 
     def key(self) -> str:
         return json.dumps(asdict(self), sort_keys=True)

@@ -1,4 +1,14 @@
-"""`eor`: prepare models, build indexes, ask questions (and later fit, eval, serve)."""
+"""`eor`: prepare models, build indexes, ask questions, fit and evaluate the voter (later: serve).
+
+    eor ask QUESTION... [--json] [--retrievers A,B] [--weights W] [--metrics em,bertscore,nli]
+    eor fit --questions FILE [--dataset D] [--limit N] [--split fit] [--metrics em,bertscore,nli]
+            [--nli-model PATH] [--pooling mean] [--out weights.json] [--push HOST:PORT]
+    eor eval --questions FILE [--split eval] [--weights W] [--json] [--out-dir DIR]
+
+fit and eval run the pool over the questions resumably (run log under $EOR_HOME/runs) and
+judge answers by Match (see serve/fitting.py); without --weights, ask and eval vote with
+equal weights (see serve/voting.py).
+"""
 from __future__ import annotations
 
 import argparse
@@ -7,12 +17,19 @@ import logging
 import os
 import sys
 import time
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 from retrievers.sources.base import MissingIndexError
 from retrievers.spec import SpecError
 from retrievers.types import QuestionResult
 
+if TYPE_CHECKING:
+    from serve.voting import Vote
+
 EXAMPLE_QUESTION = "who painted the mona lisa"
+DEFAULT_WEIGHTS = "weights/voter.json"  # under $EOR_HOME
+DEFAULT_EVAL_DIR = "eval"  # under $EOR_HOME
 
 
 def _quiet_logs() -> None:
@@ -59,49 +76,202 @@ def cmd_index(args) -> int:
     return 0
 
 
-def result_to_dict(result: QuestionResult) -> dict:
-    return {
-        "question": result.question,
-        "candidates": [
-            {"retriever": c.retriever, "answer": c.answer, "error": c.error,
-             "passages": [{"id": p.pid, "title": p.title, "source": p.source} for p in c.context.passages],
-             "document": c.context.document}
-            for c in result.candidates],
-        "failed": result.failed,
-    }
+def _fmt_score(x: float | None) -> str:
+    return "-" if x is None else f"{x:.3f}"
 
 
-def print_result(result: QuestionResult) -> None:
+def result_to_dict(result: QuestionResult, vote: "Vote | None" = None) -> dict:
+    """One question as JSON: the voted answer first (when voted), then every candidate."""
+    from serve.results_io import candidate_to_dict
+
+    head: dict = {"question": result.question}
+    if vote is not None:
+        head.update(answer=vote.answer, retriever=vote.retriever, score=vote.score, margin=vote.margin)
+    cands = [candidate_to_dict(c, **({"score": vote.scores.get(c.retriever)} if vote is not None else {}))
+             for c in result.candidates]
+    return {**head, "candidates": cands, "failed": result.failed}
+
+
+def print_result(result: QuestionResult, vote: "Vote | None" = None) -> None:
     print(f"Q: {result.question}")
+    if vote is not None:
+        if vote.retriever is None:
+            print("A: (no retriever answered)")
+        else:
+            margin = "none (no other answer)" if vote.margin is None else f"{vote.margin:.3f}"
+            print(f"A: {vote.answer}")
+            print(f"   from {vote.retriever}, score {_fmt_score(vote.score)}, margin {margin}")
     for c in result.candidates:
         if c.error:
             print(f"  {c.retriever:<20} FAILED: {c.error}")
             continue
         used = ", ".join(p.title or p.pid for p in c.context.passages[:4])
         more = f" +{len(c.context.passages) - 4}" if len(c.context.passages) > 4 else ""
-        print(f"  {c.retriever:<20} {c.answer}")
+        score = f"{_fmt_score(vote.scores.get(c.retriever)):>6}  " if vote is not None else ""
+        print(f"  {c.retriever:<20} {score}{c.answer}")
         if used:
             print(f"  {'':<20}   [{used}{more}]")
 
 
+# ---- the voter, shared by ask / fit / eval ------------------------------------------
+def _load_weights(path: str, pool: list[str], metrics_arg: str | None):
+    """Fitted weights for this pool (refused for another pool or another metric list)."""
+    from serve.voting import MetricOptions
+    from voter.weights_io import load_weights
+
+    names = MetricOptions.parse(metrics_arg).names if metrics_arg else None
+    return load_weights(path, pool=pool, metrics=names)
+
+
+def _voter_setup(args, pool):
+    """(SavedWeights, MetricOptions, source): fitted weights from --weights, else equal weights."""
+    from serve.voting import MetricOptions, equal_weights
+
+    pool_specs = pool.specs
+    if getattr(args, "weights", None):
+        saved = _load_weights(args.weights, pool_specs, args.metrics)
+        fitted_with = saved.provenance.reader_model
+        if fitted_with and fitted_with != pool.reader.model_id:
+            print(f"eor: warning: the weights were fitted with reader {fitted_with!r}, this pool reads with "
+                  f"{pool.reader.model_id!r}", file=sys.stderr)
+        backend = str(saved.provenance.extra.get("nli_backend", "llm"))
+        nli_model = args.nli_model or (backend[3:] if backend.startswith("hf:") else None)
+        return saved, MetricOptions(saved.metrics, nli_model), args.weights
+    options = MetricOptions.parse(args.metrics, args.nli_model)
+    return equal_weights(pool_specs, options.names, args.pooling), options, "equal weights"
+
+
 def cmd_ask(args) -> int:
     from serve.builder import make_pool
+    from serve.voting import build_metrics, vote
 
+    from retrievers.pool import check_question
+
+    questions = [check_question(q) for q in args.question]  # refuse bad input before loading models
     config = _config(args)
-    pool = make_pool(config).load()
+    pool = make_pool(config)
+    saved, options, source = _voter_setup(args, pool)
+    pool.load()
     specs = args.retrievers.split(",") if args.retrievers else None
     t = time.time()
-    results = pool.run(args.question, specs)
+    results = pool.run(questions, specs)
+    votes = vote(results, saved, build_metrics(options, pool.reader))
     elapsed = time.time() - t
     if args.json:
-        out = [result_to_dict(r) for r in results]
+        out = [result_to_dict(r, v) for r, v in zip(results, votes)]
         print(json.dumps(out[0] if len(out) == 1 else out, indent=2, ensure_ascii=False))
     else:
-        for r in results:
-            print_result(r)
+        for r, v in zip(results, votes):
+            print_result(r, v)
         s = pool.reader.stats
-        print(f"({elapsed:.1f} s; reader: {s.calls} engine calls, {s.engine_prompts} prompts generated, "
-              f"{s.cache_hits} cache hits)")
+        print(f"({elapsed:.1f} s; voter: {source}, metrics {','.join(options.names)}; reader: {s.calls} engine "
+              f"calls, {s.engine_prompts} prompts generated, {s.cache_hits} cache hits)")
+    return 0
+
+
+# ---- fit / eval over a question file -----------------------------------------------
+def _selection(args):
+    from serve.dataset import Selection
+
+    return Selection(args.questions, args.dataset, args.split, args.limit, args.split_seed)
+
+
+def _run_pool(args, config, pool, selection, questions):
+    """(question, result) pairs, resumably (run log keyed by file, reader, pool), and the seconds."""
+    from dataclasses import asdict
+
+    from serve.runlog import RunKey, RunLog, run_questions
+
+    pool_config = asdict(getattr(pool, "config", config.pool))
+    pool_config.pop("specs", None)
+    key = RunKey.create(selection.path, pool.reader.model_id, pool.specs,
+                        {"pool": pool_config, "index": asdict(config.index)})
+    t = time.perf_counter()
+    scored = run_questions(pool, questions, RunLog(key), args.batch_size, progress=not args.no_progress)
+    if not scored:
+        raise ValueError("the pool accepted none of the selected questions")
+    return scored, time.perf_counter() - t
+
+
+def _warn_overlap(saved, selection) -> None:
+    """Evaluating on questions the weights were fitted on flatters EoR: say so."""
+    extra = saved.provenance.extra
+    if saved.provenance.questions_file != selection.describe()["questions_file"] or "split" not in extra:
+        return
+    same_split = (extra.get("split_seed"), extra.get("fit_fraction")) == (selection.seed, selection.fit_fraction)
+    if not (extra["split"] == "fit" and selection.split == "eval" and same_split):
+        print(f"eor: warning: the weights were fitted on split {extra['split']!r} (seed {extra.get('split_seed')}) "
+              f"of this file; evaluating on split {selection.split!r} (seed {selection.seed}) may reuse "
+              "training questions", file=sys.stderr)
+
+
+def _check_push(target: str | None) -> None:
+    if target is None:
+        return
+    host, _, port = target.rpartition(":")
+    if not host or not port.isdigit():
+        raise ValueError(f"--push expects HOST:PORT, got {target!r}")
+    raise NotImplementedError("--push is not implemented until the voter service exists; "
+                              "run without --push (the weights are written to --out)")
+
+
+def cmd_fit(args) -> int:
+    from serve.builder import make_pool
+    from serve.dataset import qids_digest, select_questions
+    from serve.fitting import FitConfig, fit_weights, format_report
+    from serve.paths import eor_home
+    from serve.voting import MetricOptions, build_metrics
+    from voter.weights_io import save_weights
+
+    _check_push(args.push)
+    config = _config(args)
+    selection = _selection(args)
+    questions = select_questions(selection)
+    fit_config = FitConfig(metrics=MetricOptions.parse(args.metrics, args.nli_model), pooling=args.pooling)
+    pool = make_pool(config)
+    scored, pool_s = _run_pool(args, config, pool, selection, questions)
+    sel = selection.describe()
+    extra = {**{k: v for k, v in sel.items() if k != "questions_file"},
+             "qids_sha256": qids_digest([q for q, _ in scored]), "seconds": {"pool": round(pool_s, 3)}}
+    report = fit_weights(scored, pool.specs, build_metrics(fit_config.metrics, pool.reader), fit_config,
+                         sel["questions_file"], pool.reader.model_id, extra)
+    out = save_weights(args.out or eor_home() / DEFAULT_WEIGHTS, report.saved)
+    print(format_report(report))
+    print(f"weights written to {out}")
+    return 0
+
+
+def cmd_eval(args) -> int:
+    from serve.builder import make_pool
+    from serve.dataset import select_questions
+    from serve.evaluation import evaluate, format_table, report_dict
+    from serve.paths import eor_home
+    from serve.plots import rwr_heatmap, safe_name, weights_plot
+    from serve.voting import build_metrics, vote
+
+    config = _config(args)
+    selection = _selection(args)
+    questions = select_questions(selection)
+    pool = make_pool(config)
+    saved, options, source = _voter_setup(args, pool)  # a wrong weights file fails before any work
+    _warn_overlap(saved, selection)
+    scored, _ = _run_pool(args, config, pool, selection, questions)
+    votes = vote([r for _, r in scored], saved, build_metrics(options, pool.reader))
+    reports = evaluate(scored, votes, pool.specs)
+    out_dir = Path(args.out_dir) if args.out_dir else eor_home() / DEFAULT_EVAL_DIR
+    out_dir.mkdir(parents=True, exist_ok=True)
+    plots = [str(rwr_heatmap(r.rwr, r.rwr_labels, f"RWR, {r.dataset} (n={r.n}, Match)",
+                             out_dir / f"rwr_{safe_name(r.dataset)}.png")) for r in reports]
+    plots.append(str(weights_plot(saved, f"retriever weights ({source})", out_dir / "retriever_weights.png")))
+    doc = report_dict(reports, saved, source, plots, selection.describe())
+    (out_dir / "eval.json").write_text(json.dumps(doc, indent=2) + "\n")
+    if args.json:
+        print(json.dumps(doc, indent=2))
+    else:
+        print(f"voter: {source}; metrics {','.join(saved.metrics)}; correctness: Match")
+        for r in reports:
+            print(format_table(r))
+        print(f"plots and eval.json in {out_dir}")
     return 0
 
 
@@ -130,9 +300,50 @@ def build_parser() -> argparse.ArgumentParser:
     a.add_argument("--json", action="store_true", help="print JSON")
     a.add_argument("--retrievers", help="comma-separated subset of the pool's specs")
     a.add_argument("--model", help="reader model: packaged name or HF folder")
+    a.add_argument("--weights", help="fitted voter weights (eor fit); default: equal weights")
+    voter_args(a)
     common(a)
     a.set_defaults(func=cmd_ask)
+
+    f = sub.add_parser("fit", help="fit the voter's weights on a question file (paper §4.2)")
+    questions_args(f, "fit")
+    voter_args(f)
+    f.add_argument("--out", help=f"weights file to write (default: $EOR_HOME/{DEFAULT_WEIGHTS})")
+    f.add_argument("--push", metavar="HOST:PORT", help="push the weights to a running system (not yet implemented)")
+    f.add_argument("--model", help="reader model: packaged name or HF folder")
+    common(f)
+    f.set_defaults(func=cmd_fit)
+
+    e = sub.add_parser("eval", help="EoR vs every single retriever, per dataset (EM, F1, Match, MRLR, oracle)")
+    questions_args(e, "eval")
+    voter_args(e)
+    e.add_argument("--weights", help="fitted voter weights (eor fit); default: equal weights")
+    e.add_argument("--json", action="store_true", help="print the report as JSON")
+    e.add_argument("--out-dir", help=f"where eval.json and the PNGs go (default: $EOR_HOME/{DEFAULT_EVAL_DIR})")
+    e.add_argument("--model", help="reader model: packaged name or HF folder")
+    common(e)
+    e.set_defaults(func=cmd_eval)
     return p
+
+
+def questions_args(sp, default_split: str) -> None:
+    from serve.dataset import DEFAULT_SPLIT_SEED, SPLITS
+    from serve.runlog import DEFAULT_BATCH_SIZE
+
+    sp.add_argument("--questions", required=True, help='JSONL of {"qid","dataset","question","answers"}')
+    sp.add_argument("--dataset", help="only this dataset of the file")
+    sp.add_argument("--limit", type=int, help="at most N questions (first N of the seeded shuffle)")
+    sp.add_argument("--split", choices=SPLITS, default=default_split,
+                    help=f"60/40 fit/eval split of the file's qids (default: {default_split})")
+    sp.add_argument("--split-seed", type=int, default=DEFAULT_SPLIT_SEED, help="seed of the split's shuffle")
+    sp.add_argument("--batch-size", type=int, default=DEFAULT_BATCH_SIZE, help="questions per pool run")
+    sp.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
+
+
+def voter_args(sp) -> None:
+    sp.add_argument("--metrics", help="similarity metrics, comma-separated (default: em,bertscore,nli)")
+    sp.add_argument("--nli-model", help="HF NLI model folder for the nli metric (default: the reader judges)")
+    sp.add_argument("--pooling", default="mean", help="pooling of the similarities (default: mean; a weights file brings its own)")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -140,10 +351,14 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)
-    except (MissingIndexError, FileNotFoundError, SpecError, KeyError, ValueError) as exc:
+    except (MissingIndexError, FileNotFoundError, SpecError, KeyError, ValueError, NotImplementedError) as exc:
         msg = exc.args[0] if isinstance(exc, KeyError) and exc.args else str(exc)
         print(f"eor: error: {msg}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        print("eor: interrupted; finished questions are kept in the run log: run the same command "
+              "again to resume", file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":

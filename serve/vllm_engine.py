@@ -66,31 +66,40 @@ class VLLMEngine:
                         gpu_memory_utilization=self.config.gpu_memory_utilization,
                         enable_prefix_caching=self.config.enable_prefix_caching,
                         seed=self.config.seed)
-        self._tokenizer = self._llm.get_tokenizer()
         return self
+
+    def close(self) -> None:
+        """Stop the engine's worker processes now, not at interpreter exit (when logging is gone)."""
+        if self._llm is None:
+            return
+        try:
+            self._llm.llm_engine.engine_core.shutdown()
+        except Exception:  # best effort: the engine may already be down
+            pass
+        self._llm = None
+
+    @property
+    def tokenizer(self):
+        """The model's tokenizer alone (no engine start): formatting cached prompts stays cheap."""
+        if self._tokenizer is None:
+            from transformers import AutoTokenizer
+
+            self._tokenizer = AutoTokenizer.from_pretrained(str(self.path))
+        return self._tokenizer
 
     def format(self, prompt: PromptText) -> str:
         """Chat models get their chat template; base models a completion prompt ending in the cue."""
         if self.chat:
-            self.load()
-            return self._tokenizer.apply_chat_template(
+            return self.tokenizer.apply_chat_template(
                 [{"role": "user", "content": prompt.body}], tokenize=False, add_generation_prompt=True)
         return f"{prompt.body}\n{prompt.cue}"
-
-    def count_tokens(self, text: str) -> int:
-        self.load()
-        return len(self._tokenizer.encode(text, add_special_tokens=False))
-
-    def truncate_tokens(self, text: str, max_tokens: int) -> str:
-        self.load()
-        ids = self._tokenizer.encode(text, add_special_tokens=False)
-        return text if len(ids) <= max_tokens else self._tokenizer.decode(ids[:max_tokens])
 
     def generate(self, prompts: Sequence[str], params: SamplingParams) -> list[str]:
         self.load()
         from vllm import SamplingParams as VSamplingParams
 
         sp = VSamplingParams(temperature=params.temperature, max_tokens=params.max_tokens,
-                             stop=list(params.stop) or None, seed=self.config.seed)
+                             stop=list(params.stop) or None, seed=self.config.seed,
+                             repetition_penalty=params.repetition_penalty)
         outs = self._llm.generate(list(prompts), sp, use_tqdm=False)
         return [o.outputs[0].text for o in outs]

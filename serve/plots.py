@@ -1,0 +1,81 @@
+"""The paper's figures as PNGs: the RWR heatmap (Figure 1) and the retriever weights (Figure 6).
+
+Built on `matplotlib.figure.Figure` with the Agg canvas -- no pyplot, no display, no global
+state -- so `eor eval` runs the same on a headless server.
+"""
+from __future__ import annotations
+
+import math
+import re
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+
+from voter.weights_io import SavedWeights
+
+
+def _figure(width: float, height: float):
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(width, height), dpi=110)
+    FigureCanvasAgg(fig)
+    return fig
+
+
+def safe_name(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", text).strip("_") or "dataset"
+
+
+def rwr_heatmap(matrix: np.ndarray, labels: Sequence[str], title: str, path: str | Path) -> Path:
+    """Figure 1: cell (i, j) = share of the questions column j got wrong that row i got right.
+    Undefined cells (column j got nothing wrong) are left blank."""
+    m = len(labels)
+    size = max(4.0, 0.55 * m + 2.0)
+    fig = _figure(size + 1.0, size)
+    ax = fig.add_subplot(1, 1, 1)
+    data = np.array(matrix, dtype=float)
+    np.fill_diagonal(data, np.nan)  # RWR(i, i) is 0 by definition: leave it blank, as the means do
+    data = np.ma.masked_invalid(data)
+    im = ax.imshow(data, cmap="Blues", vmin=0.0, vmax=1.0)
+    ax.set_xticks(range(m), labels=list(labels), rotation=60, ha="right", fontsize=8)
+    ax.set_yticks(range(m), labels=list(labels), fontsize=8)
+    for i in range(m):
+        for j in range(m):
+            v = data[i, j]
+            if v is not np.ma.masked and math.isfinite(v):
+                ax.text(j, i, f"{v:.2f}", ha="center", va="center", fontsize=6,
+                        color="white" if v > 0.6 else "black")
+    ax.set_title(title, fontsize=10)
+    ax.set_xlabel("column: answered wrong by", fontsize=8)
+    ax.set_ylabel("row: answered right by", fontsize=8)
+    fig.colorbar(im, ax=ax, fraction=0.046, pad=0.04)
+    fig.tight_layout()
+    fig.savefig(path)
+    return Path(path)
+
+
+def weights_plot(saved: SavedWeights, title: str, path: str | Path) -> Path:
+    """Figure 6: one row of circles, larger and darker for a higher retriever weight omega_r;
+    dropped retrievers (omega_r < t) are crossed out. Metric weights go in the caption."""
+    w = np.asarray(saved.weights.retriever_weights, dtype=float)
+    m = len(w)
+    fig = _figure(max(5.0, 0.6 * m + 1.5), 2.8)
+    ax = fig.add_subplot(1, 1, 1)
+    top = max(saved.upper_bound, float(w.max()) if m else 0.0, 1e-9)
+    x = np.arange(m)
+    ax.scatter(x, np.zeros(m), s=60 + 900 * w / top, c=w, cmap="Blues", vmin=0.0, vmax=top, edgecolors="black")
+    for i, (wi, kept) in enumerate(zip(w, saved.weights.kept)):
+        ax.text(i, -0.55, f"{wi:.2f}", ha="center", fontsize=7)
+        if not kept:
+            ax.scatter([i], [0], marker="x", s=80, c="red")
+    ax.set_xticks(x, labels=list(saved.pool), rotation=60, ha="right", fontsize=8)
+    ax.set_yticks([])
+    ax.set_ylim(-0.8, 0.8)
+    ax.set_xlim(-0.7, m - 0.3)
+    metric = ", ".join(f"{k} {v:.2f}" for k, v in zip(saved.metrics, saved.weights.metric_weights))
+    ax.set_title(f"{title}\nmetric weights: {metric}", fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path)
+    return Path(path)

@@ -1,0 +1,42 @@
+"""Pool results <-> JSON-ready dicts, shared by `eor ask --json` and the run log.
+
+Passages are kept as references (id, title, source), not their text: the index holds the
+text, and a run log of 16 retrievers x 10 passages per question would otherwise grow by
+~100 KB a question. Generated documents (PK, @CP summaries) are kept whole -- they exist
+nowhere else.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from retrievers.types import Candidate, Context, Passage, QuestionResult
+
+
+def passage_ref(p: Passage) -> dict[str, Any]:
+    return {"id": p.pid, "title": p.title, "source": p.source}
+
+
+def candidate_to_dict(c: Candidate, **extra: Any) -> dict[str, Any]:
+    """`extra` (e.g. the voter's score) goes right after the answer."""
+    return {
+        "retriever": c.retriever,
+        "answer": c.answer,
+        **extra,
+        "passages": [passage_ref(p) for p in c.context.passages],
+        "document": c.context.document,
+        "error": c.error,
+    }
+
+
+def candidate_from_dict(d: dict[str, Any]) -> Candidate:
+    passages = tuple(Passage(p["id"], p.get("title", ""), "", p.get("source", "")) for p in d.get("passages", ()))
+    ctx = Context(d["retriever"], passages, d.get("document"))
+    return Candidate(d["retriever"], d.get("answer", ""), ctx, d.get("error"))
+
+
+def result_to_record(result: QuestionResult) -> dict[str, Any]:
+    return {"question": result.question, "candidates": [candidate_to_dict(c) for c in result.candidates]}
+
+
+def result_from_record(d: dict[str, Any]) -> QuestionResult:
+    return QuestionResult(d["question"], tuple(candidate_from_dict(c) for c in d["candidates"]))

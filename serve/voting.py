@@ -1,0 +1,148 @@
+"""Run the voter over pool results: metrics, the similarity tensor, weights, the vote.
+
+Shared by `eor ask`, `eor fit` and `eor eval`, so all three vote the same way.
+
+- Metrics come by name (`em`, `bertscore`, `nli`); `nli` is judged by the pool's own reader
+  (LLM-judged bidirectional entailment, cached like every other prompt) unless an HF NLI
+  model path is given.
+- Candidates are aligned to the weights' pool by retriever spec. A failed retriever, one
+  that was not run, and an empty answer get no vote and cannot win (mask = False).
+- Without fitted weights the voter uses *equal weights*: every metric and every retriever
+  weighs upper_bound / 2 (where the fit starts), i.e. plain similarity voting with mean
+  pooling; no retriever is dropped.
+- The margin reported here is between *different answers*: the winner's score minus the
+  best score of a candidate whose normalised answer differs (None when every candidate
+  agrees). Two retrievers giving the same answer are agreement, not a close vote.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+import numpy as np
+
+from retrievers.types import QuestionResult
+from voter.normalize import normalize_answer
+from voter.similarity import PairSimilarity, available_metrics, create_metric, similarity_tensor
+from voter.voting import VoteRule, VoterWeights, choose
+from voter.weights_io import Provenance, SavedWeights
+
+DEFAULT_METRICS: tuple[str, ...] = ("em", "bertscore", "nli")
+DEFAULT_POOLING = "mean"
+
+
+@dataclass(frozen=True)
+class MetricOptions:
+    """Which similarity metrics, and how `nli` is computed."""
+
+    names: tuple[str, ...] = DEFAULT_METRICS
+    nli_model: str | None = None  # None: the reader judges entailment; else an HF NLI model path
+
+    def __post_init__(self) -> None:
+        if not self.names:
+            raise ValueError("at least one similarity metric is needed")
+        if len(set(self.names)) != len(self.names):
+            raise ValueError(f"metric listed twice: {list(self.names)}")
+        unknown = [n for n in self.names if n not in available_metrics()]
+        if unknown:
+            raise ValueError(f"unknown similarity metric(s) {unknown}; available: {available_metrics()}")
+
+    @property
+    def nli_backend(self) -> str:
+        return f"hf:{self.nli_model}" if self.nli_model else "llm"
+
+    @classmethod
+    def parse(cls, text: str | None, nli_model: str | None = None) -> "MetricOptions":
+        names = tuple(s.strip() for s in text.split(",") if s.strip()) if text else DEFAULT_METRICS
+        return cls(names, nli_model)
+
+
+def build_metrics(options: MetricOptions, reader: Any) -> list[PairSimilarity]:
+    """Metric objects in `options.names` order (cheap: models load on first use)."""
+    out = []
+    for name in options.names:
+        if name == "nli":
+            out.append(create_metric("nli", backend="hf", model=options.nli_model) if options.nli_model
+                       else create_metric("nli", backend="llm", reader=reader))
+        else:
+            out.append(create_metric(name))
+    return out
+
+
+def equal_weights(pool: Sequence[str], metrics: Sequence[str], pooling: str = DEFAULT_POOLING,
+                  upper_bound: float = 0.6, threshold: float = 0.1) -> SavedWeights:
+    """Unfitted voter: every weight upper_bound / 2, nothing dropped."""
+    VoteRule(pooling)  # an unknown pooling fails here, before any work
+    w = upper_bound / 2
+    weights = VoterWeights.from_arrays([w] * len(metrics), [w] * len(pool), threshold)
+    prov = Provenance(questions_file="", n_questions=0, reader_model="", objective=float("nan"),
+                      extra={"kind": "equal weights"})
+    return SavedWeights(tuple(pool), tuple(metrics), pooling, threshold, weights, prov, upper_bound=upper_bound)
+
+
+def answer_grid(results: Sequence[QuestionResult], pool: Sequence[str]) -> list[list[str | None]]:
+    """answers[i][m] for the m-th retriever of `pool`; None where it cannot take part."""
+    grid = []
+    for r in results:
+        by_spec = {c.retriever: c for c in r.candidates}
+        row: list[str | None] = []
+        for spec in pool:
+            c = by_spec.get(spec)
+            ok = c is not None and c.error is None and normalize_answer(c.answer) != ""
+            row.append(c.answer if ok else None)
+        grid.append(row)
+    return grid
+
+
+def similarity_inputs(results: Sequence[QuestionResult], grid: Sequence[Sequence[str | None]],
+                      metrics: Sequence[PairSimilarity]) -> tuple[np.ndarray, np.ndarray]:
+    """(sim [N, M, M, K], mask [N, M]) for the voter, each metric batched over all questions."""
+    if not results:
+        raise ValueError("no pool results to vote over")
+    return similarity_tensor(grid, [r.question for r in results], list(metrics))
+
+
+def _finite(x: float) -> float | None:
+    return float(x) if math.isfinite(x) else None
+
+
+@dataclass(frozen=True)
+class Vote:
+    """The voter's decision for one question."""
+
+    retriever: str | None  # None: no retriever answered
+    answer: str
+    score: float | None
+    margin: float | None  # over the best different answer; None: no competing answer
+    scores: dict[str, float | None] = field(default_factory=dict)  # per spec; None: could not win
+
+
+def answer_margin(scores: np.ndarray, answers: Sequence[str | None], winner: int) -> float | None:
+    """Winner's score minus the best score among candidates with a different answer."""
+    if winner < 0:
+        return None
+    won = normalize_answer(answers[winner] or "")
+    rivals = [s for s, a in zip(scores, answers)
+              if a is not None and np.isfinite(s) and normalize_answer(a) != won]
+    return _finite(float(scores[winner] - max(rivals))) if rivals else None
+
+
+def votes_from_scores(scores: np.ndarray, grid: Sequence[Sequence[str | None]], pool: Sequence[str]) -> list[Vote]:
+    out = []
+    for row, answers, win in zip(scores, grid, choose(scores)):
+        win = int(win)
+        per = {spec: _finite(float(s)) for spec, s in zip(pool, row)}
+        if win < 0:
+            out.append(Vote(None, "", None, None, per))
+        else:
+            out.append(Vote(pool[win], answers[win] or "", _finite(float(row[win])),
+                            answer_margin(row, answers, win), per))
+    return out
+
+
+def vote(results: Sequence[QuestionResult], saved: SavedWeights, metrics: Sequence[PairSimilarity]) -> list[Vote]:
+    """Vote every question with the given weights (any subset of the pool may have run)."""
+    grid = answer_grid(results, saved.pool)
+    scores = saved.voter().decision_scores(similarity_inputs(results, grid, metrics))
+    return votes_from_scores(scores, grid, saved.pool)

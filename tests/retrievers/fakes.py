@@ -1,0 +1,145 @@
+"""Test doubles: a recording reader engine and canned knowledge sources."""
+from __future__ import annotations
+
+import hashlib
+import re
+from typing import Sequence
+
+from retrievers.reader import PromptText, SamplingParams
+from retrievers.types import Passage
+
+QUESTION = "Who painted the Mona Lisa?"
+
+MONA = ("Mona Lisa", "The Mona Lisa is a half-length portrait painting by the Italian artist "
+        "Leonardo da Vinci, painted in Florence in the sixteenth century.")
+TOPICS = [
+    ("Volcano", "A volcano is a rupture in the crust of a planet through which lava, ash and gases escape."),
+    ("Photosynthesis", "Photosynthesis is the process by which green plants turn sunlight, water and "
+                       "carbon dioxide into sugar and oxygen."),
+    ("Jupiter", "Jupiter is the fifth planet from the Sun and the largest gas giant in the Solar System."),
+    ("Jazz", "Jazz is a music genre that originated in the African-American communities of New Orleans."),
+    ("Chess", "Chess is a board game for two players played on a checkered board of sixty-four squares."),
+    ("Glacier", "A glacier is a persistent body of dense ice that moves slowly under its own weight."),
+    ("Railway", "A railway carries passengers and freight on wheeled vehicles running on steel rails."),
+    ("Honey bee", "The honey bee is a flying insect that collects nectar and makes honey and beeswax."),
+    ("Submarine", "A submarine is a watercraft that can operate independently under water."),
+    ("Rice", "Rice is the seed of a grass species and the staple food of half of the world's people."),
+]
+
+
+def fill(sentence: str, words: int) -> str:
+    """`sentence` repeated until exactly `words` words."""
+    tokens = sentence.split()
+    return " ".join(tokens[i % len(tokens)] for i in range(words))
+
+
+def digest(text: str) -> str:
+    return hashlib.sha1(text.encode()).hexdigest()[:10]
+
+
+# SE: 10 pages, the Mona Lisa page ranked 7th by the "search engine"; pages 0-3 are long enough
+# for SE@1's 1000-word and SE@k's 250-word truncations to bite.
+SE_LAYOUT = [(TOPICS[0], 1200), (TOPICS[1], 300), (TOPICS[2], 300), (TOPICS[3], 300),
+             (TOPICS[4], 120), (TOPICS[5], 120), (MONA, 300), (TOPICS[6], 120),
+             (TOPICS[7], 120), (TOPICS[8], 120)]
+SE_PAGES = [Passage(f"se-{i}", title, fill(sent, n), "SE", float(10 - i))
+            for i, ((title, sent), n) in enumerate(SE_LAYOUT)]
+
+# Wiki: 25 passages of 60 words; Mona Lisa passages at ranks 5 and 16 (HB takes the top 20).
+WIKI_PASSAGES = []
+for _i in range(25):
+    _title, _sent = MONA if _i in (4, 15) else TOPICS[_i % len(TOPICS)]
+    WIKI_PASSAGES.append(Passage(f"wiki-{_i}", _title, fill(_sent, 60), "Wiki", float(100 - _i)))
+
+PK_WORDS = 230  # a PK document of 230 words splits into two ~100-word chunks for HB
+
+
+class FakeEngine:
+    """Implements the ReaderEngine protocol; deterministic outputs, every call recorded."""
+
+    def __init__(self, model_id: str = "fake-reader"):
+        self.model_id = model_id
+        self.calls: list[tuple[list[str], SamplingParams]] = []
+
+    def format(self, prompt: PromptText) -> str:
+        return f"{prompt.body}\n{prompt.cue}"
+
+    @staticmethod
+    def respond(prompt: str) -> str:
+        if prompt.startswith("Generate a background document"):
+            m = re.search(r"given question\. (.*)\.\nDocument:$", prompt, re.S)
+            query = m.group(1) if m else "unknown"
+            return f"  {fill(query, PK_WORDS)}  "
+        if prompt.startswith("Please truthfully summarize"):
+            return f" summary-{digest(prompt)} of the document \n"
+        return f" ans-{digest(prompt)}\nand then a second line"
+
+    def generate(self, prompts: Sequence[str], params: SamplingParams) -> list[str]:
+        self.calls.append((list(prompts), params))
+        return [self.respond(p) for p in prompts]
+
+    def calls_of(self, kind: str) -> list[tuple[list[str], SamplingParams]]:
+        """Engine calls of one stage: "pk", "cp" or "answer"."""
+        starts = {"pk": "Generate a background document", "cp": "Please truthfully summarize"}
+        out = []
+        for prompts, params in self.calls:
+            first = prompts[0]
+            stage = next((k for k, s in starts.items() if first.startswith(s)), "answer")
+            if stage == kind:
+                out.append((prompts, params))
+        return out
+
+
+class FakeSource:
+    """A knowledge source with canned results (the same ranked list for every query)."""
+
+    def __init__(self, name: str, rows: list[Passage], fail: Exception | None = None):
+        self.name = name
+        self.rows = rows
+        self.fail = fail
+        self.loaded = False
+        self.calls: list[tuple[list[str], int]] = []
+
+    def load(self) -> "FakeSource":
+        self.loaded = True
+        return self
+
+    def search(self, queries: Sequence[str], k: int) -> list[list[Passage]]:
+        self.calls.append((list(queries), k))
+        if self.fail is not None:
+            raise self.fail
+        return [list(self.rows[:k]) for _ in queries]
+
+
+class MemoEncoder:
+    """The real encoder behind a per-text memo: reruns over the same canned texts cost nothing,
+    and a text always gets the very same vector (so cosine ties break the same way everywhere)."""
+
+    def __init__(self, encoder):
+        self.encoder = encoder
+        self.name = encoder.name
+        self._memo: dict[str, "np.ndarray"] = {}
+
+    def load(self) -> "MemoEncoder":
+        self.encoder.load()
+        return self
+
+    @property
+    def dim(self) -> int:
+        return self.encoder.dim
+
+    def encode(self, texts: Sequence[str], show_progress: bool = False):
+        import numpy as np
+
+        todo = [t for t in dict.fromkeys(texts) if t not in self._memo]
+        if todo:
+            self._memo.update(zip(todo, self.encoder.encode(todo)))
+        if not texts:
+            return np.zeros((0, self.dim), dtype=np.float32)
+        return np.stack([self._memo[t] for t in texts])
+
+
+def recall_at(hit_ids: list[set[str]], questions) -> float:
+    """Share of questions with a gold record among their retrieved record ids."""
+    hits = [bool(set(q["gold_pids"]) & ids) for q, ids in zip(questions, hit_ids, strict=True)]
+    return sum(hits) / len(hits)

@@ -1,0 +1,41 @@
+"""The sentence encoder: package-shipped model resolution, lazy load, normalised vectors."""
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+
+from retrievers.encoder import DEFAULT_ENCODER, Encoder, resolve_encoder_path
+
+
+def test_default_resolves_to_the_packaged_model_folder():
+    path = resolve_encoder_path(DEFAULT_ENCODER)
+    assert os.path.isdir(path)
+
+
+def test_unknown_package_says_what_to_install():
+    with pytest.raises(FileNotFoundError, match="pip install no-such-encoder-pkg"):
+        resolve_encoder_path("package:no_such_encoder_pkg")
+
+
+def test_missing_folder_is_an_error(tmp_path):
+    with pytest.raises(FileNotFoundError, match="encoder folder not found"):
+        resolve_encoder_path(str(tmp_path / "nope"))
+    assert resolve_encoder_path(str(tmp_path)) == str(tmp_path)
+
+
+def test_constructor_is_cheap():
+    enc = Encoder()
+    assert enc._model is None  # loads on first use, not at construction
+
+
+@pytest.mark.slow
+def test_real_encoder_gives_normalised_vectors_and_meaningful_cosines(encoder):
+    vecs = encoder.encode(["Who painted the Mona Lisa?", "Leonardo da Vinci painted the Mona Lisa.",
+                           "Glaciers are slow rivers of ice."])
+    assert vecs.shape == (3, 384) and vecs.dtype == np.float32 and encoder.dim == 384
+    np.testing.assert_allclose(np.linalg.norm(vecs, axis=1), 1.0, rtol=1e-5)
+    assert vecs[0] @ vecs[1] > vecs[0] @ vecs[2] + 0.2
+    empty = encoder.encode([])
+    assert empty.shape == (0, 384)

@@ -1,0 +1,150 @@
+"""CachedReader: one engine call per batch, in-batch dedup, the on-disk cache and its key."""
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from retrievers.reader import CachedReader, PromptText, ReaderCache, ReaderStats, SamplingParams
+
+
+class EchoEngine:
+    """Returns " out:<prompt> " for every prompt and records each call."""
+
+    def __init__(self, model_id: str = "m1", drop: int = 0):
+        self.model_id = model_id
+        self.drop = drop  # return this many outputs too few
+        self.calls: list[tuple[list[str], SamplingParams]] = []
+
+    def format(self, prompt: PromptText) -> str:
+        return f"<{prompt.body}|{prompt.cue}>"
+
+    def generate(self, prompts, params):
+        self.calls.append((list(prompts), params))
+        outs = [f"  out:{p}\n" for p in prompts]
+        return outs[: len(outs) - self.drop]
+
+
+P = SamplingParams(max_tokens=8)
+
+
+def test_one_engine_call_per_batch_with_duplicates_removed():
+    eng = EchoEngine()
+    reader = CachedReader(eng)
+    outs = reader.generate_raw(["a", "b", "a", "c", "b"], P)
+    assert outs == ["out:a", "out:b", "out:a", "out:c", "out:b"]  # stripped, in input order
+    assert eng.calls == [(["a", "b", "c"], P)]  # unique prompts, first-seen order, one call
+    assert reader.stats == ReaderStats(calls=1, prompts=5, engine_prompts=3, cache_hits=0)
+
+
+def test_generate_formats_through_the_engine():
+    eng = EchoEngine()
+    reader = CachedReader(eng)
+    outs = reader.generate([PromptText("q1"), PromptText("q2", cue="Document:"), PromptText("q1")], P)
+    assert outs == ["out:<q1|Answer:>", "out:<q2|Document:>", "out:<q1|Answer:>"]
+    assert eng.calls == [(["<q1|Answer:>", "<q2|Document:>"], P)]
+    assert reader.model_id == "m1"
+
+
+def test_empty_batch_does_not_reach_the_engine():
+    eng = EchoEngine()
+    reader = CachedReader(eng)
+    assert reader.generate([], P) == []
+    assert eng.calls == [] and reader.stats.calls == 0
+
+
+def test_without_a_cache_every_batch_pays_again():
+    eng = EchoEngine()
+    reader = CachedReader(eng)
+    reader.generate_raw(["a"], P)
+    reader.generate_raw(["a"], P)
+    assert len(eng.calls) == 2 and reader.stats.cache_hits == 0
+
+
+def test_second_call_is_served_from_the_disk_cache(tmp_path):
+    path = tmp_path / "sub" / "reader.sqlite"
+    eng = EchoEngine()
+    first = CachedReader(eng, ReaderCache(path))
+    assert first.generate_raw(["a", "b"], P) == ["out:a", "out:b"]
+    assert path.exists()
+    assert first.generate_raw(["b", "a", "b"], P) == ["out:b", "out:a", "out:b"]
+    assert len(eng.calls) == 1
+    assert first.stats == ReaderStats(calls=1, prompts=5, engine_prompts=2, cache_hits=3)
+
+    # a new reader on the same file (a re-run) never pays for them either
+    eng2 = EchoEngine()
+    again = CachedReader(eng2, ReaderCache(path))
+    assert again.generate_raw(["a", "b"], P) == ["out:a", "out:b"]
+    assert eng2.calls == [] and again.stats.cache_hits == 2 and again.stats.calls == 0
+
+
+def test_only_the_missing_prompts_go_to_the_engine(tmp_path):
+    eng = EchoEngine()
+    reader = CachedReader(eng, ReaderCache(tmp_path / "c.sqlite"))
+    reader.generate_raw(["a", "b"], P)
+    assert reader.generate_raw(["a", "x", "b", "y", "x"], P) == ["out:a", "out:x", "out:b", "out:y", "out:x"]
+    assert eng.calls[1] == (["x", "y"], P)
+    assert reader.stats == ReaderStats(calls=2, prompts=7, engine_prompts=4, cache_hits=2)
+
+
+def test_cache_key_depends_on_model_prompt_and_sampling_params():
+    base = ReaderCache.key("m1", "p", SamplingParams())
+    assert base == ReaderCache.key("m1", "p", SamplingParams())
+    others = [
+        ReaderCache.key("m2", "p", SamplingParams()),
+        ReaderCache.key("m1", "p ", SamplingParams()),
+        ReaderCache.key("m1", "p", SamplingParams(max_tokens=33)),
+        ReaderCache.key("m1", "p", SamplingParams(temperature=0.5)),
+        ReaderCache.key("m1", "p", SamplingParams(stop=("\n",))),
+    ]
+    assert len({base, *others}) == 1 + len(others)
+
+
+def test_cache_entries_are_not_shared_across_models_or_params(tmp_path):
+    cache = ReaderCache(tmp_path / "c.sqlite")
+    e1, e2 = EchoEngine("m1"), EchoEngine("m2")
+    CachedReader(e1, cache).generate_raw(["a"], P)
+    CachedReader(e2, cache).generate_raw(["a"], P)  # another model: not a hit
+    CachedReader(e1, cache).generate_raw(["a"], SamplingParams(max_tokens=9))  # other params
+    assert len(e1.calls) == 2 and len(e2.calls) == 1
+
+
+def test_wrong_number_of_engine_outputs_is_an_error_and_caches_nothing(tmp_path):
+    cache = ReaderCache(tmp_path / "c.sqlite")
+    reader = CachedReader(EchoEngine(drop=1), cache)
+    with pytest.raises(RuntimeError, match=r"1 outputs for 2 prompts"):
+        reader.generate_raw(["a", "b", "a"], P)
+    assert cache.get_many([ReaderCache.key("m1", t, P) for t in "ab"]) == {}
+    assert reader.stats.calls == 0 and reader.stats.engine_prompts == 0
+
+
+def test_cache_get_many_beyond_one_sql_chunk(tmp_path):
+    cache = ReaderCache(tmp_path / "c.sqlite")
+    items = {f"k{i}": f"v{i}" for i in range(1234)}
+    cache.put_many(items)
+    assert cache.get_many(list(items) + ["missing"]) == items
+
+
+def test_cache_is_safe_across_threads(tmp_path):
+    cache = ReaderCache(tmp_path / "c.sqlite")
+    errors = []
+
+    def work(n):
+        try:
+            for i in range(20):
+                cache.put_many({f"{n}-{i}": str(i)})
+                assert cache.get_many([f"{n}-{i}"]) == {f"{n}-{i}": str(i)}
+        except Exception as exc:  # pragma: no cover - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=work, args=(n,)) for n in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    assert len(cache.get_many([f"{n}-{i}" for n in range(4) for i in range(20)])) == 80
+
+
+def test_sampling_params_default_to_greedy():
+    assert SamplingParams().temperature == 0.0

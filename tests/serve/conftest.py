@@ -1,0 +1,131 @@
+"""Fakes for the serving layer: a reader engine and a retriever pool that never start vLLM,
+load an index or touch the network; $EOR_HOME in a temporary folder."""
+from __future__ import annotations
+
+import json
+import os
+import re
+from pathlib import Path
+from typing import Callable, Mapping, Sequence
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+import pytest
+
+from retrievers.pool import PoolConfig
+from retrievers.reader import CachedReader, PromptText, SamplingParams
+from retrievers.types import Candidate, Context, Passage, QuestionResult
+from voter.normalize import normalize_answer
+
+_ANSWER = r"(?:Question: .*? Answer: )?(.*)"
+
+
+class FakeEngine:
+    """A ReaderEngine used only as the NLI judge: "entailment" when one normalised answer
+    contains the other, "neutral" otherwise."""
+
+    model_id = "fake-reader"
+
+    def __init__(self) -> None:
+        self.prompts: list[str] = []
+
+    def format(self, prompt: PromptText) -> str:
+        return f"{prompt.body}\n{prompt.cue}"
+
+    def generate(self, prompts: Sequence[str], params: SamplingParams) -> list[str]:
+        self.prompts += list(prompts)
+        out = []
+        for p in prompts:
+            a = normalize_answer(re.search(r"Premise: " + _ANSWER, p).group(1))
+            b = normalize_answer(re.search(r"Hypothesis: " + _ANSWER, p).group(1))
+            out.append("entailment" if a and b and (a in b or b in a) else "neutral")
+        return out
+
+
+class FakePool:
+    """Stands in for RetrieverPool: `answers(question)` -> {spec: answer, or an Exception for
+    a failed retriever}. `fail_after=k` raises once k questions have been answered (a crash)."""
+
+    def __init__(self, specs: Sequence[str], answers: Callable[[str], Mapping[str, object]],
+                 fail_after: int | None = None):
+        self.config = PoolConfig(specs=tuple(specs))
+        self.reader = CachedReader(FakeEngine())
+        self.answers = answers
+        self.fail_after = fail_after
+        self.calls: list[list[str]] = []
+        self.loads = 0
+
+    @property
+    def specs(self) -> list[str]:
+        return list(self.config.specs)
+
+    def load(self) -> "FakePool":
+        self.loads += 1
+        return self
+
+    def run(self, questions: Sequence[str], specs: Sequence[str] | None = None) -> list[QuestionResult]:
+        answered = sum(len(c) for c in self.calls)
+        if self.fail_after is not None and answered + len(questions) > self.fail_after:
+            raise RuntimeError("simulated crash")
+        self.calls.append(list(questions))
+        out = []
+        for q in questions:
+            given = self.answers(q)
+            cands = []
+            for spec in specs or self.specs:
+                a = given[spec]
+                if isinstance(a, Exception):
+                    cands.append(Candidate(spec, "", Context(spec), error=f"{type(a).__name__}: {a}"))
+                elif spec == "PK":
+                    cands.append(Candidate(spec, str(a), Context(spec, (), f"background on {q}")))
+                else:
+                    p = Passage(f"{spec}-p1", f"Title for {spec}", "text", spec.split("@")[0])
+                    cands.append(Candidate(spec, str(a), Context(spec, (p,))))
+            out.append(QuestionResult(q, tuple(cands)))
+        return out
+
+
+def write_questions(path: Path, rows: Sequence[dict]) -> Path:
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+@pytest.fixture
+def eor_home(tmp_path, monkeypatch) -> Path:
+    home = tmp_path / "eor_home"
+    monkeypatch.setenv("EOR_HOME", str(home))
+    return home
+
+
+@pytest.fixture
+def use_pool(monkeypatch):
+    """use_pool(pool): `eor` commands get this pool from serve.builder.make_pool."""
+    import serve.builder
+
+    def install(pool):
+        made: list = []  # the configs make_pool was called with, for this pool
+
+        def make_pool(config, engine=None):
+            made.append(config)
+            return pool
+
+        monkeypatch.setattr(serve.builder, "make_pool", make_pool)
+        return made
+
+    return install
+
+
+@pytest.fixture(scope="session")
+def one_torch_thread():
+    """BERTScore is tiny here: keep one of the machine's two cores free."""
+    try:
+        import torch
+    except ImportError:
+        yield
+        return
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)

@@ -1,0 +1,78 @@
+"""Running the pool over many questions resumably."""
+import json
+
+import pytest
+
+from serve.dataset import Question
+from serve.results_io import result_from_record, result_to_record
+from serve.runlog import RunKey, RunLog, run_questions
+from tests.serve.conftest import FakePool
+
+SPECS = ["Wiki@10", "SE@1", "PK", "ReFree"]
+
+
+def answers(q):
+    return {"Wiki@10": f"wiki {q}", "SE@1": RuntimeError("SE search failed"), "PK": f"pk {q}", "ReFree": "dunno"}
+
+
+def questions(n):
+    return [Question(f"q{i}", "d", f"question number {i}", (f"a{i}",)) for i in range(n)]
+
+
+def key(model="fake-reader", specs=SPECS):
+    return RunKey.create("/data/questions.jsonl", model, specs, {"index": "default"})
+
+
+def test_interrupted_run_resumes_with_only_the_rest(eor_home):
+    qs = questions(10)
+    crashing = FakePool(SPECS, answers, fail_after=5)  # crashes inside the third batch of 2
+    with pytest.raises(RuntimeError, match="simulated crash"):
+        run_questions(crashing, qs, RunLog(key()), batch_size=2, progress=False)
+    assert crashing.calls == [[q.question for q in qs[0:2]], [q.question for q in qs[2:4]]]
+
+    restarted = FakePool(SPECS, answers)
+    got = run_questions(restarted, qs, RunLog(key()), batch_size=2, progress=False)
+    ran = [q for call in restarted.calls for q in call]
+    assert ran == [q.question for q in qs[4:]]  # the 4 finished questions were not redone
+    assert all(len(c) <= 2 for c in restarted.calls)
+    assert [q.qid for q, _ in got] == [q.qid for q in qs]
+    clean = FakePool(SPECS, answers).run([q.question for q in qs])
+    assert [result_to_record(r) for _, r in got] == [result_to_record(r) for r in clean]
+    assert got[0][1].failed == ["SE@1"] and "SE search failed" in got[0][1].candidates[1].error
+
+    again = FakePool(SPECS, answers)
+    assert len(run_questions(again, qs, RunLog(key()), progress=False)) == 10
+    assert again.calls == [] and again.loads == 0  # nothing left: the pool is not even loaded
+
+
+def test_run_log_is_keyed_by_model_pool_and_question_text(eor_home):
+    qs = questions(3)
+    run_questions(FakePool(SPECS, answers), qs, RunLog(key()), progress=False)
+    assert RunLog(key()).path.parent == eor_home / "runs"
+    assert RunLog(key(model="other")).path != RunLog(key()).path
+    assert RunLog(key(specs=SPECS[:3])).path != RunLog(key()).path
+    assert RunKey.create("/data/questions.jsonl", "m", SPECS, {"index": "a"}).digest != \
+        RunKey.create("/data/questions.jsonl", "m", SPECS, {"index": "b"}).digest
+    changed = [qs[0], Question("q1", "d", "an edited question", ("x",)), qs[2]]
+    pool = FakePool(SPECS, answers)
+    got = run_questions(pool, changed, RunLog(key()), progress=False)
+    assert pool.calls == [["an edited question"]] and got[1][1].question == "an edited question"
+
+
+def test_torn_last_line_is_redone_and_refused_questions_skipped(eor_home):
+    qs = questions(3)
+    log = RunLog(key())
+    run_questions(FakePool(SPECS, answers), qs, log, progress=False)
+    lines = log.path.read_text().splitlines()
+    log.path.write_text("\n".join(lines[:2]) + "\n" + lines[2][:40])  # a crash mid-write
+    pool = FakePool(SPECS, answers)
+    got = run_questions(pool, qs + [Question("empty", "d", "   ", ("x",))], log, progress=False)
+    assert pool.calls == [[qs[2].question]] and [q.qid for q, _ in got] == ["q0", "q1", "q2"]
+
+
+def test_records_round_trip_without_passage_text():
+    r = FakePool(SPECS, answers).run(["who?"])[0]
+    back = result_from_record(json.loads(json.dumps(result_to_record(r))))
+    assert [c.answer for c in back.candidates] == [c.answer for c in r.candidates]
+    assert back.failed == ["SE@1"] and back.candidates[2].context.document == "background on who?"
+    assert back.candidates[0].context.passages[0].pid == "Wiki@10-p1"

@@ -1,0 +1,93 @@
+"""The real reader: vLLM on CPU with the packaged SmolLM2 model, and the whole 16-retriever
+pool over real Lucene + faiss indexes through it (one engine start for the module)."""
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+
+from retrievers.reader import CachedReader, PromptText, ReaderCache, SamplingParams
+from serve.models import models_dir
+
+pytestmark = pytest.mark.slow
+
+CORPUS = os.path.join(os.path.dirname(__file__), "..", "..", "..", "shared", "data", "corpus.jsonl")
+
+
+@pytest.fixture(scope="module")
+def engine():
+    if not (models_dir() / "smollm2-135m" / "config.json").exists():
+        pytest.fail("reader model not prepared: run ./setup.sh (eor models prepare smollm2-135m)")
+    from serve.vllm_engine import VLLMConfig, VLLMEngine
+
+    engine = VLLMEngine(VLLMConfig(model="smollm2-135m", max_model_len=4096)).load()
+    yield engine
+    engine.close()
+
+
+def test_chat_model_uses_its_template(engine):
+    text = engine.format(PromptText("What is 2+2?"))
+    assert "<|im_start|>user" in text and text.rstrip().endswith("assistant")
+
+
+def test_batched_generation_answers_each_prompt(engine):
+    prompts = [engine.format(PromptText(f"Please directly answer the following question with one or few words: {q}"))
+               for q in ["what is the capital of france", "who wrote hamlet"]]
+    outs = engine.generate(prompts, SamplingParams(max_tokens=16))
+    assert len(outs) == 2
+    assert "paris" in outs[0].lower()
+    assert "shakespeare" in outs[1].lower()
+
+
+def test_cached_reader_never_pays_twice(engine, tmp_path):
+    reader = CachedReader(engine, ReaderCache(tmp_path / "c.sqlite"))
+    p = [PromptText("Name a primary colour.")]
+    first = reader.generate(p, SamplingParams(max_tokens=8))
+    again = CachedReader(engine, ReaderCache(tmp_path / "c.sqlite")).generate(p, SamplingParams(max_tokens=8))
+    assert first == again and reader.stats.engine_prompts == 1
+
+
+def test_missing_model_is_a_clear_error(tmp_path):
+    from serve.vllm_engine import VLLMConfig, VLLMEngine
+
+    with pytest.raises(FileNotFoundError, match="not found"):
+        VLLMEngine(VLLMConfig(model=str(tmp_path / "nope")))
+
+
+def _slice(n_vital: int = 300):
+    """Gold passages of a few NQ questions plus distractors, read from ../shared by path."""
+    if not os.path.exists(CORPUS):
+        pytest.skip("../shared/data/corpus.jsonl not present")
+    from retrievers.corpus import Document
+
+    docs, vital = [], 0
+    with open(CORPUS, encoding="utf-8") as f:
+        for line in f:
+            r = json.loads(line)
+            keep = r["source"] == "nqgold" and len(docs) < 200
+            if r["source"] == "vital" and vital < n_vital:
+                vital += 1
+                keep = True
+            if keep:
+                docs.append(Document(r["id"], r["title"], r["text"]))
+    return docs
+
+
+def test_the_16_retrievers_answer_through_one_batched_reader_call(engine, tmp_path, monkeypatch):
+    monkeypatch.setenv("EOR_HOME", str(tmp_path))
+    from retrievers.encoder import Encoder
+    from retrievers.spec import PAPER_POOL
+    from serve.builder import build_indexes, make_pool
+    from serve.config import CacheConfig, EorConfig, IndexConfig
+
+    build_indexes(_slice(), "t", Encoder(), show_progress=False)
+    config = EorConfig(index=IndexConfig(name="t"), cache=CacheConfig(path=str(tmp_path / "cache.sqlite")))
+    pool = make_pool(config, engine=engine).load()
+    [result] = pool.run(["who painted the mona lisa"])
+    assert [c.retriever for c in result.candidates] == list(PAPER_POOL)
+    for c in result.candidates:
+        assert c.error is None and c.answer.strip(), c
+        assert bool(c.context.passages) == (c.retriever not in ("PK", "ReFree"))
+    # PK documents, @CP summaries, answers: one engine call each, never one per retriever
+    assert pool.reader.stats.calls == 3
