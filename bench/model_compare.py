@@ -11,6 +11,7 @@ import argparse
 import json
 import subprocess
 import sys
+import tempfile
 import time
 
 from bench.common import DEFAULT_QUESTIONS, read_questions
@@ -24,6 +25,7 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--retriever", default="Wiki@10")
     ap.add_argument("--questions", default=DEFAULT_QUESTIONS)
     ap.add_argument("--n", type=int, default=50)
+    ap.add_argument("--out", help="also write the JSON report here")
     args = ap.parse_args(argv)
 
     from serve.builder import make_pool
@@ -35,10 +37,12 @@ def main(argv: list[str] | None = None) -> dict:
     models = args.models.split(",")
     if len(models) > 1:  # one vLLM engine per process: run each model in a child
         for model in models:
-            child = [sys.executable, "-m", "bench.model_compare", "--index", args.index, "--models", model,
-                     "--retriever", args.retriever, "--questions", args.questions, "--n", str(args.n)]
-            out = subprocess.run(child, check=True, capture_output=True, text=True).stdout
-            report["models"].update(json.loads(out[out.index("{"):])["models"])
+            with tempfile.TemporaryDirectory() as tmp:
+                child = [sys.executable, "-m", "bench.model_compare", "--index", args.index, "--models", model,
+                         "--retriever", args.retriever, "--questions", args.questions, "--n", str(args.n),
+                         "--out", f"{tmp}/r.json"]
+                subprocess.run(child, check=True, stdout=subprocess.DEVNULL)
+                report["models"].update(json.loads(open(f"{tmp}/r.json").read())["models"])
         print(json.dumps(report, indent=2))
         return report
     for model in models:
@@ -57,7 +61,10 @@ def main(argv: list[str] | None = None) -> dict:
             "examples": [{"q": r["question"], "gold": r["answers"], "answer": a}
                          for r, a in list(zip(rows, answers))[:5]],
         }
-        del pool, engine
+        engine.close()
+    if args.out:
+        with open(args.out, "w") as f:
+            json.dump(report, f, indent=2)
     print(json.dumps(report, indent=2))
     return report
 
