@@ -43,8 +43,7 @@ def main(argv: list[str] | None = None) -> dict:
                          "--out", f"{tmp}/r.json"]
                 subprocess.run(child, check=True, stdout=subprocess.DEVNULL)
                 report["models"].update(json.loads(open(f"{tmp}/r.json").read())["models"])
-        print(json.dumps(report, indent=2))
-        return report
+        return _emit(report, args.out)
     for model in models:
         engine = VLLMEngine(VLLMConfig(model=model)).load()
         config = EorConfig(index=IndexConfig(name=args.index), cache=CacheConfig(enabled=False))
@@ -62,8 +61,12 @@ def main(argv: list[str] | None = None) -> dict:
                          for r, a in list(zip(rows, answers))[:5]],
         }
         engine.close()
-    if args.out:
-        with open(args.out, "w") as f:
+    return _emit(report, args.out)
+
+
+def _emit(report: dict, out: str | None) -> dict:
+    if out:
+        with open(out, "w") as f:
             json.dump(report, f, indent=2)
     print(json.dumps(report, indent=2))
     return report

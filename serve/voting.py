@@ -25,7 +25,7 @@ import numpy as np
 from retrievers.types import QuestionResult
 from voter.normalize import normalize_answer
 from voter.similarity import PairSimilarity, available_metrics, create_metric, similarity_tensor
-from voter.voting import VoteRule, VoterWeights, choose
+from voter.voting import VoteRule, VoterWeights, answer_margin, choose
 from voter.weights_io import Provenance, SavedWeights
 
 DEFAULT_METRICS: tuple[str, ...] = ("em", "bertscore", "nli")
@@ -103,6 +103,10 @@ def similarity_inputs(results: Sequence[QuestionResult], grid: Sequence[Sequence
     return similarity_tensor(grid, [r.question for r in results], list(metrics))
 
 
+def _finite_or_none(x: float | None) -> float | None:
+    return None if x is None else _finite(x)
+
+
 def _finite(x: float) -> float | None:
     return float(x) if math.isfinite(x) else None
 
@@ -118,16 +122,6 @@ class Vote:
     scores: dict[str, float | None] = field(default_factory=dict)  # per spec; None: could not win
 
 
-def answer_margin(scores: np.ndarray, answers: Sequence[str | None], winner: int) -> float | None:
-    """Winner's score minus the best score among candidates with a different answer."""
-    if winner < 0:
-        return None
-    won = normalize_answer(answers[winner] or "")
-    rivals = [s for s, a in zip(scores, answers)
-              if a is not None and np.isfinite(s) and normalize_answer(a) != won]
-    return _finite(float(scores[winner] - max(rivals))) if rivals else None
-
-
 def votes_from_scores(scores: np.ndarray, grid: Sequence[Sequence[str | None]], pool: Sequence[str]) -> list[Vote]:
     out = []
     for row, answers, win in zip(scores, grid, choose(scores)):
@@ -137,7 +131,7 @@ def votes_from_scores(scores: np.ndarray, grid: Sequence[Sequence[str | None]], 
             out.append(Vote(None, "", None, None, per))
         else:
             out.append(Vote(pool[win], answers[win] or "", _finite(float(row[win])),
-                            answer_margin(row, answers, win), per))
+                            _finite_or_none(answer_margin(row, answers, win)), per))
     return out
 
 

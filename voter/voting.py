@@ -17,6 +17,7 @@ from typing import Sequence
 
 import numpy as np
 
+from voter.normalize import normalize_answer
 from voter.pooling import get_pooling
 
 _ROUND = 9  # decimals kept before argmax, so float summation order never breaks a tie
@@ -133,3 +134,17 @@ def vote_margin(scores: np.ndarray) -> np.ndarray:
     with np.errstate(invalid="ignore"):
         margin = best - second
     return np.where(np.isfinite(best), np.where(np.isfinite(second), margin, np.inf), np.nan)
+
+
+def answer_margin(scores: np.ndarray, answers: Sequence[str | None], winner: int) -> float | None:
+    """Winner's score minus the best score among candidates with a *different* normalised answer.
+
+    Unlike `vote_margin`, agreeing retrievers do not count as rivals, so a unanimous vote is
+    not mistaken for a close one. None when there is no winner or no rival answer.
+    """
+    if winner < 0:
+        return None
+    won = normalize_answer(answers[winner] or "")
+    rivals = [s for s, a in zip(scores, answers)
+              if a is not None and np.isfinite(s) and normalize_answer(a) != won]
+    return float(scores[winner] - max(rivals)) if rivals else None

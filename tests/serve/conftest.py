@@ -116,16 +116,3 @@ def use_pool(monkeypatch):
 
     return install
 
-
-@pytest.fixture(scope="session")
-def one_torch_thread():
-    """BERTScore is tiny here: keep one of the machine's two cores free."""
-    try:
-        import torch
-    except ImportError:
-        yield
-        return
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)

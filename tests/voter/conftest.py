@@ -1,32 +1,7 @@
-"""Voter test setup: offline Hugging Face, the `slow` marker, one torch thread, shared helpers."""
+"""Voter test helpers (offline settings and the shared fixtures are in tests/conftest.py)."""
 from __future__ import annotations
 
-import os
-
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-
 import numpy as np
-import pytest
-
-
-def pytest_configure(config):
-    config.addinivalue_line("markers", "slow: loads a model (runs by default; deselect with -m 'not slow')")
-
-
-@pytest.fixture(scope="session")
-def one_torch_thread():
-    """Model tests are tiny: keep one of the machine's two cores free."""
-    try:
-        import torch
-    except ImportError:
-        yield
-        return
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 def tensor_from_clusters(clusters: np.ndarray, mask: np.ndarray | None = None, k: int = 1) -> tuple[np.ndarray, np.ndarray]:

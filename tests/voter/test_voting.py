@@ -97,3 +97,13 @@ def test_shape_errors():
         decision_scores(sim, mask, weights((0.5, 0.5, 0.5), ws=(1.0, 1.0)), MEAN)
     with pytest.raises(ValueError, match="unknown pooling"):
         VoteRule("median")
+
+
+def test_answer_margin_ignores_agreeing_retrievers():
+    from voter.voting import answer_margin
+
+    scores = np.array([0.9, 0.9, 0.4, -np.inf])
+    # two retrievers agree on "Paris" (normalised): the rival is "Lyon", not the tied twin
+    assert answer_margin(scores, ["Paris", "paris.", "Lyon", None], 0) == pytest.approx(0.5)
+    assert answer_margin(scores, ["Paris", "Paris", "Paris", None], 0) is None  # unanimous
+    assert answer_margin(scores, ["a", "b", "c", "d"], -1) is None  # nobody answered
