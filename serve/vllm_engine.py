@@ -24,6 +24,7 @@ class VLLMConfig:
     gpu_memory_utilization: float = 0.2  # on CPU: the share of RAM for the KV cache
     enable_prefix_caching: bool = True
     cpu_threads: str = "auto"  # VLLM_CPU_OMP_THREADS_BIND; auto = all cores
+    cpu_kv_cache_gib: float = 2.0  # VLLM_CPU_KVCACHE_SPACE: ~45k tokens of SmolLM2-135M in fp32
     seed: int = 0
 
 
@@ -56,7 +57,7 @@ class VLLMEngine:
             bind = self.config.cpu_threads if self.config.cpu_threads != "auto" else f"0-{cores - 1}"
             os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", bind)
             os.environ.setdefault("VLLM_CPU_NUM_OF_RESERVED_CPU", "0")
-            os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "4")
+            os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", f"{self.config.cpu_kv_cache_gib:g}")
         dtype = self.config.dtype
         if dtype == "auto":
             dtype = "float32" if on_cpu else "bfloat16"

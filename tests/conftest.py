@@ -10,8 +10,6 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
 
-SHARED_DATA = os.path.join(os.path.dirname(__file__), "..", "..", "shared", "data")
-
 
 def _has_gpu() -> bool:
     try:

