@@ -1,6 +1,8 @@
-"""`eor`: prepare models, build indexes, ask questions, fit and evaluate the voter (later: serve).
+"""`eor`: prepare models, build indexes, ask questions, fit and evaluate the voter, serve.
 
     eor ask QUESTION... [--json] [--retrievers A,B] [--weights W] [--metrics em,bertscore,nli]
+    eor ask QUESTION... --server HOST:PORT [--json] [--retrievers A,B] [--tls-ca CA.pem]
+    eor serve [--config eor.yaml] [--host 127.0.0.1] [--port 50051] [--tls-cert C --tls-key K]
     eor fit --questions FILE [--dataset D] [--limit N] [--split fit] [--metrics em,bertscore,nli]
             [--nli-model PATH] [--pooling mean] [--out weights.json] [--push HOST:PORT]
     eor eval --questions FILE [--split eval] [--weights W] [--json] [--out-dir DIR]
@@ -141,7 +143,79 @@ def _voter_setup(args, pool):
     return equal_weights(pool_specs, options.names, args.pooling), options, "equal weights"
 
 
+def _ask_remote(args) -> int:
+    """`eor ask --server HOST:PORT`: the questions go to a running `eor serve` over gRPC."""
+    from serve.client import EorClient, reply_to_dict
+
+    import grpc
+
+    specs = args.retrievers.split(",") if args.retrievers else ()
+    with EorClient(args.server, tls_ca=args.tls_ca) as client:
+        try:
+            if len(args.question) == 1:
+                replies = [client.ask(args.question[0], specs)]
+            else:
+                replies = list(client.ask_batch(args.question, specs).replies)
+        except grpc.RpcError as exc:
+            print(f"eor: error: {args.server}: {exc.code().name}: {exc.details()}", file=sys.stderr)
+            return 2 if exc.code() == grpc.StatusCode.INVALID_ARGUMENT else 1
+    out = [reply_to_dict(r) for r in replies]
+    if args.json:
+        print(json.dumps(out[0] if len(out) == 1 else out, indent=2, ensure_ascii=False))
+        return 0
+    for d in out:
+        print(f"Q: {d['question']}")
+        if d["retriever"] is None:
+            print("A: (no retriever answered)")
+        else:
+            margin = "none (no other answer)" if d["margin"] is None else f"{d['margin']:.3f}"
+            print(f"A: {d['answer']}\n   from {d['retriever']}, score {_fmt_score(d['score'])}, margin {margin}")
+        for c in d["candidates"]:
+            if c["error"]:
+                print(f"  {c['retriever']:<20} FAILED: {c['error']}")
+            else:
+                print(f"  {c['retriever']:<20} {_fmt_score(c['score']):>6}  {c['answer']}")
+        print(f"({d['latency_s']:.1f} s on {args.server}; missing: {', '.join(d['failed']) or 'none'})")
+    return 0
+
+
+def cmd_serve(args) -> int:
+    """`eor serve`: Ray on this machine, the Serve app, the gRPC front; Ctrl-C stops it."""
+    from serve.app import LocalService
+    from serve.service_config import load_settings
+
+    overrides = {"reader": {"model": args.model}, "index": {"name": args.index},
+                 "service": {"host": args.host, "port": args.port, "ray_grpc_port": args.ray_grpc_port,
+                             "metrics_port": args.metrics_port, "tls_cert": args.tls_cert, "tls_key": args.tls_key,
+                             "weights": args.weights}}
+    settings = load_settings(args.config, overrides)
+    svc = settings.service
+    if svc.host not in ("127.0.0.1", "localhost", "::1") and not (svc.tls_cert and os.environ.get(svc.token_env)):
+        print(f"eor: warning: listening on {svc.host} without TLS and a bearer token (${svc.token_env})",
+              file=sys.stderr)
+    t = time.time()
+    print(f"starting Ray and the eor application ({len(settings.eor.pool.specs)} retrievers in "
+          f"{len(settings.groups())} actors; the reader loads its model first)...", file=sys.stderr)
+    service = LocalService(settings).start()
+    try:
+        tls = " (TLS)" if svc.tls_cert else ""
+        print(f"eor gRPC: {service.address}{tls}", flush=True)
+        if svc.ray_grpc_port:
+            print(f"Ray Serve gRPC proxy: 0.0.0.0:{svc.ray_grpc_port} (no TLS)", flush=True)
+        print(f"metrics: http://{service.metrics_address}/metrics", flush=True)
+        print(f"ready in {time.time() - t:.0f} s; Ctrl-C stops", file=sys.stderr, flush=True)
+        while True:
+            time.sleep(3600)
+    except KeyboardInterrupt:
+        print("stopping...", file=sys.stderr)
+    finally:
+        service.stop()
+    return 0
+
+
 def cmd_ask(args) -> int:
+    if getattr(args, "server", None):
+        return _ask_remote(args)
     from serve.builder import make_pool
     from serve.voting import build_metrics, vote
 
@@ -301,9 +375,25 @@ def build_parser() -> argparse.ArgumentParser:
     a.add_argument("--retrievers", help="comma-separated subset of the pool's specs")
     a.add_argument("--model", help="reader model: packaged name or HF folder")
     a.add_argument("--weights", help="fitted voter weights (eor fit); default: equal weights")
+    a.add_argument("--server", metavar="HOST:PORT", help="ask a running `eor serve` over gRPC instead "
+                   "(bearer token from $EOR_SERVE_TOKEN)")
+    a.add_argument("--tls-ca", help="with --server: CA certificate (PEM) of a TLS server")
     voter_args(a)
     common(a)
     a.set_defaults(func=cmd_ask)
+
+    sv = sub.add_parser("serve", help="run the gRPC service (Ray Serve) on this machine")
+    sv.add_argument("--host", help="gRPC front address (default 127.0.0.1)")
+    sv.add_argument("--port", type=int, help="gRPC front port (default 50051; 0: any free port)")
+    sv.add_argument("--ray-grpc-port", type=int, help="also open Ray Serve's gRPC proxy on this port "
+                    "(all interfaces, no TLS)")
+    sv.add_argument("--metrics-port", type=int, help="Prometheus endpoint port (default 8080)")
+    sv.add_argument("--tls-cert", help="PEM certificate: serve TLS (with --tls-key)")
+    sv.add_argument("--tls-key", help="PEM private key")
+    sv.add_argument("--weights", help="fitted voter weights (live-updatable through the voter's user_config)")
+    sv.add_argument("--model", help="reader model: packaged name or HF folder")
+    common(sv)
+    sv.set_defaults(func=cmd_serve)
 
     f = sub.add_parser("fit", help="fit the voter's weights on a question file (paper §4.2)")
     questions_args(f, "fit")

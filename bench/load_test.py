@@ -1,0 +1,234 @@
+"""Load, latency and fault tests of the live eor service over gRPC (loopback only, bounded).
+
+    # against a running `eor serve` (127.0.0.1:50051):
+    python -m bench.load_test load    --server 127.0.0.1:50051 -n 300 -c 8 --distinct 30
+    python -m bench.load_test compare --server 127.0.0.1:50051 --cold 20 --single Wiki@10
+    # start the service in this process (needed for `fault`: it kills a Ray actor):
+    python -m bench.load_test fault --start [--config eor.yaml] -n 40 -c 4 --kill-after 20
+    python -m bench.load_test all --start --out var/bench/load.json
+
+load:    N Ask calls at concurrency C cycling over D distinct questions (repeats may hit the
+         reader cache); throughput, p50/p95, failures, and from Health deltas the reader's cache
+         hit rate and mean batch size (prompts per engine call).
+compare: cold EoR-16 vs one retriever, in the same run, over disjoint sets of never-asked
+         questions (so both are cold); the headline is the ratio of mean latencies.
+fault:   during a load, kill one retriever-group actor; expect no failed request, affected
+         replies listing its retrievers as missing, Ray restarting it, later replies complete.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+from bench.common import DEFAULT_QUESTIONS, read_questions
+
+LOOPBACK = ("127.0.0.1", "localhost", "[::1]")
+
+
+def _check_loopback(address: str) -> None:
+    host = address.rpartition(":")[0]
+    if host not in LOOPBACK:
+        raise SystemExit(f"load tests run against loopback only, not {address}")
+
+
+def _pct(xs: list[float], q: float) -> float:
+    if not xs:
+        return float("nan")
+    s = sorted(xs)
+    return s[min(len(s) - 1, max(0, int(round(q * (len(s) - 1)))))]
+
+
+def _health(client) -> dict:
+    h = client.health()
+    return {"prompts": h.reader_prompts, "cache_hits": h.reader_cache_hits,
+            "engine_calls": h.reader_engine_calls, "engine_prompts": h.reader_engine_prompts}
+
+
+def _reader_delta(before: dict, after: dict) -> dict:
+    d = {k: after[k] - before[k] for k in before}
+    return {**d, "cache_hit_rate": d["cache_hits"] / d["prompts"] if d["prompts"] else None,
+            "mean_batch": d["engine_prompts"] / d["engine_calls"] if d["engine_calls"] else None}
+
+
+def run_calls(client, questions: list[str], concurrency: int, retrievers=(), on_reply=None) -> dict:
+    """Ask every question (in order, `concurrency` at a time); latencies and failures."""
+    import grpc
+
+    lat, failures, lock = [], [], threading.Lock()
+
+    def one(i_q):
+        i, q = i_q
+        t = time.perf_counter()
+        try:
+            r = client.ask(q, retrievers)
+        except grpc.RpcError as exc:
+            with lock:
+                failures.append({"i": i, "question": q, "code": exc.code().name, "details": exc.details()})
+            return
+        dt = time.perf_counter() - t
+        with lock:
+            lat.append(dt)
+        if on_reply:
+            on_reply(i, time.time(), r)
+
+    t0 = time.perf_counter()
+    with ThreadPoolExecutor(max_workers=concurrency) as pool:
+        list(pool.map(one, enumerate(questions)))
+    wall = time.perf_counter() - t0
+    return {"calls": len(questions), "ok": len(lat), "failed": len(failures), "failures": failures[:10],
+            "wall_s": round(wall, 2), "throughput_qps": round(len(lat) / wall, 3) if wall else None,
+            "p50_s": round(_pct(lat, 0.5), 3), "p95_s": round(_pct(lat, 0.95), 3),
+            "mean_s": round(statistics.fmean(lat), 3) if lat else None}
+
+
+def load_test(client, questions: list[str], n: int, concurrency: int, distinct: int) -> dict:
+    if len(questions) < distinct:
+        raise SystemExit(f"need {distinct} distinct questions, have {len(questions)}")
+    pool = questions[:distinct]
+    asked = [pool[i % distinct] for i in range(n)]
+    before = _health(client)
+    out = run_calls(client, asked, concurrency)
+    out.update(distinct=distinct, concurrency=concurrency, reader=_reader_delta(before, _health(client)))
+    return out
+
+
+def compare(client, questions: list[str], cold: int, single: str, concurrency: int = 1) -> dict:
+    """EoR-16 and one retriever over two disjoint sets of `cold` questions, in one run."""
+    if len(questions) < 2 * cold:
+        raise SystemExit(f"need {2 * cold} questions for a cold comparison, have {len(questions)}")
+    a, b = questions[:cold], questions[cold:2 * cold]
+    h0 = _health(client)
+    eor = run_calls(client, a, concurrency)
+    h1 = _health(client)
+    one = run_calls(client, b, concurrency, retrievers=[single])
+    h2 = _health(client)
+    eor["reader"], one["reader"] = _reader_delta(h0, h1), _reader_delta(h1, h2)
+    ratio = eor["mean_s"] / one["mean_s"] if eor.get("mean_s") and one.get("mean_s") else None
+    return {"cold_questions": cold, "single": single, "eor16": eor, "single_retriever": one,
+            "ratio_eor16_over_single": round(ratio, 2) if ratio else None, "goal": "<= 2.5"}
+
+
+def _group_replicas() -> list[str]:
+    import ray
+
+    return sorted(a["name"] for a in ray.util.list_named_actors(all_namespaces=True)
+                  if "Retrievers_" in a["name"]) if ray.is_initialized() else []
+
+
+def fault_test(client, questions: list[str], n: int, concurrency: int, kill_after_s: float,
+               specs: list[str], group: int = 1) -> dict:
+    """Kill the actor of retriever group `group` (serving `specs`) after `kill_after_s` s of load."""
+    import ray
+
+    replies: list[tuple[int, float, list[str]]] = []
+    target = next((name for name in _group_replicas() if f"Retrievers_{group}#" in name), None)
+    if target is None:
+        raise SystemExit("fault test: no retriever-group actor found (run with --start)")
+    killed_at: list[float] = []
+
+    def killer():
+        time.sleep(kill_after_s)
+        ray.kill(ray.get_actor(target, namespace="serve"), no_restart=False)
+        killed_at.append(time.time())
+
+    threading.Thread(target=killer, daemon=True).start()
+    res = run_calls(client, [questions[i % len(questions)] for i in range(n)], concurrency,
+                    on_reply=lambda i, t, r: replies.append((i, t, list(r.missing))))
+    k = killed_at[0] if killed_at else float("inf")
+    hit = [t for _, t, m in replies if set(specs) & set(m)]  # replies missing the killed group
+    other = sum(1 for _, _, m in replies if set(m) - set(specs))  # missing something else (load timeouts)
+    after = sorted((t, m) for _, t, m in replies if t > k)
+    whole_again = next((t - k for t, m in after if not set(specs) & set(m) and t > max(hit, default=k)), None)
+    restarted = [x for x in _group_replicas() if f"Retrievers_{group}#" in x]
+    res.update(killed=target, killed_specs=specs, kill_after_s=kill_after_s,
+               replies_missing_killed_group=len(hit), replies_missing_other_retrievers=other,
+               group_whole_again_after_kill_s=round(whole_again, 1) if whole_again is not None else None,
+               replicas_now=restarted, restarted=bool(restarted) and restarted != [target])
+    return res
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("mode", choices=["load", "compare", "fault", "all"])
+    ap.add_argument("--server", default="127.0.0.1:50051")
+    ap.add_argument("--start", action="store_true", help="start the service in this process (loopback)")
+    ap.add_argument("--config", help="eor YAML for --start")
+    ap.add_argument("--questions", default=DEFAULT_QUESTIONS)
+    ap.add_argument("-n", type=int, default=300)
+    ap.add_argument("-c", type=int, default=8)
+    ap.add_argument("--distinct", type=int, default=30)
+    ap.add_argument("--cold", type=int, default=20)
+    ap.add_argument("--single", default="Wiki@10")
+    ap.add_argument("--kill-after", type=float, default=30.0)
+    ap.add_argument("--kill-group", type=int, default=1, help="index of the retriever group whose actor dies")
+    ap.add_argument("--out", help="write the report JSON here")
+    args = ap.parse_args(argv)
+
+    from serve.client import EorClient
+
+    qs = [r["question"] for r in read_questions(args.questions, dataset=None)]
+    service = None
+    if args.start:
+        from serve.app import LocalService
+        from serve.service_config import load_settings
+
+        service = LocalService(load_settings(args.config, {"service": {"port": 0}})).start()
+        args.server = service.address
+    _check_loopback(args.server)
+    report: dict = {"server": args.server}
+    try:
+        with EorClient(args.server) as client:
+            client.health()
+            # disjoint slices: the load's questions, then fresh ones for compare and fault
+            if args.mode in ("load", "all"):
+                report["load"] = load_test(client, qs, args.n, args.c, args.distinct)
+            if args.mode in ("compare", "all"):
+                report["compare"] = compare(client, qs[args.distinct:], args.cold, args.single)
+            if args.mode in ("fault", "all"):
+                if service is None:
+                    raise SystemExit("the fault test kills a Ray actor: run it with --start")
+                specs = list(service.settings.groups()[args.kill_group])
+                report["fault"] = fault_test(client, qs[args.distinct + 2 * args.cold:], args.n, args.c,
+                                             args.kill_after, specs, args.kill_group)
+        if service is not None:
+            report["memory"] = memory_report()
+    finally:
+        if service is not None:
+            service.stop()
+    text = json.dumps(report, indent=2)
+    print(text)
+    if args.out:
+        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.out).write_text(text + "\n")
+    failed = sum(report.get(k, {}).get("failed", 0) for k in ("load", "fault"))
+    return 1 if failed else 0
+
+
+def memory_report() -> dict:
+    """Resident memory of the service started by --start: this process and every descendant
+    (GCS, raylet, the actors, vLLM's engine processes under the Reader), GiB."""
+    import psutil
+
+    me = psutil.Process()
+    total, by = 0, {}
+    for p in [me] + me.children(recursive=True):
+        try:
+            rss, name = p.memory_info().rss, (p.name() or "?")
+            title = " ".join(p.cmdline()[:1]) or name
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            continue
+        key = ("driver (gRPC front)" if p.pid == me.pid else title.split(" ")[0])[:48]
+        total += rss
+        by[key] = by.get(key, 0) + rss
+    return {"total_gib": round(total / 2**30, 2),
+            "by_process_gib": {k: round(v / 2**30, 2) for k, v in sorted(by.items(), key=lambda kv: -kv[1])[:25]}}
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,146 @@
+from google.protobuf.internal import containers as _containers
+from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class AskRequest(_message.Message):
+    __slots__ = ("question", "top_k", "retrievers", "deadline_s")
+    QUESTION_FIELD_NUMBER: _ClassVar[int]
+    TOP_K_FIELD_NUMBER: _ClassVar[int]
+    RETRIEVERS_FIELD_NUMBER: _ClassVar[int]
+    DEADLINE_S_FIELD_NUMBER: _ClassVar[int]
+    question: str
+    top_k: int
+    retrievers: _containers.RepeatedScalarFieldContainer[str]
+    deadline_s: float
+    def __init__(self, question: _Optional[str] = ..., top_k: _Optional[int] = ..., retrievers: _Optional[_Iterable[str]] = ..., deadline_s: _Optional[float] = ...) -> None: ...
+
+class AskBatchRequest(_message.Message):
+    __slots__ = ("questions", "top_k", "retrievers", "deadline_s")
+    QUESTIONS_FIELD_NUMBER: _ClassVar[int]
+    TOP_K_FIELD_NUMBER: _ClassVar[int]
+    RETRIEVERS_FIELD_NUMBER: _ClassVar[int]
+    DEADLINE_S_FIELD_NUMBER: _ClassVar[int]
+    questions: _containers.RepeatedScalarFieldContainer[str]
+    top_k: int
+    retrievers: _containers.RepeatedScalarFieldContainer[str]
+    deadline_s: float
+    def __init__(self, questions: _Optional[_Iterable[str]] = ..., top_k: _Optional[int] = ..., retrievers: _Optional[_Iterable[str]] = ..., deadline_s: _Optional[float] = ...) -> None: ...
+
+class Passage(_message.Message):
+    __slots__ = ("id", "title", "text", "source", "score")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    TITLE_FIELD_NUMBER: _ClassVar[int]
+    TEXT_FIELD_NUMBER: _ClassVar[int]
+    SOURCE_FIELD_NUMBER: _ClassVar[int]
+    SCORE_FIELD_NUMBER: _ClassVar[int]
+    id: str
+    title: str
+    text: str
+    source: str
+    score: float
+    def __init__(self, id: _Optional[str] = ..., title: _Optional[str] = ..., text: _Optional[str] = ..., source: _Optional[str] = ..., score: _Optional[float] = ...) -> None: ...
+
+class Candidate(_message.Message):
+    __slots__ = ("retriever", "answer", "score", "error")
+    RETRIEVER_FIELD_NUMBER: _ClassVar[int]
+    ANSWER_FIELD_NUMBER: _ClassVar[int]
+    SCORE_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    retriever: str
+    answer: str
+    score: float
+    error: str
+    def __init__(self, retriever: _Optional[str] = ..., answer: _Optional[str] = ..., score: _Optional[float] = ..., error: _Optional[str] = ...) -> None: ...
+
+class AskReply(_message.Message):
+    __slots__ = ("question", "answer", "retriever", "score", "margin", "candidates", "passages", "document", "missing", "latency_s")
+    QUESTION_FIELD_NUMBER: _ClassVar[int]
+    ANSWER_FIELD_NUMBER: _ClassVar[int]
+    RETRIEVER_FIELD_NUMBER: _ClassVar[int]
+    SCORE_FIELD_NUMBER: _ClassVar[int]
+    MARGIN_FIELD_NUMBER: _ClassVar[int]
+    CANDIDATES_FIELD_NUMBER: _ClassVar[int]
+    PASSAGES_FIELD_NUMBER: _ClassVar[int]
+    DOCUMENT_FIELD_NUMBER: _ClassVar[int]
+    MISSING_FIELD_NUMBER: _ClassVar[int]
+    LATENCY_S_FIELD_NUMBER: _ClassVar[int]
+    question: str
+    answer: str
+    retriever: str
+    score: float
+    margin: float
+    candidates: _containers.RepeatedCompositeFieldContainer[Candidate]
+    passages: _containers.RepeatedCompositeFieldContainer[Passage]
+    document: str
+    missing: _containers.RepeatedScalarFieldContainer[str]
+    latency_s: float
+    def __init__(self, question: _Optional[str] = ..., answer: _Optional[str] = ..., retriever: _Optional[str] = ..., score: _Optional[float] = ..., margin: _Optional[float] = ..., candidates: _Optional[_Iterable[_Union[Candidate, _Mapping]]] = ..., passages: _Optional[_Iterable[_Union[Passage, _Mapping]]] = ..., document: _Optional[str] = ..., missing: _Optional[_Iterable[str]] = ..., latency_s: _Optional[float] = ...) -> None: ...
+
+class AskBatchReply(_message.Message):
+    __slots__ = ("replies",)
+    REPLIES_FIELD_NUMBER: _ClassVar[int]
+    replies: _containers.RepeatedCompositeFieldContainer[AskReply]
+    def __init__(self, replies: _Optional[_Iterable[_Union[AskReply, _Mapping]]] = ...) -> None: ...
+
+class GenerateRequest(_message.Message):
+    __slots__ = ("prompts", "max_tokens", "temperature", "stop", "raw", "cue")
+    PROMPTS_FIELD_NUMBER: _ClassVar[int]
+    MAX_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    TEMPERATURE_FIELD_NUMBER: _ClassVar[int]
+    STOP_FIELD_NUMBER: _ClassVar[int]
+    RAW_FIELD_NUMBER: _ClassVar[int]
+    CUE_FIELD_NUMBER: _ClassVar[int]
+    prompts: _containers.RepeatedScalarFieldContainer[str]
+    max_tokens: int
+    temperature: float
+    stop: _containers.RepeatedScalarFieldContainer[str]
+    raw: bool
+    cue: str
+    def __init__(self, prompts: _Optional[_Iterable[str]] = ..., max_tokens: _Optional[int] = ..., temperature: _Optional[float] = ..., stop: _Optional[_Iterable[str]] = ..., raw: _Optional[bool] = ..., cue: _Optional[str] = ...) -> None: ...
+
+class GenerateReply(_message.Message):
+    __slots__ = ("outputs", "model")
+    OUTPUTS_FIELD_NUMBER: _ClassVar[int]
+    MODEL_FIELD_NUMBER: _ClassVar[int]
+    outputs: _containers.RepeatedScalarFieldContainer[str]
+    model: str
+    def __init__(self, outputs: _Optional[_Iterable[str]] = ..., model: _Optional[str] = ...) -> None: ...
+
+class HealthRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class HealthReply(_message.Message):
+    __slots__ = ("status", "model", "retrievers", "reader_prompts", "reader_cache_hits", "reader_engine_calls", "reader_engine_prompts", "reader_mean_batch", "detail")
+    class Status(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+        __slots__ = ()
+        UNKNOWN: _ClassVar[HealthReply.Status]
+        SERVING: _ClassVar[HealthReply.Status]
+        NOT_SERVING: _ClassVar[HealthReply.Status]
+    UNKNOWN: HealthReply.Status
+    SERVING: HealthReply.Status
+    NOT_SERVING: HealthReply.Status
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    MODEL_FIELD_NUMBER: _ClassVar[int]
+    RETRIEVERS_FIELD_NUMBER: _ClassVar[int]
+    READER_PROMPTS_FIELD_NUMBER: _ClassVar[int]
+    READER_CACHE_HITS_FIELD_NUMBER: _ClassVar[int]
+    READER_ENGINE_CALLS_FIELD_NUMBER: _ClassVar[int]
+    READER_ENGINE_PROMPTS_FIELD_NUMBER: _ClassVar[int]
+    READER_MEAN_BATCH_FIELD_NUMBER: _ClassVar[int]
+    DETAIL_FIELD_NUMBER: _ClassVar[int]
+    status: HealthReply.Status
+    model: str
+    retrievers: _containers.RepeatedScalarFieldContainer[str]
+    reader_prompts: int
+    reader_cache_hits: int
+    reader_engine_calls: int
+    reader_engine_prompts: int
+    reader_mean_batch: float
+    detail: str
+    def __init__(self, status: _Optional[_Union[HealthReply.Status, str]] = ..., model: _Optional[str] = ..., retrievers: _Optional[_Iterable[str]] = ..., reader_prompts: _Optional[int] = ..., reader_cache_hits: _Optional[int] = ..., reader_engine_calls: _Optional[int] = ..., reader_engine_prompts: _Optional[int] = ..., reader_mean_batch: _Optional[float] = ..., detail: _Optional[str] = ...) -> None: ...

@@ -1,0 +1,169 @@
+"""Build and run the eor Serve application.
+
+    build_app(settings)        -> the Serve Application (ingress + reader + sources + groups + voter)
+    app_builder(args)          -> for `serve run deploy/serve.yaml` (args: config / settings)
+    LocalService(settings)     -> `eor serve`: a local Ray (127.0.0.1), the app, the gRPC front
+
+Deployments (one replica each here; KubeRay scales them): Reader (vLLM), Source_Wiki
+(encoder + faiss; also the @RR encoder), Source_SE (Lucene), one RetrieverGroup per group of
+specs (service.groups), Voter (weights in user_config), EorIngress.
+"""
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import tempfile
+import threading
+from pathlib import Path
+from typing import Any
+
+from serve.service_config import AppSettings, load_settings, settings_from_dict
+
+APP_NAME = "eor"
+INGRESS = "EorIngress"
+REPO_ROOT = Path(__file__).resolve().parents[1]
+# what actors inherit from the driver, besides every EOR_* variable (models load offline;
+# EOR_HOME locates indexes + cache)
+PASS_ENV = ("EOR_HOME", "HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "TOKENIZERS_PARALLELISM", "VLLM_LOGGING_LEVEL",
+            "VLLM_CPU_OMP_THREADS_BIND", "VLLM_CPU_NUM_OF_RESERVED_CPU", "VLLM_CPU_KVCACHE_SPACE", "JAVA_HOME")
+
+
+def build_app(settings: AppSettings):
+    from serve.deployments import Reader, RetrieverGroup, Source, Voter
+    from serve.ingress import EorIngress
+
+    d = settings.to_dict()
+    svc = settings.service
+    reader_opts: dict[str, Any] = {"num_cpus": 0,
+                                   "runtime_env": {"env_vars": {"OMP_NUM_THREADS": str(os.cpu_count() or 1)}}}
+    if svc.reader_memory_gib:
+        reader_opts["memory"] = int(svc.reader_memory_gib * 2**30)
+    reader = Reader.options(name="Reader", ray_actor_options=reader_opts).bind(d)
+    wiki = Source.options(name="Source_Wiki").bind(d, "Wiki")
+    se = Source.options(name="Source_SE").bind(d, "SE")
+    group_specs = settings.groups()
+    groups = [RetrieverGroup.options(name=f"Retrievers_{i}").bind(d, list(g), wiki, se, reader)
+              for i, g in enumerate(group_specs)]
+    voter_config = {"weights_file": svc.weights} if svc.weights else {}
+    voter = Voter.options(name="Voter", user_config=voter_config).bind(d, reader)
+    return EorIngress.options(name=INGRESS).bind(d, groups, [list(g) for g in group_specs], voter, reader)
+
+
+def app_builder(args: dict[str, Any]):
+    """`serve run deploy/serve.yaml`: args {config: eor.yaml path} and/or {settings: {...}}."""
+    args = dict(args or {})
+    if args.get("settings"):
+        return build_app(settings_from_dict(args["settings"]))
+    return build_app(load_settings(args.get("config") or None))
+
+
+def _runtime_env() -> dict:
+    env = {k: v for k, v in os.environ.items() if k in PASS_ENV or k.startswith("EOR_")}
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO_ROOT), os.environ.get("PYTHONPATH", "")) if p)
+    return {"env_vars": env}
+
+
+class LocalService:
+    """Ray on this machine (127.0.0.1), the Serve app, and the gRPC front in a background thread."""
+
+    def __init__(self, settings: AppSettings, ray_memory_mb: int = 300):
+        self.settings = settings
+        self.ray_memory_mb = ray_memory_mb
+        self.front = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+        self._temp_dir = ""
+        self.metrics_address = ""
+
+    def start(self) -> "LocalService":
+        import ray
+        from ray import serve
+        from ray.serve.config import gRPCOptions
+
+        svc = self.settings.service
+        # short path: Ray's Unix sockets live under it (108-byte limit)
+        self._temp_dir = svc.ray_temp_dir or tempfile.mkdtemp(prefix="eor-ray-", dir="/tmp")
+        env = _runtime_env()
+        if svc.token_env and svc.token_env in os.environ:
+            env["env_vars"][svc.token_env] = os.environ[svc.token_env]
+        ray.init(_node_ip_address="127.0.0.1", _temp_dir=self._temp_dir, include_dashboard=False,
+                 object_store_memory=self.ray_memory_mb * 2**20, _metrics_export_port=svc.metrics_port or None,
+                 runtime_env=env, configure_logging=True, logging_level="WARNING", log_to_driver=False,
+                 namespace="eor")
+        self.metrics_address = f"127.0.0.1:{_metrics_port(svc)}"
+        if svc.ray_grpc_port:
+            serve.start(proxy_location="HeadOnly", http_options={"host": "127.0.0.1", "port": 0},
+                        grpc_options=gRPCOptions(port=svc.ray_grpc_port,
+                                                 grpc_servicer_functions=["serve.grpc_service.add_eor_servicer"]))
+        else:
+            serve.start(proxy_location="Disabled")
+        # a route prefix makes the app routable through Ray's proxies (None: handles only)
+        handle = serve.run(build_app(self.settings), name=APP_NAME, blocking=False,
+                           route_prefix="/" if svc.ray_grpc_port else None)
+        self._start_front(handle)
+        return self
+
+    def _start_front(self, handle: Any) -> None:
+        from serve.grpc_service import EorFront
+
+        svc = self.settings.service
+        self._loop = asyncio.new_event_loop()
+        ready = threading.Event()
+        err: list[BaseException] = []
+
+        async def boot():
+            self.front = EorFront(handle, svc.host, svc.port, svc.tls_cert, svc.tls_key)
+            await self.front.start()
+
+        def run():
+            asyncio.set_event_loop(self._loop)
+            try:
+                self._loop.run_until_complete(boot())
+            except BaseException as exc:  # noqa: BLE001 - reported to the starting thread
+                err.append(exc)
+                ready.set()
+                return
+            ready.set()
+            self._loop.run_forever()
+
+        self._thread = threading.Thread(target=run, name="eor-grpc-front", daemon=True)
+        self._thread.start()
+        ready.wait()
+        if err:
+            raise err[0]
+
+    @property
+    def address(self) -> str:
+        return self.front.address if self.front else ""
+
+    def stop(self) -> None:
+        import ray
+        from ray import serve
+
+        if self.front is not None and self._loop is not None:
+            asyncio.run_coroutine_threadsafe(self.front.stop(0.5), self._loop).result(timeout=10)
+            self._loop.call_soon_threadsafe(self._loop.stop)
+            self._thread.join(timeout=10)
+            self.front = None
+        try:
+            serve.shutdown()
+        finally:
+            ray.shutdown()
+            if not self.settings.service.ray_temp_dir:
+                shutil.rmtree(self._temp_dir, ignore_errors=True)
+
+    def __enter__(self) -> "LocalService":
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+
+def _metrics_port(svc) -> int:
+    if svc.metrics_port:
+        return svc.metrics_port
+    import ray
+
+    node = ray._private.worker.global_worker.node
+    return int(getattr(node, "metrics_export_port", 0) or 0)

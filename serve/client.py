@@ -1,0 +1,83 @@
+"""A small gRPC client of eor.v1.Eor (used by `eor ask --server` and bench/load_test.py).
+
+    with EorClient("127.0.0.1:50051", token=..., tls_ca=...) as c:
+        reply = c.ask("who painted the mona lisa")
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Sequence
+
+import grpc
+
+from protos import eor_pb2, eor_pb2_grpc
+
+
+def parse_address(text: str) -> str:
+    host, _, port = text.rpartition(":")
+    if not host or not port.isdigit():
+        raise ValueError(f"expected HOST:PORT, got {text!r}")
+    return text
+
+
+class EorClient:
+    def __init__(self, address: str, token: str | None = None, tls_ca: str | None = None,
+                 timeout_s: float = 600.0, max_message_mb: int = 64):
+        self.address = parse_address(address)
+        self.timeout_s = timeout_s
+        token = token if token is not None else os.environ.get("EOR_SERVE_TOKEN", "")
+        self.metadata = (("authorization", f"Bearer {token}"),) if token else ()
+        opts = [("grpc.max_receive_message_length", max_message_mb * 2**20),
+                ("grpc.max_send_message_length", max_message_mb * 2**20)]
+        if tls_ca:
+            creds = grpc.ssl_channel_credentials(Path(tls_ca).read_bytes())
+            self.channel = grpc.secure_channel(address, creds, options=opts)
+        else:
+            self.channel = grpc.insecure_channel(address, options=opts)
+        self.stub = eor_pb2_grpc.EorStub(self.channel)
+
+    def ask(self, question: str, retrievers: Sequence[str] = (), top_k: int = 0,
+            deadline_s: float = 0.0) -> eor_pb2.AskReply:
+        req = eor_pb2.AskRequest(question=question, retrievers=list(retrievers), top_k=top_k, deadline_s=deadline_s)
+        return self.stub.Ask(req, timeout=self.timeout_s, metadata=self.metadata)
+
+    def ask_batch(self, questions: Sequence[str], retrievers: Sequence[str] = (), top_k: int = 0,
+                  deadline_s: float = 0.0) -> eor_pb2.AskBatchReply:
+        req = eor_pb2.AskBatchRequest(questions=list(questions), retrievers=list(retrievers), top_k=top_k,
+                                      deadline_s=deadline_s)
+        return self.stub.AskBatch(req, timeout=self.timeout_s, metadata=self.metadata)
+
+    def generate(self, prompts: Sequence[str], max_tokens: int = 64, temperature: float = 0.0,
+                 raw: bool = False, cue: str = "", stop: Sequence[str] = ()) -> eor_pb2.GenerateReply:
+        req = eor_pb2.GenerateRequest(prompts=list(prompts), max_tokens=max_tokens, temperature=temperature,
+                                      raw=raw, cue=cue, stop=list(stop))
+        return self.stub.Generate(req, timeout=self.timeout_s, metadata=self.metadata)
+
+    def health(self, timeout_s: float = 30.0) -> eor_pb2.HealthReply:
+        return self.stub.Health(eor_pb2.HealthRequest(), timeout=timeout_s, metadata=self.metadata)
+
+    def close(self) -> None:
+        self.channel.close()
+
+    def __enter__(self) -> "EorClient":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def reply_to_dict(r: eor_pb2.AskReply) -> dict:
+    """An AskReply as JSON-ready data, shaped like `eor ask --json`."""
+    return {
+        "question": r.question, "answer": r.answer, "retriever": r.retriever or None,
+        "score": r.score if r.HasField("score") else None,
+        "margin": r.margin if r.HasField("margin") else None,
+        "candidates": [{"retriever": c.retriever, "answer": c.answer,
+                        "score": c.score if c.HasField("score") else None, "error": c.error or None}
+                       for c in r.candidates],
+        "passages": [{"id": p.id, "title": p.title, "source": p.source, "score": p.score} for p in r.passages],
+        "document": r.document or None,
+        "failed": list(r.missing),
+        "latency_s": r.latency_s,
+    }

@@ -1,0 +1,248 @@
+"""The Ray Serve deployments behind the gRPC ingress (serve/ingress.py):
+
+- `Reader`: ONE reader engine (vLLM; loaded inside this actor) behind CachedReader (disk
+  cache + dedup); concurrent generate() calls are merged into one engine batch per
+  SamplingParams (serve/batching.py).
+- `Source`: one heavy knowledge source, loaded once (Wiki: encoder + faiss, and `encode()`
+  for @RR; SE: Lucene or the HTTP client), shared by every retriever group.
+- `RetrieverGroup`: a thin actor (no torch) running the ordinary `RetrieverPool` over a few
+  specs with remote sources, encoder and reader (serve/handles.py).
+- `Voter`: the EoR voter; its weights come from `user_config` (live updates, no restart).
+
+Every deployment takes the application settings as a plain dict (AppSettings.to_dict()).
+"""
+from __future__ import annotations
+
+import asyncio
+import importlib
+import logging
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
+from typing import Any, Sequence
+
+from ray import serve
+
+from retrievers.reader import CachedReader, ReaderEngine, SamplingParams
+from retrievers.types import QuestionResult
+from serve import metrics
+from serve.handles import RemoteEncoder, RemoteEngine, RemoteSource, StageClock, unwrap_prompt
+from serve.service_config import AppSettings, settings_from_dict
+
+log = logging.getLogger(__name__)
+
+THIN = {"num_cpus": 0}
+
+
+def import_factory(path: str) -> Any:
+    module, _, attr = path.partition(":")
+    if not module or not attr:
+        raise ValueError(f"expected 'module:callable', got {path!r}")
+    return getattr(importlib.import_module(module), attr)
+
+
+def make_engine(settings: AppSettings) -> ReaderEngine:
+    if settings.service.engine_factory:
+        return import_factory(settings.service.engine_factory)(settings.eor)
+    from serve.builder import make_engine as make_vllm
+
+    return make_vllm(settings.eor)
+
+
+def make_sources(settings: AppSettings) -> tuple[dict, Any]:
+    if settings.service.sources_factory:
+        return import_factory(settings.service.sources_factory)(settings.eor)
+    from retrievers.encoder import Encoder
+    from serve.builder import make_sources as make_index_sources
+
+    encoder = Encoder(settings.eor.index.encoder)
+    return make_index_sources(settings.eor, encoder), encoder
+
+
+class CountingEngine:
+    """Wraps the engine: records each engine batch's size and generated tokens."""
+
+    def __init__(self, engine: ReaderEngine):
+        self.engine = engine
+        self.model_id = engine.model_id
+        self.batches = 0
+        self.batch_prompts = 0
+
+    def format(self, prompt):
+        return self.engine.format(prompt)
+
+    def _tokens(self, outs: Sequence[str]) -> int:
+        tok = getattr(self.engine, "tokenizer", None)
+        try:
+            return sum(len(tok.encode(o, add_special_tokens=False)) for o in outs) if tok else \
+                sum(len(o.split()) for o in outs)
+        except Exception:
+            return sum(len(o.split()) for o in outs)
+
+    def generate(self, prompts: Sequence[str], params: SamplingParams) -> list[str]:
+        outs = self.engine.generate(prompts, params)
+        self.batches += 1
+        self.batch_prompts += len(prompts)
+        metrics.observe("eor_reader_batch_size", len(prompts))
+        metrics.inc("eor_reader_tokens", self._tokens(outs))
+        return outs
+
+
+@serve.deployment(ray_actor_options=THIN, max_ongoing_requests=256)
+class Reader:
+    def __init__(self, settings: dict):
+        s = settings_from_dict(settings)
+        engine = make_engine(s)
+        if hasattr(engine, "load"):
+            engine.load()  # vLLM starts here, inside this actor
+        from serve.builder import make_reader
+
+        self.counting = CountingEngine(engine)
+        self.reader: CachedReader = make_reader(self.counting, s.eor)
+        self.batcher = _batcher(self._run, s)
+
+    def _run(self, texts: list[str], params: SamplingParams, n_calls: int) -> list[str]:
+        formatted = []
+        for t in texts:
+            p = unwrap_prompt(t)
+            formatted.append(self.reader.engine.format(p) if p is not None else t)
+        before = (self.reader.stats.prompts, self.reader.stats.cache_hits)
+        outs = self.reader.generate_raw(formatted, params)
+        metrics.inc("eor_reader_prompts", self.reader.stats.prompts - before[0])
+        metrics.inc("eor_reader_cache_hits", self.reader.stats.cache_hits - before[1])
+        metrics.observe("eor_reader_merged_calls", n_calls)
+        return outs
+
+    async def generate(self, texts: list[str], params: SamplingParams) -> list[str]:
+        return await self.batcher.submit(texts, params)
+
+    async def stats(self) -> dict:
+        st = self.reader.stats
+        c = self.counting
+        return {"model": self.reader.model_id, "prompts": st.prompts, "cache_hits": st.cache_hits,
+                "engine_calls": c.batches, "engine_prompts": c.batch_prompts,
+                "mean_batch": c.batch_prompts / c.batches if c.batches else 0.0}
+
+    async def model_id(self) -> str:
+        return self.reader.model_id
+
+
+def _batcher(fn, s: AppSettings):
+    from serve.batching import MergingBatcher
+
+    return MergingBatcher(fn, s.service.reader_batch_wait_s, s.service.reader_max_batch)
+
+
+@serve.deployment(ray_actor_options=THIN, max_ongoing_requests=64)
+class Source:
+    """One knowledge source, loaded once; Wiki also serves the @RR encoder."""
+
+    def __init__(self, settings: dict, name: str):
+        sources, encoder = make_sources(settings_from_dict(settings))
+        self.name = name
+        self.source = sources[name].load()
+        self.encoder = encoder.load() if hasattr(encoder, "load") else encoder
+        self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"source-{name}")
+
+    async def search(self, queries: list[str], k: int):
+        return await asyncio.get_running_loop().run_in_executor(self._thread, self.source.search, queries, k)
+
+    async def encode(self, texts: list[str]):
+        return await asyncio.get_running_loop().run_in_executor(self._thread, self.encoder.encode, texts)
+
+
+@serve.deployment(ray_actor_options=THIN, max_ongoing_requests=32)
+class RetrieverGroup:
+    """A few retriever specs in one thin actor, run by the ordinary staged RetrieverPool."""
+
+    def __init__(self, settings: dict, specs: list[str], wiki: Any, se: Any, reader: Any):
+        from retrievers.pool import RetrieverPool
+
+        s = settings_from_dict(settings)
+        t = s.service.retriever_timeout_s
+        sources = {}
+        if wiki is not None:
+            sources["Wiki"] = RemoteSource("Wiki", wiki, t)
+        if se is not None:
+            sources["SE"] = RemoteSource("SE", se, t)
+        self.specs = list(specs)
+        self.config = replace(s.eor.pool, specs=tuple(specs))
+        encoder = RemoteEncoder(wiki, t) if wiki is not None else None
+        reader_client = CachedReader(RemoteEngine(reader, timeout_s=t))  # the reader side caches
+        self._pools = {0: RetrieverPool(self.config, sources, encoder, reader_client)}
+        self._make = lambda k: RetrieverPool(replace(self.config, default_k=k), sources, encoder, reader_client)
+
+    def _pool(self, top_k: int):
+        if top_k not in self._pools:
+            self._pools[top_k] = self._make(top_k)
+        return self._pools[top_k]
+
+    def _run(self, questions: list[str], specs: list[str], top_k: int) -> list[QuestionResult]:
+        StageClock.reset()
+        t = time.perf_counter()
+        results = self._pool(top_k).run(questions, specs)
+        spent = StageClock.spent()
+        for stage in ("retrieve", "read"):
+            metrics.observe("eor_stage_seconds", spent.get(stage, 0.0), stage=stage)
+        metrics.observe("eor_stage_seconds", time.perf_counter() - t, stage="group")
+        for r in results:
+            for c in r.candidates:
+                if c.error is not None:
+                    metrics.inc("eor_retriever_errors", retriever=c.retriever)
+        return results
+
+    async def run(self, questions: list[str], specs: list[str], top_k: int = 0) -> list[QuestionResult]:
+        return await asyncio.to_thread(self._run, questions, specs, top_k)
+
+    async def ping(self) -> list[str]:
+        return self.specs
+
+
+@serve.deployment(ray_actor_options=THIN, max_ongoing_requests=64)
+class Voter:
+    """EoR voting over any subset of the pool; weights from user_config:
+    {"weights": <SavedWeights dict>} or {"weights_file": PATH}; neither: equal weights."""
+
+    def __init__(self, settings: dict, reader: Any):
+        self.settings = settings_from_dict(settings)
+        self.pool = list(self.settings.eor.pool.specs)
+        self.reader_client = CachedReader(RemoteEngine(reader, timeout_s=self.settings.service.retriever_timeout_s))
+        self.saved = None
+        self.source = "equal weights"
+        self._metrics = None
+        self._set_weights(None, self.settings.service.weights)
+
+    def _set_weights(self, weights: dict | None, path: str) -> None:
+        from serve.voting import MetricOptions, equal_weights
+        from voter.weights_io import SavedWeights, check_compatible, load_weights
+
+        svc = self.settings.service
+        if weights:
+            saved, source = SavedWeights.from_dict(weights), "user_config weights"
+            check_compatible(saved, pool=self.pool)
+        elif path:
+            saved, source = load_weights(path, pool=self.pool), path
+        else:
+            saved, source = equal_weights(self.pool, svc.voter_metrics, svc.voter_pooling), "equal weights"
+        backend = str(saved.provenance.extra.get("nli_backend", "llm"))
+        options = MetricOptions(saved.metrics, backend[3:] if backend.startswith("hf:") else None)
+        self.saved, self.source, self.options, self._metrics = saved, source, options, None
+        log.info("voter weights: %s", source)
+
+    def reconfigure(self, user_config: dict) -> None:
+        user_config = user_config or {}
+        self._set_weights(user_config.get("weights"), user_config.get("weights_file")
+                          or self.settings.service.weights)
+
+    def _vote(self, results: list[QuestionResult]):
+        from serve.voting import build_metrics, vote
+
+        if self._metrics is None:
+            self._metrics = build_metrics(self.options, self.reader_client)
+        return vote(results, self.saved, self._metrics)
+
+    async def vote(self, results: list[QuestionResult]):
+        return await asyncio.to_thread(self._vote, results)
+
+    async def weights_source(self) -> str:
+        return self.source

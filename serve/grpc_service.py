@@ -1,0 +1,109 @@
+"""gRPC ingress for eor.v1.Eor, two ways, one handler (EorIngress.call):
+
+1. Ray Serve's gRPC proxy: `gRPCOptions(grpc_servicer_functions=["serve.grpc_service.add_eor_servicer"])`
+   (deploy/serve.yaml, `eor serve --ray-grpc-port`). Reflection is Ray's. Limits of Ray
+   2.60's proxy: it binds every interface ("[::]:port") and has no TLS option.
+2. The front (`EorFront`, what `eor serve` listens on): a plain grpc.aio server in the
+   driver that binds 127.0.0.1 by default, serves TLS when given a cert and key, has
+   reflection, and forwards every rpc to the ingress deployment through a Serve handle.
+
+Both register the rpcs with a lenient request deserializer (serve/wire.py), so a message
+with invalid UTF-8 or wrong field types is answered INVALID_ARGUMENT, not INTERNAL.
+"""
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+import grpc
+
+from protos import eor_pb2
+
+log = logging.getLogger(__name__)
+
+SERVICE = eor_pb2.DESCRIPTOR.services_by_name["Eor"].full_name  # "eor.v1.Eor"
+RPCS = {m.name: (m.input_type.name, m.output_type.name)
+        for m in eor_pb2.DESCRIPTOR.services_by_name["Eor"].methods}
+
+
+def _handlers(servicer: Any) -> dict[str, grpc.RpcMethodHandler]:
+    from serve.wire import lenient
+
+    out = {}
+    for name, (req, rep) in RPCS.items():
+        out[name] = grpc.unary_unary_rpc_method_handler(
+            getattr(servicer, name),
+            request_deserializer=lenient(getattr(eor_pb2, req)),
+            response_serializer=getattr(eor_pb2, rep).SerializeToString)
+    return out
+
+
+def add_eor_servicer(servicer: Any, server: Any) -> None:
+    """Like the generated add_EorServicer_to_server, with the lenient deserializer."""
+    handlers = _handlers(servicer)
+    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE, handlers),))
+    if hasattr(server, "add_registered_method_handlers"):
+        server.add_registered_method_handlers(SERVICE, handlers)
+
+
+class _Forward:
+    """Servicer of the front: every rpc goes to EorIngress.call through the Serve handle."""
+
+    def __init__(self, ingress: Any):
+        self.ingress = ingress
+        for name in RPCS:
+            setattr(self, name, self._rpc(name))
+
+    def _rpc(self, name: str):
+        async def handle(request, context: grpc.aio.ServicerContext):
+            try:
+                reply, code, details = await self.ingress.call.remote(name, request, list(context.invocation_metadata()))
+            except Exception as exc:  # the ingress itself is down
+                log.exception("ingress call failed")
+                await context.abort(grpc.StatusCode.UNAVAILABLE, f"ingress unavailable: {type(exc).__name__}")
+            if code != "OK":
+                await context.abort(grpc.StatusCode[code], details)
+            return reply
+        return handle
+
+
+class EorFront:
+    """The standalone gRPC front: `await front.start()`, `front.address`, `await front.stop()`."""
+
+    def __init__(self, ingress: Any, host: str = "127.0.0.1", port: int = 50051,
+                 tls_cert: str = "", tls_key: str = "", max_message_mb: int = 4):
+        if bool(tls_cert) != bool(tls_key):
+            raise ValueError("TLS needs both tls_cert and tls_key")
+        self.ingress = ingress
+        self.host, self.port = host, port
+        self.tls = (tls_cert, tls_key) if tls_cert else None
+        opts = [("grpc.max_receive_message_length", max_message_mb * 1024 * 1024),
+                ("grpc.so_reuseport", 0)]
+        self.server = grpc.aio.server(options=opts)
+        add_eor_servicer(_Forward(ingress), self.server)
+        from grpc_reflection.v1alpha import reflection
+
+        reflection.enable_server_reflection([SERVICE, reflection.SERVICE_NAME], self.server)
+
+    @property
+    def address(self) -> str:
+        return f"{self.host}:{self.port}"
+
+    async def start(self) -> "EorFront":
+        addr = f"{self.host}:{self.port}"
+        if self.tls:
+            cert, key = (Path(p).read_bytes() for p in self.tls)
+            self.port = self.server.add_secure_port(addr, grpc.ssl_server_credentials([(key, cert)]))
+        else:
+            self.port = self.server.add_insecure_port(addr)
+        if not self.port:
+            raise OSError(f"cannot bind {addr}")
+        await self.server.start()
+        return self
+
+    async def stop(self, grace: float = 2.0) -> None:
+        await self.server.stop(grace)
+
+    async def wait(self) -> None:
+        await self.server.wait_for_termination()

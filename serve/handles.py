@@ -1,0 +1,103 @@
+"""Pool components backed by Serve deployment handles, so a thin retriever actor can run
+the ordinary `RetrieverPool` staged logic while the heavy parts live once elsewhere:
+
+- `RemoteSource`  -> a source deployment's `search(queries, k)` (Wiki: faiss; SE: Lucene/HTTP)
+- `RemoteEncoder` -> the Wiki deployment's `encode(texts)` (the @RR reranker)
+- `RemoteEngine`  -> the reader deployment; `format()` defers formatting to the reader (which
+  holds the tokenizer and its chat template) by wrapping the PromptText in a marker string.
+
+These are called from the worker thread that runs `pool.run` (never from the event loop);
+the time spent in each kind of call is accumulated per thread for the stage metrics.
+"""
+from __future__ import annotations
+
+import json
+import threading
+import time
+from typing import Any, Sequence
+
+from retrievers.reader import PromptText, SamplingParams
+from retrievers.types import Passage
+
+_MARK = "\x1eeor-prompt\x1f"
+
+
+def wrap_prompt(prompt: PromptText) -> str:
+    return _MARK + json.dumps([prompt.body, prompt.cue])
+
+
+def unwrap_prompt(text: str) -> PromptText | None:
+    if not text.startswith(_MARK):
+        return None
+    body, cue = json.loads(text[len(_MARK):])
+    return PromptText(body, cue)
+
+
+class StageClock:
+    """Seconds spent in remote calls, per stage, for the calling thread."""
+
+    _local = threading.local()
+
+    @classmethod
+    def reset(cls) -> None:
+        cls._local.spent = {}
+
+    @classmethod
+    def add(cls, stage: str, seconds: float) -> None:
+        spent = getattr(cls._local, "spent", None)
+        if spent is None:
+            spent = cls._local.spent = {}
+        spent[stage] = spent.get(stage, 0.0) + seconds
+
+    @classmethod
+    def spent(cls) -> dict[str, float]:
+        return dict(getattr(cls._local, "spent", {}) or {})
+
+
+def _call(stage: str, method: Any, *args: Any, timeout_s: float | None = None) -> Any:
+    t = time.perf_counter()
+    try:
+        return method.remote(*args).result(timeout_s=timeout_s)
+    finally:
+        StageClock.add(stage, time.perf_counter() - t)
+
+
+class RemoteSource:
+    def __init__(self, name: str, handle: Any, timeout_s: float | None = None):
+        self.name = name
+        self.handle = handle
+        self.timeout_s = timeout_s
+
+    def load(self) -> "RemoteSource":
+        return self
+
+    def search(self, queries: Sequence[str], k: int) -> list[list[Passage]]:
+        return _call("retrieve", self.handle.search, list(queries), int(k), timeout_s=self.timeout_s)
+
+
+class RemoteEncoder:
+    def __init__(self, handle: Any, timeout_s: float | None = None):
+        self.handle = handle
+        self.timeout_s = timeout_s
+
+    def load(self) -> "RemoteEncoder":
+        return self
+
+    def encode(self, texts: Sequence[str], show_progress: bool = False):
+        return _call("retrieve", self.handle.encode, list(texts), timeout_s=self.timeout_s)
+
+
+class RemoteEngine:
+    """A ReaderEngine whose generate() goes to the shared reader deployment (which merges
+    concurrent calls into one engine batch and owns the disk cache)."""
+
+    def __init__(self, handle: Any, model_id: str = "remote-reader", timeout_s: float | None = None):
+        self.handle = handle
+        self.model_id = model_id
+        self.timeout_s = timeout_s
+
+    def format(self, prompt: PromptText) -> str:
+        return wrap_prompt(prompt)
+
+    def generate(self, prompts: Sequence[str], params: SamplingParams) -> list[str]:
+        return _call("read", self.handle.generate, list(prompts), params, timeout_s=self.timeout_s)

@@ -1,0 +1,192 @@
+"""The ingress deployment: the four rpcs of eor.v1.Eor.
+
+Ray Serve's gRPC proxy calls `Ask`/`AskBatch`/`Generate`/`Health` (methods named after the
+rpcs, `grpc_context` for status codes); the standalone front (serve/grpc_service.py) calls
+`call(method, request, metadata)`. Both go through `_dispatch`, so validation, auth and the
+fan-out are one code path.
+
+Ask: fan out to every retriever group (each with a deadline) -> merge candidates in pool
+order -> vote. A group that errors, crashes or misses its deadline does not fail the request:
+its specs come back as failed candidates and are listed in `missing`; the vote is over the rest.
+"""
+from __future__ import annotations
+
+import asyncio
+import hmac
+import logging
+import os
+import time
+from typing import Any, Sequence
+
+import grpc
+from ray import serve
+
+from protos import eor_pb2
+from retrievers.reader import SamplingParams
+from retrievers.types import Candidate, Context, QuestionResult
+from serve import metrics
+from serve.handles import wrap_prompt
+from serve.service_config import settings_from_dict
+from serve.wire import AskSpec, InvalidArgument, ask_reply, parse_ask, parse_generate
+
+log = logging.getLogger(__name__)
+
+OK = grpc.StatusCode.OK
+
+
+class RpcError(Exception):
+    def __init__(self, code: grpc.StatusCode, details: str):
+        super().__init__(details)
+        self.code, self.details = code, details
+
+
+@serve.deployment(ray_actor_options={"num_cpus": 0}, max_ongoing_requests=256)
+class EorIngress:
+    def __init__(self, settings: dict, groups: list, group_specs: list, voter: Any, reader: Any):
+        self.settings = settings_from_dict(settings)
+        self.limits = self.settings.service
+        self.pool = list(self.settings.eor.pool.specs)
+        self.groups = list(zip([tuple(g) for g in group_specs], groups))
+        self.voter = voter
+        self.reader = reader
+        self.token = os.environ.get(self.limits.token_env, "") if self.limits.token_env else ""
+
+    # ---- Ray Serve gRPC proxy entry points ------------------------------------------
+    async def _proxy(self, method: str, request: Any, grpc_context: Any, empty: Any) -> Any:
+        reply, code, details = await self.call(method, request, grpc_context.invocation_metadata()
+                                               if grpc_context is not None else ())
+        if code != OK.name:
+            if grpc_context is not None:
+                grpc_context.set_code(grpc.StatusCode[code])
+                grpc_context.set_details(details)
+            return empty
+        return reply
+
+    async def Ask(self, request, grpc_context=None):  # noqa: N802 (named after the rpc)
+        return await self._proxy("Ask", request, grpc_context, eor_pb2.AskReply())
+
+    async def AskBatch(self, request, grpc_context=None):  # noqa: N802
+        return await self._proxy("AskBatch", request, grpc_context, eor_pb2.AskBatchReply())
+
+    async def Generate(self, request, grpc_context=None):  # noqa: N802
+        return await self._proxy("Generate", request, grpc_context, eor_pb2.GenerateReply())
+
+    async def Health(self, request, grpc_context=None):  # noqa: N802
+        return await self._proxy("Health", request, grpc_context, eor_pb2.HealthReply())
+
+    # ---- one code path for both fronts ---------------------------------------------
+    async def call(self, method: str, request: Any, metadata: Sequence[tuple[str, Any]] = ()) -> tuple[Any, str, str]:
+        """(reply or None, status code name, details)."""
+        try:
+            self._check_token(metadata)
+            handler = {"Ask": self._ask_one, "AskBatch": self._ask_batch, "Generate": self._generate,
+                       "Health": self._health}.get(method)
+            if handler is None:
+                raise RpcError(grpc.StatusCode.UNIMPLEMENTED, f"no rpc {method!r}")
+            reply, code, details = await handler(request), OK, ""
+        except InvalidArgument as exc:
+            reply, code, details = None, grpc.StatusCode.INVALID_ARGUMENT, str(exc)
+        except RpcError as exc:
+            reply, code, details = None, exc.code, exc.details
+        except Exception as exc:  # never leak a traceback to the client
+            log.exception("%s failed", method)
+            reply, code, details = None, grpc.StatusCode.INTERNAL, f"{type(exc).__name__}: {exc}"[:500]
+        metrics.inc("eor_requests", rpc=method, code=code.name)
+        return reply, code.name, details
+
+    def _check_token(self, metadata: Sequence[tuple[str, Any]]) -> None:
+        if not self.token:
+            return
+        got = ""
+        for k, v in metadata or ():
+            if k.lower() == "authorization":
+                got = v.decode() if isinstance(v, bytes) else str(v)
+        if not got.startswith("Bearer ") or not hmac.compare_digest(got[7:].encode(), self.token.encode()):
+            raise RpcError(grpc.StatusCode.UNAUTHENTICATED, "missing or wrong bearer token")
+
+    async def _ask_one(self, request) -> eor_pb2.AskReply:
+        spec = parse_ask(request, self.pool, self.limits, batch=False)
+        return (await self._ask(spec))[0]
+
+    async def _ask_batch(self, request) -> eor_pb2.AskBatchReply:
+        spec = parse_ask(request, self.pool, self.limits, batch=True)
+        return eor_pb2.AskBatchReply(replies=await self._ask(spec))
+
+    async def _group(self, handle: Any, questions: list[str], specs: list[str], top_k: int, timeout: float):
+        resp = handle.run.remote(questions, specs, top_k)
+
+        async def wait():
+            return await resp
+        try:
+            return await asyncio.wait_for(wait(), timeout)
+        except asyncio.TimeoutError:
+            resp.cancel()
+            raise
+
+    async def _ask(self, spec: AskSpec) -> list[eor_pb2.AskReply]:
+        t0 = time.perf_counter()
+        qs = list(spec.questions)
+        timeout = self.limits.retriever_timeout_s
+        if spec.deadline_s:
+            timeout = min(timeout, spec.deadline_s)
+        wanted = set(spec.retrievers)
+        calls = [(specs, handle, [s for s in specs if s in wanted]) for specs, handle in self.groups]
+        calls = [(sub, handle) for _, handle, sub in calls if sub]
+        outcomes = await asyncio.gather(*[self._group(h, qs, sub, spec.top_k, timeout) for sub, h in calls],
+                                        return_exceptions=True)
+        by_spec: list[dict[str, Candidate]] = [{} for _ in qs]
+        for (sub, _), out in zip(calls, outcomes):
+            if isinstance(out, BaseException):
+                timed_out = isinstance(out, asyncio.TimeoutError)
+                why = f"timed out after {timeout:g} s" if timed_out else f"retriever actor failed: {type(out).__name__}"
+                for s in sub:
+                    metrics.inc("eor_retriever_timeouts" if timed_out else "eor_retriever_errors", retriever=s)
+                    for d in by_spec:
+                        d[s] = Candidate(s, "", Context(s), error=why)
+                continue
+            for d, result in zip(by_spec, out):
+                for c in result.candidates:
+                    d[c.retriever] = c
+        results = [QuestionResult(q, tuple(d[s] for s in spec.retrievers if s in d)) for q, d in zip(qs, by_spec)]
+        t_vote = time.perf_counter()
+        votes = await self.voter.vote.remote(results)
+        now = time.perf_counter()
+        metrics.observe("eor_stage_seconds", now - t_vote, stage="vote")
+        metrics.observe("eor_stage_seconds", now - t0, stage="total")
+        replies = []
+        for r, v in zip(results, votes):
+            if v.margin is not None:
+                metrics.observe("eor_vote_margin", v.margin)
+            replies.append(ask_reply(r, v, r.failed, now - t0))
+        return replies
+
+    async def _generate(self, request) -> eor_pb2.GenerateReply:
+        req = parse_generate(request, self.limits)
+        from retrievers.reader import PromptText
+
+        texts = list(req.prompts) if req.raw else [wrap_prompt(PromptText(p, req.cue or "Answer:")) for p in req.prompts]
+        params = SamplingParams(max_tokens=req.max_tokens or 64, temperature=float(req.temperature),
+                                stop=tuple(req.stop))
+        outs = await self.reader.generate.remote(texts, params)
+        model = await self.reader.model_id.remote()
+        return eor_pb2.GenerateReply(outputs=outs, model=model)
+
+    async def _health(self, request) -> eor_pb2.HealthReply:
+        reply = eor_pb2.HealthReply(retrievers=self.pool)
+        try:
+            st = await asyncio.wait_for(self._stats(), 10.0)
+        except Exception as exc:
+            reply.status = eor_pb2.HealthReply.NOT_SERVING
+            reply.detail = f"reader not answering: {type(exc).__name__}"
+            return reply
+        reply.status = eor_pb2.HealthReply.SERVING
+        reply.model = st["model"]
+        reply.reader_prompts = st["prompts"]
+        reply.reader_cache_hits = st["cache_hits"]
+        reply.reader_engine_calls = st["engine_calls"]
+        reply.reader_engine_prompts = st["engine_prompts"]
+        reply.reader_mean_batch = st["mean_batch"]
+        return reply
+
+    async def _stats(self) -> dict:
+        return await self.reader.stats.remote()

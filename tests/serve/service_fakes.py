@@ -1,0 +1,98 @@
+"""Test doubles for the service: a reader engine and knowledge sources that need no model,
+no index and almost no CPU (imported inside Ray actors through service.engine_factory /
+service.sources_factory).
+
+Hooks in the question text: "slow-se" makes the SE search sleep SLOW_S seconds (a retriever
+missing its deadline); "crash-se" makes it raise (a broken source).
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import time
+from typing import Sequence
+
+import numpy as np
+
+from retrievers.reader import PromptText, SamplingParams
+from retrievers.types import Passage
+from tests.retrievers.fakes import SE_PAGES, WIKI_PASSAGES
+
+SLOW_S = 6.0
+
+
+class FakeServiceEngine:
+    """Answers by the question's last word (so retrievers mostly agree), ReFree differently;
+    judges NLI by string equality; sleeps `EOR_FAKE_ENGINE_DELAY` seconds per batch."""
+
+    model_id = "fake-service-reader"
+
+    def __init__(self) -> None:
+        self.delay = float(os.environ.get("EOR_FAKE_ENGINE_DELAY", "0"))
+
+    def format(self, prompt: PromptText) -> str:
+        return f"{prompt.body}\n{prompt.cue}"
+
+    @staticmethod
+    def respond(p: str) -> str:
+        if p.startswith("Generate a background document"):
+            return "A background document about the question. " * 5
+        if p.startswith("Please truthfully summarize"):
+            return "A short summary of the document."
+        if p.startswith("Consider the two passages"):
+            a = re.search(r"Premise: (.*)\n", p)
+            b = re.search(r"Hypothesis: (.*)\n", p)
+            return "entailment" if a and b and a.group(1).split("Answer:")[-1].strip().lower() == \
+                b.group(1).split("Answer:")[-1].strip().lower() else "neutral"
+        q = re.search(r"with one or few words: (.*)\n", p)
+        question = q.group(1) if q else "unknown"
+        last = re.sub(r"\W", "", question.split()[-1]) or "none"
+        if p.startswith("Please directly answer"):  # ReFree
+            return f"no idea about {last}"
+        return f"{last}"
+
+    def generate(self, prompts: Sequence[str], params: SamplingParams) -> list[str]:
+        if self.delay:
+            time.sleep(self.delay)
+        return [self.respond(p) for p in prompts]
+
+
+class FakeSource:
+    def __init__(self, name: str, passages: list[Passage]):
+        self.name = name
+        self.passages = passages
+
+    def load(self) -> "FakeSource":
+        return self
+
+    def search(self, queries: Sequence[str], k: int) -> list[list[Passage]]:
+        if self.name == "SE":
+            if any("crash-se" in q for q in queries):
+                raise RuntimeError("simulated search outage")
+            if any("slow-se" in q for q in queries):
+                time.sleep(SLOW_S)
+        return [list(self.passages[:k]) for _ in queries]
+
+
+class FakeEncoder:
+    dim = 16
+
+    def load(self) -> "FakeEncoder":
+        return self
+
+    def encode(self, texts: Sequence[str], show_progress: bool = False) -> np.ndarray:
+        out = np.zeros((len(texts), self.dim), dtype=np.float32)
+        for i, t in enumerate(texts):
+            seed = int(hashlib.sha1(t.encode()).hexdigest()[:8], 16)
+            v = np.random.default_rng(seed).standard_normal(self.dim).astype(np.float32)
+            out[i] = v / np.linalg.norm(v)
+        return out
+
+
+def make_engine(config) -> FakeServiceEngine:
+    return FakeServiceEngine()
+
+
+def make_sources(config):
+    return {"Wiki": FakeSource("Wiki", WIKI_PASSAGES), "SE": FakeSource("SE", SE_PAGES)}, FakeEncoder()

@@ -1,0 +1,79 @@
+"""Acceptance 1: the real application — Ray Serve, the vLLM reader (CPU), Lucene + faiss
+sources over a small corpus built here, the voter — answers Ask over gRPC with 16 candidates."""
+from __future__ import annotations
+
+import json
+import os
+
+import grpc
+import pytest
+
+from protos import eor_pb2, eor_pb2_grpc
+
+pytestmark = pytest.mark.slow
+
+CORPUS = os.path.join(os.path.dirname(__file__), "..", "..", "..", "shared", "data", "corpus.jsonl")
+
+
+def _small_corpus(n_vital: int = 120, n_gold: int = 60):
+    if not os.path.exists(CORPUS):
+        pytest.skip("../shared/data/corpus.jsonl not present")
+    from retrievers.corpus import Document
+
+    docs, counts = [], {"vital": 0, "nqgold": 0}
+    limit = {"vital": n_vital, "nqgold": n_gold}
+    with open(CORPUS, encoding="utf-8") as f:
+        for line in f:
+            r = json.loads(line)
+            src = r["source"]
+            if src in limit and counts[src] < limit[src]:
+                counts[src] += 1
+                docs.append(Document(r["id"], r["title"], r["text"]))
+            if counts == limit:
+                break
+    return docs
+
+
+@pytest.fixture(scope="module")
+def live(tmp_path_factory):
+    from serve.models import models_dir
+
+    model = models_dir() / "smollm2-135m"  # resolved before EOR_HOME moves to the temp folder
+    if not (model / "config.json").exists():
+        pytest.fail("reader model not prepared: run ./setup.sh (eor models prepare smollm2-135m)")
+    home = tmp_path_factory.mktemp("home")
+    mp = pytest.MonkeyPatch()
+    mp.setenv("EOR_HOME", str(home))
+    from retrievers.encoder import Encoder
+    from serve.app import LocalService
+    from serve.builder import build_indexes
+    from serve.service_config import settings_from_dict
+
+    build_indexes(_small_corpus(), "t", Encoder(), show_progress=False)
+    settings = settings_from_dict({
+        "reader": {"model": str(model)}, "index": {"name": "t"},
+        "cache": {"path": str(home / "reader.sqlite")},
+        "service": {"port": 0, "metrics_port": 0, "voter_metrics": ["em", "bertscore"],
+                    "retriever_timeout_s": 600}})
+    svc = LocalService(settings).start()
+    yield svc
+    svc.stop()
+    mp.undo()
+
+
+def test_ask_over_grpc_gets_an_answer_with_16_candidates(live):
+    from retrievers.spec import PAPER_POOL
+
+    with grpc.insecure_channel(live.address) as ch:
+        stub = eor_pb2_grpc.EorStub(ch)
+        r = stub.Ask(eor_pb2.AskRequest(question="who painted the mona lisa"), timeout=900)
+        h = stub.Health(eor_pb2.HealthRequest(), timeout=60)
+    print(f"answer {r.answer!r} from {r.retriever} in {r.latency_s:.1f} s; missing {list(r.missing)}; "
+          f"reader: {h.reader_engine_calls} engine calls, {h.reader_engine_prompts} prompts, mean batch "
+          f"{h.reader_mean_batch:.1f}")
+    assert [c.retriever for c in r.candidates] == list(PAPER_POOL)
+    assert not r.missing, [(c.retriever, c.error) for c in r.candidates if c.error]
+    assert r.answer.strip() and r.retriever in PAPER_POOL
+    assert all(c.answer.strip() for c in r.candidates)
+    assert h.status == eor_pb2.HealthReply.SERVING and h.model
+    assert h.reader_engine_calls >= 3  # PK documents, @CP summaries, answers (+ nothing per retriever)

@@ -1,0 +1,264 @@
+"""The service with a fake reader and fake sources (Ray Serve for real, no model, no index):
+the rpcs over gRPC through the front and through Ray Serve's own gRPC proxy, input limits,
+missing retrievers, reflection, metrics. One Ray cluster for the module, shut down after it."""
+from __future__ import annotations
+
+import socket
+import time
+import urllib.request
+
+import grpc
+import pytest
+
+from protos import eor_pb2, eor_pb2_grpc
+from retrievers.spec import PAPER_POOL
+
+FAKES = "tests.serve.service_fakes"
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def service(tmp_path_factory):
+    from serve.app import LocalService
+    from serve.service_config import settings_from_dict
+
+    mp = pytest.MonkeyPatch()
+    mp.setenv("EOR_HOME", str(tmp_path_factory.mktemp("home")))
+    settings = settings_from_dict({"cache": {"enabled": False}, "service": {
+        "port": 0, "ray_grpc_port": _free_port(), "metrics_port": _free_port(),
+        "engine_factory": f"{FAKES}:make_engine", "sources_factory": f"{FAKES}:make_sources",
+        "voter_metrics": ["em"], "retriever_timeout_s": 2.0, "max_batch": 16}})
+    svc = LocalService(settings).start()
+    yield svc
+    svc.stop()
+    mp.undo()
+
+
+@pytest.fixture(scope="module")
+def stub(service):
+    with grpc.insecure_channel(service.address) as ch:
+        yield eor_pb2_grpc.EorStub(ch)
+
+
+@pytest.fixture(scope="module")
+def ray_proxy_stub(service):
+    with grpc.insecure_channel(f"127.0.0.1:{service.settings.service.ray_grpc_port}") as ch:
+        yield eor_pb2_grpc.EorStub(ch)
+
+
+def _raw_call(address: str, method: str, payload: bytes) -> grpc.RpcError | bytes:
+    """Send raw bytes as the request message (to test what a typed client cannot send)."""
+    with grpc.insecure_channel(address) as ch:
+        call = ch.unary_unary(f"/eor.v1.Eor/{method}", request_serializer=lambda b: b,
+                              response_deserializer=lambda b: b)
+        try:
+            return call(payload, timeout=30)
+        except grpc.RpcError as exc:
+            return exc
+
+
+def test_ask_returns_every_candidate_the_vote_and_the_evidence(stub):
+    r = stub.Ask(eor_pb2.AskRequest(question="who painted the mona lisa"), timeout=60)
+    assert [c.retriever for c in r.candidates] == list(PAPER_POOL)
+    assert r.answer == "lisa" and r.retriever and r.retriever != "ReFree", (r.answer, r.retriever, r.score, [(c.retriever, c.answer, c.score) for c in r.candidates][:4])
+    assert not r.missing and all(not c.error for c in r.candidates)
+    assert r.HasField("score") and all(c.HasField("score") for c in r.candidates)
+    assert r.passages or r.document  # the evidence behind the winner
+
+
+def test_ask_subset_and_batch(stub):
+    r = stub.Ask(eor_pb2.AskRequest(question="capital of france", retrievers=["ReFree", "Wiki@10"]), timeout=60)
+    assert [c.retriever for c in r.candidates] == ["Wiki@10", "ReFree"]  # pool order
+    b = stub.AskBatch(eor_pb2.AskBatchRequest(questions=["q one", "q two", "q three"]), timeout=60)
+    assert [x.question for x in b.replies] == ["q one", "q two", "q three"]
+    assert [x.answer for x in b.replies] == ["one", "two", "three"]
+    assert all(len(x.candidates) == 16 for x in b.replies)
+
+
+def test_slow_source_misses_its_deadline_and_the_vote_goes_on(stub):
+    t = time.time()
+    r = stub.Ask(eor_pb2.AskRequest(question="a slow-se question"), timeout=60)
+    assert time.time() - t < 5  # the 6 s search is not waited for (2 s retriever timeout)
+    se_specs = [s for s in PAPER_POOL if "SE" in s or "HB" in s]
+    assert set(r.missing) == set(se_specs)
+    errors = {c.retriever: c.error for c in r.candidates}
+    assert all("timed out" in errors[s] for s in se_specs)
+    assert r.answer == "question" and r.retriever in ("Wiki@10", "Wiki@10@CP", "PK")
+
+
+def test_broken_source_fails_only_its_retrievers(stub):
+    from tests.serve.service_fakes import SLOW_S
+
+    time.sleep(SLOW_S)  # the SE source finishes the slow search of the test before
+    r = stub.Ask(eor_pb2.AskRequest(question="a crash-se question"), timeout=60)
+    assert set(r.missing) == {s for s in PAPER_POOL if "SE" in s or "HB" in s}
+    assert any("simulated search outage" in c.error for c in r.candidates)
+    assert r.answer == "question"
+
+
+@pytest.mark.parametrize("payload, message", [
+    (eor_pb2.AskRequest(question="").SerializeToString(), "empty"),
+    (eor_pb2.AskRequest(question="   \n").SerializeToString(), "empty"),
+    (eor_pb2.AskRequest(question="x" * 1_000_000).SerializeToString(), "too long"),
+    (b"\x0a\x04\xff\xfe\xfd\xfc", "not a valid eor.v1.AskRequest"),  # invalid UTF-8 in field 1
+    (b"\x08\x05", "not a valid eor.v1.AskRequest"),  # field 1 (a string) sent as a varint
+    (eor_pb2.AskRequest(question="ok", retrievers=["Nope@3"]).SerializeToString(), "unknown retriever"),
+    (eor_pb2.AskRequest(question="ok", deadline_s=-1).SerializeToString(), "deadline_s"),
+])
+@pytest.mark.parametrize("front", ["front", "ray_proxy"])
+def test_bad_ask_is_invalid_argument(service, payload, message, front):
+    address = service.address if front == "front" else f"127.0.0.1:{service.settings.service.ray_grpc_port}"
+    err = _raw_call(address, "Ask", payload)
+    assert isinstance(err, grpc.RpcError), err
+    assert err.code() == grpc.StatusCode.INVALID_ARGUMENT and message in err.details()
+
+
+def test_oversized_batch_and_bad_generate_are_invalid_argument(stub):
+    with pytest.raises(grpc.RpcError) as e:
+        stub.AskBatch(eor_pb2.AskBatchRequest(questions=[f"q{i}" for i in range(10_000)]), timeout=60)
+    assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "batch too large" in e.value.details()
+    for req in [eor_pb2.GenerateRequest(), eor_pb2.GenerateRequest(prompts=["hi"], max_tokens=100_000),
+                eor_pb2.GenerateRequest(prompts=["hi"], temperature=9)]:
+        with pytest.raises(grpc.RpcError) as e:
+            stub.Generate(req, timeout=60)
+        assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+
+
+def test_health_after_bad_inputs(stub):
+    h = stub.Health(eor_pb2.HealthRequest(), timeout=30)
+    assert h.status == eor_pb2.HealthReply.SERVING and h.model == "fake-service-reader"
+    assert list(h.retrievers) == list(PAPER_POOL) and h.reader_engine_calls > 0
+
+
+def test_generate_formats_or_passes_raw(stub):
+    g = stub.Generate(eor_pb2.GenerateRequest(prompts=["Generate a background document x"], max_tokens=8), timeout=60)
+    assert g.model == "fake-service-reader" and g.outputs[0].startswith("A background document")
+    g = stub.Generate(eor_pb2.GenerateRequest(prompts=["Consider the two passages\nPremise: a\nHypothesis: a\n"],
+                                              raw=True), timeout=60)
+    assert g.outputs == ["entailment"]
+
+
+def test_ray_serve_grpc_proxy_serves_the_same_rpcs(ray_proxy_stub):
+    r = ray_proxy_stub.Ask(eor_pb2.AskRequest(question="who painted the mona lisa"), timeout=60)
+    assert len(r.candidates) == 16 and r.answer == "lisa"
+    assert ray_proxy_stub.Health(eor_pb2.HealthRequest(), timeout=30).status == eor_pb2.HealthReply.SERVING
+
+
+def test_reflection_lists_the_service(service):
+    from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
+
+    with grpc.insecure_channel(service.address) as ch:
+        stub = reflection_pb2_grpc.ServerReflectionStub(ch)
+        [resp] = list(stub.ServerReflectionInfo(iter([reflection_pb2.ServerReflectionRequest(list_services="")]),
+                                                timeout=30))
+    names = {s.name for s in resp.list_services_response.service}
+    assert "eor.v1.Eor" in names
+
+
+def test_metrics_endpoint_shows_the_service_metrics(service, stub):
+    stub.Ask(eor_pb2.AskRequest(question="metrics please"), timeout=60)
+    want = ["ray_eor_stage_seconds_bucket", "ray_eor_requests", "ray_eor_retriever_timeouts",
+            "ray_eor_retriever_errors", "ray_eor_reader_batch_size_bucket", "ray_eor_reader_prompts",
+            "ray_eor_reader_tokens", "ray_eor_vote_margin_bucket"]
+    text, deadline = "", time.time() + 60
+    while time.time() < deadline:
+        text = urllib.request.urlopen(f"http://{service.metrics_address}/metrics", timeout=10).read().decode()
+        if all(w in text for w in want):
+            break
+        time.sleep(3)
+    missing = [w for w in want if w not in text]
+    assert not missing, missing
+    for stage in ("retrieve", "read", "vote", "total"):
+        assert f'stage="{stage}"' in text
+
+
+def test_killed_retriever_actor_is_missing_then_restarted(service, stub):
+    import ray
+
+    def replicas():
+        return sorted(a["name"] for a in ray.util.list_named_actors(all_namespaces=True)
+                      if "Retrievers_0#" in a["name"])
+
+    [victim] = replicas()
+    ray.kill(ray.get_actor(victim, namespace="serve"), no_restart=False)
+    seen_missing, deadline = False, time.time() + 90
+    while time.time() < deadline:
+        r = stub.Ask(eor_pb2.AskRequest(question=f"after the kill {time.time()}"), timeout=60)  # never fails
+        assert len(r.candidates) == 16 and r.answer
+        if set(r.missing) == {"ReFree", "PK"}:
+            seen_missing = True
+            assert all("retriever actor failed" in c.error or "timed out" in c.error
+                       for c in r.candidates if c.retriever in ("ReFree", "PK"))
+        elif not r.missing and replicas() and replicas() != [victim]:
+            break
+        time.sleep(0.5)
+    else:
+        pytest.fail("the retriever group never came back")
+    assert replicas() != [victim]  # Ray Serve started a new replica
+    # not asserted: whether a request landed in the gap (the restart may be quicker than the next call)
+    print(f"missing seen during the restart: {seen_missing}")
+
+
+def _self_signed(tmp_path):
+    import datetime
+    import ipaddress
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "localhost")])
+    now = datetime.datetime.now(datetime.timezone.utc)
+    cert = (x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(key.public_key())
+            .serial_number(x509.random_serial_number()).not_valid_before(now)
+            .not_valid_after(now + datetime.timedelta(days=1))
+            .add_extension(x509.SubjectAlternativeName([x509.DNSName("localhost"),
+                                                        x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
+                           critical=False)
+            .sign(key, hashes.SHA256()))
+    cert_path, key_path = tmp_path / "cert.pem", tmp_path / "key.pem"
+    cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    key_path.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                           serialization.NoEncryption()))
+    return str(cert_path), str(key_path)
+
+
+def test_tls_front(service, tmp_path):
+    import asyncio
+
+    from serve.client import EorClient
+    from serve.grpc_service import EorFront
+
+    cert, key = _self_signed(tmp_path)
+    async def start():  # the grpc.aio server belongs to the front's event loop
+        return await EorFront(service.front.ingress, "127.0.0.1", 0, tls_cert=cert, tls_key=key).start()
+
+    front = asyncio.run_coroutine_threadsafe(start(), service._loop).result(30)
+    try:
+        with EorClient(front.address, tls_ca=cert) as c:
+            assert c.health().status == eor_pb2.HealthReply.SERVING
+            assert c.ask("over tls").answer == "tls"
+        with grpc.insecure_channel(front.address) as ch:  # plaintext to a TLS port fails
+            with pytest.raises(grpc.RpcError):
+                eor_pb2_grpc.EorStub(ch).Health(eor_pb2.HealthRequest(), timeout=5)
+    finally:
+        asyncio.run_coroutine_threadsafe(front.stop(0), service._loop).result(30)
+
+
+def test_eor_ask_server_prints_the_reply(service, capsys):
+    import json
+
+    from serve.cli import main
+
+    assert main(["ask", "--server", service.address, "--json", "who painted the mona lisa"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["answer"] == "lisa" and len(out["candidates"]) == 16 and out["failed"] == []
+    assert main(["ask", "--server", service.address, "   "]) == 2  # INVALID_ARGUMENT
+    assert "INVALID_ARGUMENT" in capsys.readouterr().err

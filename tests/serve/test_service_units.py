@@ -1,0 +1,190 @@
+"""Service pieces without a cluster: the reader batcher, the wire checks, the bearer token,
+voter weights from user_config, settings and the generated stubs."""
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from pathlib import Path
+
+import grpc
+import pytest
+import yaml
+
+from protos import eor_pb2
+from retrievers.reader import SamplingParams
+from serve.service_config import DEFAULT_GROUPS, ServiceConfig, load_settings, settings_from_dict
+from serve.wire import BadRequest, InvalidArgument, lenient, parse_ask
+
+
+def test_batcher_merges_concurrent_calls_per_params():
+    from serve.batching import MergingBatcher
+
+    calls = []
+
+    def engine(texts, params, n_calls):
+        calls.append((list(texts), params, n_calls, threading.current_thread().name))
+        time.sleep(0.05)
+        return [f"{t}!" for t in texts]
+
+    async def main():
+        b = MergingBatcher(engine, wait_s=0.01, max_prompts=100)
+        p1, p2 = SamplingParams(max_tokens=8), SamplingParams(max_tokens=200)
+        return await asyncio.gather(b.submit(["a", "b"], p1), b.submit(["c"], p1), b.submit(["d"], p2),
+                                    b.submit(["e"], p1))
+
+    outs = asyncio.run(main())
+    assert outs == [["a!", "b!"], ["c!"], ["d!"], ["e!"]]
+    assert sorted(len(c[0]) for c in calls) == [1, 4]  # one call per params: 4 prompts merged, 1 alone
+    assert {c[3] for c in calls} == {calls[0][3]} and calls[0][3].startswith("engine")
+
+
+def test_batcher_caps_batches_and_reports_engine_errors():
+    from serve.batching import MergingBatcher
+
+    sizes = []
+
+    def engine(texts, params, n):
+        sizes.append(len(texts))
+        if "boom" in texts:
+            raise RuntimeError("engine down")
+        return texts
+
+    async def main():
+        b = MergingBatcher(engine, wait_s=0.01, max_prompts=3)
+        p = SamplingParams()
+        ok = await asyncio.gather(*[b.submit([str(i), str(i)], p) for i in range(3)])
+        with pytest.raises(RuntimeError, match="engine down"):
+            await b.submit(["boom"], p)
+        return ok
+
+    assert asyncio.run(main()) == [["0", "0"], ["1", "1"], ["2", "2"]]
+    assert max(sizes) <= 3
+
+
+def test_lenient_deserializer_turns_bad_bytes_into_bad_request():
+    parse = lenient(eor_pb2.AskRequest)
+    assert parse(eor_pb2.AskRequest(question="hi").SerializeToString()).question == "hi"
+    bad = parse(b"\x0a\x02\xff\xfe")
+    assert isinstance(bad, BadRequest) and "eor.v1.AskRequest" in bad.message
+
+
+def test_parse_ask_limits():
+    pool = ["Wiki@10", "ReFree"]
+    limits = ServiceConfig(max_question_chars=10, max_batch=2)
+    spec = parse_ask(eor_pb2.AskRequest(question=" hi ", retrievers=["ReFree"]), pool, limits, batch=False)
+    assert spec.questions == ("hi",) and spec.retrievers == ("ReFree",)
+    for req, batch in [(eor_pb2.AskRequest(question="x" * 11), False),
+                       (eor_pb2.AskBatchRequest(questions=["a", "b", "c"]), True),
+                       (eor_pb2.AskBatchRequest(questions=[]), True),
+                       (eor_pb2.AskRequest(question="a", top_k=1000), False),
+                       (BadRequest("nope"), False)]:
+        with pytest.raises(InvalidArgument):
+            parse_ask(req, pool, limits, batch)
+
+
+def test_bearer_token_is_checked_on_every_rpc(monkeypatch):
+    from serve.ingress import EorIngress
+
+    monkeypatch.setenv("EOR_SERVE_TOKEN", "s3cret")
+    cls = EorIngress.func_or_class
+    ing = cls(settings_from_dict({}).to_dict(), [], [], None, None)
+
+    async def call(meta):
+        return await ing.call("Health", eor_pb2.HealthRequest(), meta)
+
+    for meta in [(), [("authorization", "Bearer nope")], [("authorization", "s3cret")]]:
+        reply, code, details = asyncio.run(call(meta))
+        assert code == grpc.StatusCode.UNAUTHENTICATED.name and reply is None
+    reply, code, _ = asyncio.run(call([("authorization", "Bearer s3cret")]))
+    assert code == "OK" and reply.status == eor_pb2.HealthReply.NOT_SERVING  # no reader in this unit test
+
+
+def test_voter_weights_come_from_user_config():
+    from serve.deployments import Voter
+    from serve.voting import equal_weights
+
+    settings = settings_from_dict({"service": {"voter_metrics": ["em"]}})
+    voter = Voter.func_or_class(settings.to_dict(), None)
+    assert voter.source == "equal weights"
+    saved = equal_weights(list(settings.eor.pool.specs), ["em"], "max")
+    voter.reconfigure({"weights": saved.to_dict()})
+    assert voter.source == "user_config weights" and voter.saved.pooling == "max"
+    with pytest.raises(ValueError):
+        voter.reconfigure({"weights": equal_weights(["ReFree"], ["em"]).to_dict()})  # another pool
+
+
+def test_settings_groups_cover_the_pool_and_yaml_round_trips(tmp_path):
+    s = load_settings()
+    groups = s.groups()
+    assert sorted(x for g in groups for x in g) == sorted(s.eor.pool.specs) and len(groups) == len(DEFAULT_GROUPS)
+    small = settings_from_dict({"pool": {"specs": ["ReFree", "Wiki@10", "Wiki@5"]}})
+    assert small.groups() == [("ReFree",), ("Wiki@10",), ("Wiki@5",)]
+    assert settings_from_dict(s.to_dict()) == s
+    with pytest.raises(ValueError, match="unknown config keys at service"):
+        settings_from_dict({"service": {"prot": 1}})
+
+
+def test_generated_stubs_are_up_to_date():
+    from protos.generate import main
+
+    assert main(["--check"]) == 0
+
+
+DEPLOY = Path(__file__).parents[2] / "deploy"
+
+
+def _app_deployments() -> set[str]:
+    names = {"Reader", "Source_Wiki", "Source_SE", "Voter", "EorIngress"}
+    return names | {f"Retrievers_{i}" for i in range(len(load_settings().groups()))}
+
+
+def test_deploy_serve_yaml_is_a_valid_serve_config_that_builds_the_app():
+    from ray.serve.schema import ServeDeploySchema
+
+    from serve.app import app_builder
+
+    doc = yaml.safe_load((DEPLOY / "serve.yaml").read_text())
+    schema = ServeDeploySchema.model_validate(doc)
+    [app] = schema.applications
+    assert app.import_path == "serve.app:app_builder"
+    assert schema.grpc_options.grpc_servicer_functions == ["serve.grpc_service.add_eor_servicer"]
+    assert {d.name for d in app.deployments} <= _app_deployments()
+    assert app_builder(app.args) is not None
+
+
+def test_rayservice_manifest_has_the_fields_kuberay_documents():
+    from ray.serve.schema import ServeDeploySchema
+
+    doc = yaml.safe_load((DEPLOY / "rayservice.yaml").read_text())
+    assert doc["apiVersion"] == "ray.io/v1" and doc["kind"] == "RayService"
+    spec = doc["spec"]
+    assert set(spec) <= {"serveConfigV2", "rayClusterConfig", "serviceUnhealthySecondThreshold",
+                         "deploymentUnhealthySecondThreshold", "upgradeStrategy", "excludeHeadPodFromServeSvc"}
+    serve_cfg = ServeDeploySchema.model_validate(yaml.safe_load(spec["serveConfigV2"]))
+    assert {d.name for d in serve_cfg.applications[0].deployments} <= _app_deployments()
+    cluster = spec["rayClusterConfig"]
+    assert set(cluster) <= {"rayVersion", "enableInTreeAutoscaling", "autoscalerOptions", "headGroupSpec",
+                            "workerGroupSpecs", "headServiceAnnotations", "suspend"}
+    head = cluster["headGroupSpec"]
+    assert {"rayStartParams", "template"} <= set(head)
+    assert head["template"]["spec"]["containers"][0]["image"]
+    for g in cluster["workerGroupSpecs"]:
+        assert {"groupName", "replicas", "minReplicas", "maxReplicas", "rayStartParams", "template"} <= set(g)
+        assert g["minReplicas"] <= g["replicas"] <= g["maxReplicas"]
+    token_envs = [e for c in head["template"]["spec"]["containers"] for e in c.get("env", [])
+                  if e["name"] == "EOR_SERVE_TOKEN"]
+    assert token_envs and "valueFrom" in token_envs[0]  # from a Secret, never inline
+
+
+def test_prometheus_and_grafana_cover_the_metrics():
+    import json
+
+    from serve.metrics import METRIC_NAMES
+
+    prom = yaml.safe_load((DEPLOY / "prometheus.yml").read_text())
+    assert prom["scrape_configs"] and all("job_name" in j for j in prom["scrape_configs"])
+    dash = json.loads((DEPLOY / "grafana-dashboard.json").read_text())
+    exprs = " ".join(t["expr"] for p in dash["panels"] for t in p["targets"])
+    for name in METRIC_NAMES:
+        assert f"ray_{name}" in exprs, name
