@@ -23,7 +23,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from retrievers.types import QuestionResult
-from voter.normalize import normalize_answer
+from voter.normalize import is_non_answer, normalize_answer
 from voter.similarity import PairSimilarity, available_metrics, create_metric, similarity_tensor
 from voter.voting import VoteRule, VoterWeights, answer_margin, choose
 from voter.weights_io import Provenance, SavedWeights
@@ -82,14 +82,15 @@ def equal_weights(pool: Sequence[str], metrics: Sequence[str], pooling: str = DE
 
 
 def answer_grid(results: Sequence[QuestionResult], pool: Sequence[str]) -> list[list[str | None]]:
-    """answers[i][m] for the m-th retriever of `pool`; None where it cannot take part."""
+    """answers[i][m] for the m-th retriever of `pool`; None where it cannot take part (failed,
+    not run, or a non-answer: empty or the question echoed back)."""
     grid = []
     for r in results:
         by_spec = {c.retriever: c for c in r.candidates}
         row: list[str | None] = []
         for spec in pool:
             c = by_spec.get(spec)
-            ok = c is not None and c.error is None and normalize_answer(c.answer) != ""
+            ok = c is not None and c.error is None and not is_non_answer(c.answer, r.question)
             row.append(c.answer if ok else None)
         grid.append(row)
     return grid

@@ -24,3 +24,10 @@ def normalize_answer(text: str) -> str:
 def normalize_tokens(text: str) -> list[str]:
     """The normalised answer split into tokens (for token-level F1)."""
     return normalize_answer(text).split()
+
+
+def is_non_answer(answer: str, question: str) -> bool:
+    """Empty after normalisation, or only the question restated: small readers often echo the
+    question, and identical echoes would otherwise outvote real answers."""
+    a = normalize_answer(answer)
+    return a == "" or a == normalize_answer(question)
