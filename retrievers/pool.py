@@ -17,7 +17,7 @@ from retrievers.prompts import answer_prompt, clean_answer, compress_prompt, pk_
 from retrievers.reader import CachedReader, SamplingParams
 from retrievers.sources.base import KnowledgeSource
 from retrievers.sources.dense import cosine_rerank
-from retrievers.spec import PAPER_POOL, RetrieverPlan, Term, parse_pool
+from retrievers.spec import PAPER_POOL, RetrieverPlan, Term, parse_pool, parse_spec
 from retrievers.types import Candidate, Context, Passage, QuestionResult
 
 log = logging.getLogger(__name__)
@@ -113,6 +113,7 @@ class RetrieverPool:
 
     def _plan(self, spec: str) -> RetrieverPlan:
         if spec not in self.plans:
+            parse_spec(spec)  # a malformed spec: SpecError naming the bad token
             raise KeyError(f"retriever {spec!r} is not in the pool; pool: {', '.join(self.plans)}")
         return self.plans[spec]
 

@@ -343,3 +343,10 @@ def test_a_rerun_is_served_from_the_reader_cache(memo_encoder, tmp_path):
     assert second.engine.calls == []
     assert r1 == r2
     assert second.reader.stats.cache_hits == 1 + 7 + 16
+
+
+def test_a_malformed_spec_in_a_subset_names_the_bad_token(setup):
+    from retrievers.spec import SpecError
+
+    with pytest.raises(SpecError, match="@XX"):
+        setup.pool.run(["q"], ["SE@XX"])
