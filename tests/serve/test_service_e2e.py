@@ -3,7 +3,6 @@ sources over a small corpus built here, the voter — answers Ask over gRPC with
 from __future__ import annotations
 
 import json
-import os
 
 import grpc
 import pytest
@@ -12,11 +11,11 @@ from protos import eor_pb2, eor_pb2_grpc
 
 pytestmark = pytest.mark.slow
 
-CORPUS = os.path.join(os.path.dirname(__file__), "..", "..", "..", "shared", "data", "corpus.jsonl")
+from tests.shared_data import CORPUS_FILE as CORPUS
 
 
 def _small_corpus(n_vital: int = 120, n_gold: int = 60):
-    if not os.path.exists(CORPUS):
+    if not CORPUS.exists():
         pytest.skip("../shared/data/corpus.jsonl not present")
     from retrievers.corpus import Document
 
