@@ -52,13 +52,19 @@ def _build(cls: type, data: dict[str, Any], where: str) -> Any:
     return cls(**kwargs)
 
 
+def read_sections(path: str | Path | None) -> dict[str, Any]:
+    """A YAML config file as a mapping of sections ({} without a file)."""
+    if not path:
+        return {}
+    data = yaml.safe_load(Path(path).read_text()) or {}
+    if not isinstance(data, dict):
+        raise ValueError(f"{path}: expected a mapping of sections")
+    return data
+
+
 def load_config(path: str | Path | None = None, overrides: dict[str, dict[str, Any]] | None = None) -> EorConfig:
     """Defaults, then the YAML file (if any), then per-section overrides from the command line."""
-    data: dict[str, Any] = {}
-    if path:
-        data = yaml.safe_load(Path(path).read_text()) or {}
-        if not isinstance(data, dict):
-            raise ValueError(f"{path}: expected a mapping of sections")
+    data = read_sections(path)
     for section, values in (overrides or {}).items():
         data.setdefault(section, {}).update({k: v for k, v in values.items() if v is not None})
     return _build(EorConfig, data, "config")

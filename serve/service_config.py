@@ -11,10 +11,8 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from retrievers.spec import PAPER_POOL
-from serve.config import EorConfig, load_config
+from serve.config import EorConfig, load_config, read_sections
 
 # Retrievers grouped by the knowledge sources they depend on (so a source outage or a slow
 # source takes out only the groups that need it) and by the work they share inside one pool
@@ -117,12 +115,7 @@ def settings_from_dict(data: dict[str, Any] | None, overrides: dict[str, dict[st
 
 
 def load_settings(path: str | Path | None = None, overrides: dict[str, dict[str, Any]] | None = None) -> AppSettings:
-    data: dict[str, Any] = {}
-    if path:
-        data = yaml.safe_load(Path(path).read_text()) or {}
-        if not isinstance(data, dict):
-            raise ValueError(f"{path}: expected a mapping of sections")
-    return settings_from_dict(data, overrides)
+    return settings_from_dict(read_sections(path), overrides)
 
 
 assert set(s for g in DEFAULT_GROUPS for s in g) == set(PAPER_POOL)
