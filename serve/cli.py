@@ -360,20 +360,21 @@ def build_parser() -> argparse.ArgumentParser:
     m.add_argument("--force", action="store_true")
     m.set_defaults(func=cmd_models)
 
-    def common(sp):
+    def common(sp, reader: bool = True):
         sp.add_argument("--config", help="YAML config file")
         sp.add_argument("--index", help="index name under $EOR_HOME/indexes (default: default)")
+        if reader:
+            sp.add_argument("--model", help="reader model: packaged name or HF folder")
 
     i = sub.add_parser("index", help="build the Wiki (faiss) and SE (Lucene) indexes")
     i.add_argument("--corpus", help='JSONL corpus of {"id","title","text"} (default: embedded corpus)')
-    common(i)
+    common(i, reader=False)
     i.set_defaults(func=cmd_index)
 
     a = sub.add_parser("ask", help="ask questions through the retriever pool")
     a.add_argument("question", nargs="+", help="one or more questions")
     a.add_argument("--json", action="store_true", help="print JSON")
     a.add_argument("--retrievers", help="comma-separated subset of the pool's specs")
-    a.add_argument("--model", help="reader model: packaged name or HF folder")
     a.add_argument("--weights", help="fitted voter weights (eor fit); default: equal weights")
     a.add_argument("--server", metavar="HOST:PORT", help="ask a running `eor serve` over gRPC instead "
                    "(bearer token from $EOR_SERVE_TOKEN)")
@@ -391,7 +392,6 @@ def build_parser() -> argparse.ArgumentParser:
     sv.add_argument("--tls-cert", help="PEM certificate: serve TLS (with --tls-key)")
     sv.add_argument("--tls-key", help="PEM private key")
     sv.add_argument("--weights", help="fitted voter weights (live-updatable through the voter's user_config)")
-    sv.add_argument("--model", help="reader model: packaged name or HF folder")
     common(sv)
     sv.set_defaults(func=cmd_serve)
 
@@ -400,7 +400,6 @@ def build_parser() -> argparse.ArgumentParser:
     voter_args(f)
     f.add_argument("--out", help=f"weights file to write (default: $EOR_HOME/{DEFAULT_WEIGHTS})")
     f.add_argument("--push", metavar="HOST:PORT", help="push the weights to a running system (not yet implemented)")
-    f.add_argument("--model", help="reader model: packaged name or HF folder")
     common(f)
     f.set_defaults(func=cmd_fit)
 
@@ -410,7 +409,6 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--weights", help="fitted voter weights (eor fit); default: equal weights")
     e.add_argument("--json", action="store_true", help="print the report as JSON")
     e.add_argument("--out-dir", help=f"where eval.json and the PNGs go (default: $EOR_HOME/{DEFAULT_EVAL_DIR})")
-    e.add_argument("--model", help="reader model: packaged name or HF folder")
     common(e)
     e.set_defaults(func=cmd_eval)
     return p
