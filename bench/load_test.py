@@ -170,7 +170,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", help="write the report JSON here")
     args = ap.parse_args(argv)
 
-    from serve.client import EorClient
+    from protos.client import EorClient
 
     qs = [r["question"] for r in read_questions(args.questions, dataset=None)]
     service = None

@@ -8,28 +8,38 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class AskRequest(_message.Message):
-    __slots__ = ("question", "top_k", "retrievers", "deadline_s")
+    __slots__ = ("question", "top_k", "retrievers", "deadline_s", "documents")
     QUESTION_FIELD_NUMBER: _ClassVar[int]
     TOP_K_FIELD_NUMBER: _ClassVar[int]
     RETRIEVERS_FIELD_NUMBER: _ClassVar[int]
     DEADLINE_S_FIELD_NUMBER: _ClassVar[int]
+    DOCUMENTS_FIELD_NUMBER: _ClassVar[int]
     question: str
     top_k: int
     retrievers: _containers.RepeatedScalarFieldContainer[str]
     deadline_s: float
-    def __init__(self, question: _Optional[str] = ..., top_k: _Optional[int] = ..., retrievers: _Optional[_Iterable[str]] = ..., deadline_s: _Optional[float] = ...) -> None: ...
+    documents: _containers.RepeatedCompositeFieldContainer[Passage]
+    def __init__(self, question: _Optional[str] = ..., top_k: _Optional[int] = ..., retrievers: _Optional[_Iterable[str]] = ..., deadline_s: _Optional[float] = ..., documents: _Optional[_Iterable[_Union[Passage, _Mapping]]] = ...) -> None: ...
+
+class Documents(_message.Message):
+    __slots__ = ("passages",)
+    PASSAGES_FIELD_NUMBER: _ClassVar[int]
+    passages: _containers.RepeatedCompositeFieldContainer[Passage]
+    def __init__(self, passages: _Optional[_Iterable[_Union[Passage, _Mapping]]] = ...) -> None: ...
 
 class AskBatchRequest(_message.Message):
-    __slots__ = ("questions", "top_k", "retrievers", "deadline_s")
+    __slots__ = ("questions", "top_k", "retrievers", "deadline_s", "documents")
     QUESTIONS_FIELD_NUMBER: _ClassVar[int]
     TOP_K_FIELD_NUMBER: _ClassVar[int]
     RETRIEVERS_FIELD_NUMBER: _ClassVar[int]
     DEADLINE_S_FIELD_NUMBER: _ClassVar[int]
+    DOCUMENTS_FIELD_NUMBER: _ClassVar[int]
     questions: _containers.RepeatedScalarFieldContainer[str]
     top_k: int
     retrievers: _containers.RepeatedScalarFieldContainer[str]
     deadline_s: float
-    def __init__(self, questions: _Optional[_Iterable[str]] = ..., top_k: _Optional[int] = ..., retrievers: _Optional[_Iterable[str]] = ..., deadline_s: _Optional[float] = ...) -> None: ...
+    documents: _containers.RepeatedCompositeFieldContainer[Documents]
+    def __init__(self, questions: _Optional[_Iterable[str]] = ..., top_k: _Optional[int] = ..., retrievers: _Optional[_Iterable[str]] = ..., deadline_s: _Optional[float] = ..., documents: _Optional[_Iterable[_Union[Documents, _Mapping]]] = ...) -> None: ...
 
 class Passage(_message.Message):
     __slots__ = ("id", "title", "text", "source", "score")
@@ -58,7 +68,7 @@ class Candidate(_message.Message):
     def __init__(self, retriever: _Optional[str] = ..., answer: _Optional[str] = ..., score: _Optional[float] = ..., error: _Optional[str] = ...) -> None: ...
 
 class AskReply(_message.Message):
-    __slots__ = ("question", "answer", "retriever", "score", "margin", "candidates", "passages", "document", "missing", "latency_s")
+    __slots__ = ("question", "answer", "retriever", "score", "margin", "candidates", "passages", "document", "missing", "latency_s", "reader_s")
     QUESTION_FIELD_NUMBER: _ClassVar[int]
     ANSWER_FIELD_NUMBER: _ClassVar[int]
     RETRIEVER_FIELD_NUMBER: _ClassVar[int]
@@ -69,6 +79,7 @@ class AskReply(_message.Message):
     DOCUMENT_FIELD_NUMBER: _ClassVar[int]
     MISSING_FIELD_NUMBER: _ClassVar[int]
     LATENCY_S_FIELD_NUMBER: _ClassVar[int]
+    READER_S_FIELD_NUMBER: _ClassVar[int]
     question: str
     answer: str
     retriever: str
@@ -79,7 +90,8 @@ class AskReply(_message.Message):
     document: str
     missing: _containers.RepeatedScalarFieldContainer[str]
     latency_s: float
-    def __init__(self, question: _Optional[str] = ..., answer: _Optional[str] = ..., retriever: _Optional[str] = ..., score: _Optional[float] = ..., margin: _Optional[float] = ..., candidates: _Optional[_Iterable[_Union[Candidate, _Mapping]]] = ..., passages: _Optional[_Iterable[_Union[Passage, _Mapping]]] = ..., document: _Optional[str] = ..., missing: _Optional[_Iterable[str]] = ..., latency_s: _Optional[float] = ...) -> None: ...
+    reader_s: float
+    def __init__(self, question: _Optional[str] = ..., answer: _Optional[str] = ..., retriever: _Optional[str] = ..., score: _Optional[float] = ..., margin: _Optional[float] = ..., candidates: _Optional[_Iterable[_Union[Candidate, _Mapping]]] = ..., passages: _Optional[_Iterable[_Union[Passage, _Mapping]]] = ..., document: _Optional[str] = ..., missing: _Optional[_Iterable[str]] = ..., latency_s: _Optional[float] = ..., reader_s: _Optional[float] = ...) -> None: ...
 
 class AskBatchReply(_message.Message):
     __slots__ = ("replies",)
@@ -144,3 +156,51 @@ class HealthReply(_message.Message):
     reader_mean_batch: float
     detail: str
     def __init__(self, status: _Optional[_Union[HealthReply.Status, str]] = ..., model: _Optional[str] = ..., retrievers: _Optional[_Iterable[str]] = ..., reader_prompts: _Optional[int] = ..., reader_cache_hits: _Optional[int] = ..., reader_engine_calls: _Optional[int] = ..., reader_engine_prompts: _Optional[int] = ..., reader_mean_batch: _Optional[float] = ..., detail: _Optional[str] = ...) -> None: ...
+
+class RetrieveRequest(_message.Message):
+    __slots__ = ("questions", "k", "sources")
+    QUESTIONS_FIELD_NUMBER: _ClassVar[int]
+    K_FIELD_NUMBER: _ClassVar[int]
+    SOURCES_FIELD_NUMBER: _ClassVar[int]
+    questions: _containers.RepeatedScalarFieldContainer[str]
+    k: int
+    sources: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, questions: _Optional[_Iterable[str]] = ..., k: _Optional[int] = ..., sources: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class SourceHits(_message.Message):
+    __slots__ = ("source", "passages", "error")
+    SOURCE_FIELD_NUMBER: _ClassVar[int]
+    PASSAGES_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    source: str
+    passages: _containers.RepeatedCompositeFieldContainer[Passage]
+    error: str
+    def __init__(self, source: _Optional[str] = ..., passages: _Optional[_Iterable[_Union[Passage, _Mapping]]] = ..., error: _Optional[str] = ...) -> None: ...
+
+class RetrieveResult(_message.Message):
+    __slots__ = ("question", "sources")
+    QUESTION_FIELD_NUMBER: _ClassVar[int]
+    SOURCES_FIELD_NUMBER: _ClassVar[int]
+    question: str
+    sources: _containers.RepeatedCompositeFieldContainer[SourceHits]
+    def __init__(self, question: _Optional[str] = ..., sources: _Optional[_Iterable[_Union[SourceHits, _Mapping]]] = ...) -> None: ...
+
+class RetrieveReply(_message.Message):
+    __slots__ = ("results",)
+    RESULTS_FIELD_NUMBER: _ClassVar[int]
+    results: _containers.RepeatedCompositeFieldContainer[RetrieveResult]
+    def __init__(self, results: _Optional[_Iterable[_Union[RetrieveResult, _Mapping]]] = ...) -> None: ...
+
+class SetVoterWeightsRequest(_message.Message):
+    __slots__ = ("weights_json",)
+    WEIGHTS_JSON_FIELD_NUMBER: _ClassVar[int]
+    weights_json: str
+    def __init__(self, weights_json: _Optional[str] = ...) -> None: ...
+
+class SetVoterWeightsReply(_message.Message):
+    __slots__ = ("source", "retrievers")
+    SOURCE_FIELD_NUMBER: _ClassVar[int]
+    RETRIEVERS_FIELD_NUMBER: _ClassVar[int]
+    source: str
+    retrievers: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, source: _Optional[str] = ..., retrievers: _Optional[_Iterable[str]] = ...) -> None: ...

@@ -54,6 +54,16 @@ class EorStub:
                 request_serializer=protos_dot_eor__pb2.HealthRequest.SerializeToString,
                 response_deserializer=protos_dot_eor__pb2.HealthReply.FromString,
                 _registered_method=True)
+        self.Retrieve = channel.unary_unary(
+                '/eor.v1.Eor/Retrieve',
+                request_serializer=protos_dot_eor__pb2.RetrieveRequest.SerializeToString,
+                response_deserializer=protos_dot_eor__pb2.RetrieveReply.FromString,
+                _registered_method=True)
+        self.SetVoterWeights = channel.unary_unary(
+                '/eor.v1.Eor/SetVoterWeights',
+                request_serializer=protos_dot_eor__pb2.SetVoterWeightsRequest.SerializeToString,
+                response_deserializer=protos_dot_eor__pb2.SetVoterWeightsReply.FromString,
+                _registered_method=True)
 
 
 class EorServicer:
@@ -87,6 +97,22 @@ class EorServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Retrieve(self, request, context):
+        """The knowledge sources alone (no reader): ranked passages per question and source
+        (the bench's retrieval Recall@k).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def SetVoterWeights(self, request, context):
+        """Replace the voter's weights in the running system (`eor fit --push`): the JSON of a
+        weights file, checked against the pool; applied through the Voter's user_config.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_EorServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -109,6 +135,16 @@ def add_EorServicer_to_server(servicer, server):
                     servicer.Health,
                     request_deserializer=protos_dot_eor__pb2.HealthRequest.FromString,
                     response_serializer=protos_dot_eor__pb2.HealthReply.SerializeToString,
+            ),
+            'Retrieve': grpc.unary_unary_rpc_method_handler(
+                    servicer.Retrieve,
+                    request_deserializer=protos_dot_eor__pb2.RetrieveRequest.FromString,
+                    response_serializer=protos_dot_eor__pb2.RetrieveReply.SerializeToString,
+            ),
+            'SetVoterWeights': grpc.unary_unary_rpc_method_handler(
+                    servicer.SetVoterWeights,
+                    request_deserializer=protos_dot_eor__pb2.SetVoterWeightsRequest.FromString,
+                    response_serializer=protos_dot_eor__pb2.SetVoterWeightsReply.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -219,6 +255,60 @@ class Eor:
             '/eor.v1.Eor/Health',
             protos_dot_eor__pb2.HealthRequest.SerializeToString,
             protos_dot_eor__pb2.HealthReply.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Retrieve(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/eor.v1.Eor/Retrieve',
+            protos_dot_eor__pb2.RetrieveRequest.SerializeToString,
+            protos_dot_eor__pb2.RetrieveReply.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SetVoterWeights(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/eor.v1.Eor/SetVoterWeights',
+            protos_dot_eor__pb2.SetVoterWeightsRequest.SerializeToString,
+            protos_dot_eor__pb2.SetVoterWeightsReply.FromString,
             options,
             channel_credentials,
             insecure,

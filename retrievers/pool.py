@@ -91,17 +91,23 @@ class RetrieverPool:
         return self
 
     # ---- stages -------------------------------------------------------------------------
-    def run(self, questions: Sequence[str], specs: Sequence[str] | None = None) -> list[QuestionResult]:
+    def run(self, questions: Sequence[str], specs: Sequence[str] | None = None,
+            documents: Sequence[Sequence[Passage] | None] | None = None) -> list[QuestionResult]:
+        """`documents`: per question, grounding passages that replace what Wiki and SE would
+        return (None or empty: search as usual); every spec processes them as its own."""
         if isinstance(questions, str):
             raise TypeError("run() takes a list of questions, not one string")
         qs = [check_question(q) for q in questions]
+        if documents is not None and len(documents) != len(qs):
+            raise ValueError(f"{len(qs)} questions but {len(documents)} document lists")
         plans = [self._plan(s) for s in (self.specs if specs is None else specs)]
         work = _Work()
+        given = {qi: list(d) for qi, d in enumerate(documents or ()) if d}
         used = {s for p in plans for s in p.sources}
         if used & {"PK", "HB"}:
             work.pk_docs = self.reader.generate(
                 [pk_prompt(q) for q in qs], self._long_form(self.config.pk_tokens))
-        self._search(qs, plans, work)
+        self._search(qs, plans, work, given)
         contexts: list[list[Context | str]] = []  # Context, or an error message
         for qi, q in enumerate(qs):
             contexts.append([self._context(qi, q, p, work) for p in plans])
@@ -117,18 +123,26 @@ class RetrieverPool:
             raise KeyError(f"retriever {spec!r} is not in the pool; pool: {', '.join(self.plans)}")
         return self.plans[spec]
 
-    def _search(self, qs: list[str], plans: list[RetrieverPlan], work: _Work) -> None:
+    def _search(self, qs: list[str], plans: list[RetrieverPlan], work: _Work,
+                given: Mapping[int, list[Passage]]) -> None:
         depth: dict[str, int] = {}
         for plan in plans:
             for t in plan.terms:
                 for src, k in self._search_depth(t):
                     depth[src] = max(depth.get(src, 0), k)
+        todo = [qi for qi in range(len(qs)) if qi not in given]
         for src, k in depth.items():
-            try:
-                work.hits[src] = self.sources[src].search(qs, k)
-            except Exception as exc:  # a broken source fails only the retrievers that use it
-                log.exception("source %s failed", src)
-                work.source_errors[src] = f"{src} search failed: {exc}"
+            hits: list[list[Passage]] = [list(given.get(qi, ())) for qi in range(len(qs))]
+            if todo:
+                try:
+                    found = self.sources[src].search([qs[qi] for qi in todo], k)
+                except Exception as exc:  # a broken source fails only the retrievers that use it
+                    log.exception("source %s failed", src)
+                    work.source_errors[src] = f"{src} search failed: {exc}"
+                    continue
+                for qi, h in zip(todo, found):
+                    hits[qi] = h
+            work.hits[src] = hits
 
     def _search_depth(self, t: Term) -> list[tuple[str, int]]:
         c = self.config

@@ -11,6 +11,8 @@ specs (service.groups), Voter (weights in user_config), EorIngress.
 from __future__ import annotations
 
 import asyncio
+import hashlib
+import json
 import os
 import shutil
 import tempfile
@@ -29,25 +31,42 @@ PASS_ENV = ("EOR_HOME", "HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "TOKENIZERS_PA
             "VLLM_CPU_OMP_THREADS_BIND", "VLLM_CPU_NUM_OF_RESERVED_CPU", "VLLM_CPU_KVCACHE_SPACE", "JAVA_HOME")
 
 
-def build_app(settings: AppSettings):
+def _pin_version(deployment: Any, version: str) -> Any:
+    """Give a deployment a fixed version. `serve.run` otherwise versions every deployment at
+    random, so re-running the app (to push new voter weights into the Voter's user_config)
+    would restart every replica, vLLM included; with the version fixed, a user_config change
+    is Serve's lightweight update (reconfigure() on the live replica). Ray 2.60 keeps the
+    version in the private `_version` (the public `version=` option was removed); the
+    push test (tests/serve/test_service_fake.py) checks no replica restarts."""
+    deployment._version = version
+    return deployment
+
+
+def build_app(settings: AppSettings, voter_config: dict | None = None):
+    """The application; `voter_config` (the Voter's user_config) defaults to the settings'
+    weights file, or equal weights."""
     from serve.deployments import Reader, RetrieverGroup, Source, Voter
     from serve.ingress import EorIngress
 
     d = settings.to_dict()
+    version = hashlib.sha256(json.dumps(d, sort_keys=True).encode()).hexdigest()[:16]
     svc = settings.service
     reader_opts: dict[str, Any] = {"num_cpus": 0,
                                    "runtime_env": {"env_vars": {"OMP_NUM_THREADS": str(os.cpu_count() or 1)}}}
     if svc.reader_memory_gib:
         reader_opts["memory"] = int(svc.reader_memory_gib * 2**30)
-    reader = Reader.options(name="Reader", ray_actor_options=reader_opts).bind(d)
-    wiki = Source.options(name="Source_Wiki").bind(d, "Wiki")
-    se = Source.options(name="Source_SE").bind(d, "SE")
+    pin = lambda dep: _pin_version(dep, version)  # noqa: E731
+    reader = pin(Reader.options(name="Reader", ray_actor_options=reader_opts)).bind(d)
+    wiki = pin(Source.options(name="Source_Wiki")).bind(d, "Wiki")
+    se = pin(Source.options(name="Source_SE")).bind(d, "SE")
     group_specs = settings.groups()
-    groups = [RetrieverGroup.options(name=f"Retrievers_{i}").bind(d, list(g), wiki, se, reader)
+    groups = [pin(RetrieverGroup.options(name=f"Retrievers_{i}")).bind(d, list(g), wiki, se, reader)
               for i, g in enumerate(group_specs)]
-    voter_config = {"weights_file": svc.weights} if svc.weights else {}
-    voter = Voter.options(name="Voter", user_config=voter_config).bind(d, reader)
-    return EorIngress.options(name=INGRESS).bind(d, groups, [list(g) for g in group_specs], voter, reader)
+    if voter_config is None:
+        voter_config = {"weights_file": svc.weights} if svc.weights else {}
+    voter = pin(Voter.options(name="Voter", user_config=voter_config)).bind(d, reader)
+    return pin(EorIngress.options(name=INGRESS)).bind(d, groups, [list(g) for g in group_specs], voter, reader,
+                                                      {"Wiki": wiki, "SE": se})
 
 
 def app_builder(args: dict[str, Any]):
@@ -98,11 +117,22 @@ class LocalService:
                                                  grpc_servicer_functions=["serve.grpc_service.add_eor_servicer"]))
         else:
             serve.start(proxy_location="Disabled")
-        # a route prefix makes the app routable through Ray's proxies (None: handles only)
-        handle = serve.run(build_app(self.settings), name=APP_NAME, blocking=False,
-                           route_prefix="/" if svc.ray_grpc_port else None)
+        handle = self._deploy(None)
         self._start_front(handle)
         return self
+
+    def _deploy(self, voter_config: dict | None) -> Any:
+        from ray import serve
+
+        # a route prefix makes the app routable through Ray's proxies (None: handles only)
+        return serve.run(build_app(self.settings, voter_config), name=APP_NAME, blocking=False,
+                         route_prefix="/" if self.settings.service.ray_grpc_port else None)
+
+    async def apply_weights(self, weights: dict) -> str:
+        """`eor fit --push`: the pushed weights become the Voter's user_config (a lightweight
+        update: the live replica's reconfigure(), nothing restarts)."""
+        await asyncio.get_running_loop().run_in_executor(None, self._deploy, {"weights": weights})
+        return "user_config weights (pushed)"
 
     def _start_front(self, handle: Any) -> None:
         from serve.grpc_service import EorFront
@@ -113,7 +143,8 @@ class LocalService:
         err: list[BaseException] = []
 
         async def boot():
-            self.front = EorFront(handle, svc.host, svc.port, svc.tls_cert, svc.tls_key)
+            self.front = EorFront(handle, svc.host, svc.port, svc.tls_cert, svc.tls_key,
+                                  apply_weights=self.apply_weights)
             await self.front.start()
 
         def run():

@@ -145,7 +145,7 @@ def _voter_setup(args, pool):
 
 def _ask_remote(args) -> int:
     """`eor ask --server HOST:PORT`: the questions go to a running `eor serve` over gRPC."""
-    from serve.client import EorClient, reply_to_dict
+    from protos.client import EorClient, reply_to_dict
 
     import grpc
 
@@ -285,8 +285,23 @@ def _check_push(target: str | None) -> None:
     host, _, port = target.rpartition(":")
     if not host or not port.isdigit():
         raise ValueError(f"--push expects HOST:PORT, got {target!r}")
-    raise NotImplementedError("--push is not implemented until the voter service exists; "
-                              "run without --push (the weights are written to --out)")
+
+
+def push_weights(target: str, path: Path) -> int:
+    """Send a weights file to a live system (SetVoterWeights): the Voter's user_config changes,
+    nothing restarts. The file stays the record of what was pushed."""
+    import grpc
+
+    from protos.client import EorClient
+
+    with EorClient(target, timeout_s=300.0) as client:
+        try:
+            reply = client.set_voter_weights(path.read_text())
+        except grpc.RpcError as exc:
+            print(f"eor: push to {target} failed: {exc.code().name}: {exc.details()}", file=sys.stderr)
+            return 1
+    print(f"weights pushed to {target}: {reply.source}; voting retrievers: {', '.join(reply.retrievers)}")
+    return 0
 
 
 def cmd_fit(args) -> int:
@@ -312,7 +327,7 @@ def cmd_fit(args) -> int:
     out = save_weights(args.out or eor_home() / DEFAULT_WEIGHTS, report.saved)
     print(format_report(report))
     print(f"weights written to {out}")
-    return 0
+    return push_weights(args.push, Path(out)) if args.push else 0
 
 
 def cmd_eval(args) -> int:
@@ -399,7 +414,7 @@ def build_parser() -> argparse.ArgumentParser:
     questions_args(f, "fit")
     voter_args(f)
     f.add_argument("--out", help=f"weights file to write (default: $EOR_HOME/{DEFAULT_WEIGHTS})")
-    f.add_argument("--push", metavar="HOST:PORT", help="push the weights to a running system (not yet implemented)")
+    f.add_argument("--push", metavar="HOST:PORT", help="after fitting, push the weights to a running `eor serve` (live update, no restart)")
     common(f)
     f.set_defaults(func=cmd_fit)
 

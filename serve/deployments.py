@@ -18,13 +18,13 @@ import importlib
 import logging
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any, Sequence
 
 from ray import serve
 
 from retrievers.reader import CachedReader, ReaderEngine, SamplingParams
-from retrievers.types import QuestionResult
+from retrievers.types import Passage, QuestionResult
 from serve import metrics
 from serve.handles import RemoteEncoder, RemoteEngine, RemoteSource, StageClock, unwrap_prompt
 from serve.service_config import AppSettings, settings_from_dict
@@ -151,6 +151,14 @@ class Source:
         return await asyncio.get_running_loop().run_in_executor(self._thread, self.encoder.encode, texts)
 
 
+@dataclass(frozen=True)
+class GroupRun:
+    """A retriever group's answer to one call: the results and the seconds it waited on the reader."""
+
+    results: list[QuestionResult]
+    reader_s: float = 0.0
+
+
 @serve.deployment(ray_actor_options=THIN, max_ongoing_requests=32)
 class RetrieverGroup:
     """A few retriever specs in one thin actor, run by the ordinary staged RetrieverPool."""
@@ -177,10 +185,11 @@ class RetrieverGroup:
             self._pools[top_k] = self._make(top_k)
         return self._pools[top_k]
 
-    def _run(self, questions: list[str], specs: list[str], top_k: int) -> list[QuestionResult]:
+    def _run(self, questions: list[str], specs: list[str], top_k: int,
+             documents: Sequence[Sequence[Passage]] | None) -> GroupRun:
         StageClock.reset()
         t = time.perf_counter()
-        results = self._pool(top_k).run(questions, specs)
+        results = self._pool(top_k).run(questions, specs, documents)
         spent = StageClock.spent()
         for stage in ("retrieve", "read"):
             metrics.observe("eor_stage_seconds", spent.get(stage, 0.0), stage=stage)
@@ -189,10 +198,11 @@ class RetrieverGroup:
             for c in r.candidates:
                 if c.error is not None:
                     metrics.inc("eor_retriever_errors", retriever=c.retriever)
-        return results
+        return GroupRun(results, spent.get("read", 0.0))
 
-    async def run(self, questions: list[str], specs: list[str], top_k: int = 0) -> list[QuestionResult]:
-        return await asyncio.to_thread(self._run, questions, specs, top_k)
+    async def run(self, questions: list[str], specs: list[str], top_k: int = 0,
+                  documents: Sequence[Sequence[Passage]] | None = None) -> GroupRun:
+        return await asyncio.to_thread(self._run, questions, specs, top_k, documents)
 
     async def ping(self) -> list[str]:
         return self.specs

@@ -12,9 +12,10 @@ with invalid UTF-8 or wrong field types is answered INVALID_ARGUMENT, not INTERN
 """
 from __future__ import annotations
 
+import json
 import logging
 from pathlib import Path
-from typing import Any
+from typing import Any, Awaitable, Callable
 
 import grpc
 
@@ -47,32 +48,54 @@ def add_eor_servicer(servicer: Any, server: Any) -> None:
         server.add_registered_method_handlers(SERVICE, handlers)
 
 
-class _Forward:
-    """Servicer of the front: every rpc goes to EorIngress.call through the Serve handle."""
+ApplyWeights = Callable[[dict], Awaitable[str]]
 
-    def __init__(self, ingress: Any):
+
+class _Forward:
+    """Servicer of the front: every rpc goes to EorIngress.call through the Serve handle.
+
+    SetVoterWeights is the exception: the ingress only checks the weights (and the token,
+    as "CheckVoterWeights"); then `apply_weights` (the app's owner) redeploys the Voter's
+    user_config."""
+
+    def __init__(self, ingress: Any, apply_weights: ApplyWeights | None = None):
         self.ingress = ingress
+        self.apply_weights = apply_weights
         for name in RPCS:
             setattr(self, name, self._rpc(name))
 
     def _rpc(self, name: str):
         async def handle(request, context: grpc.aio.ServicerContext):
+            method = "CheckVoterWeights" if name == "SetVoterWeights" else name
             try:
-                reply, code, details = await self.ingress.call.remote(name, request, list(context.invocation_metadata()))
+                reply, code, details = await self.ingress.call.remote(method, request,
+                                                                      list(context.invocation_metadata()))
             except Exception as exc:  # the ingress itself is down
                 log.exception("ingress call failed")
                 await context.abort(grpc.StatusCode.UNAVAILABLE, f"ingress unavailable: {type(exc).__name__}")
             if code != "OK":
                 await context.abort(grpc.StatusCode[code], details)
+            if name == "SetVoterWeights":
+                reply.source = await self._apply(request, context)
             return reply
         return handle
+
+    async def _apply(self, request, context) -> str:
+        if self.apply_weights is None:
+            await context.abort(grpc.StatusCode.FAILED_PRECONDITION, "this front cannot redeploy the voter")
+        try:
+            return await self.apply_weights(json.loads(request.weights_json))
+        except Exception as exc:
+            log.exception("applying pushed weights failed")
+            await context.abort(grpc.StatusCode.INTERNAL, f"applying the weights failed: {type(exc).__name__}: {exc}"[:500])
 
 
 class EorFront:
     """The standalone gRPC front: `await front.start()`, `front.address`, `await front.stop()`."""
 
     def __init__(self, ingress: Any, host: str = "127.0.0.1", port: int = 50051,
-                 tls_cert: str = "", tls_key: str = "", max_message_mb: int = 4):
+                 tls_cert: str = "", tls_key: str = "", max_message_mb: int = 4,
+                 apply_weights: ApplyWeights | None = None):
         if bool(tls_cert) != bool(tls_key):
             raise ValueError("TLS needs both tls_cert and tls_key")
         self.ingress = ingress
@@ -81,7 +104,7 @@ class EorFront:
         opts = [("grpc.max_receive_message_length", max_message_mb * 1024 * 1024),
                 ("grpc.so_reuseport", 0)]
         self.server = grpc.aio.server(options=opts)
-        add_eor_servicer(_Forward(ingress), self.server)
+        add_eor_servicer(_Forward(ingress, apply_weights), self.server)
         from grpc_reflection.v1alpha import reflection
 
         reflection.enable_server_reflection([SERVICE, reflection.SERVICE_NAME], self.server)

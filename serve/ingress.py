@@ -27,7 +27,8 @@ from retrievers.types import Candidate, Context, QuestionResult
 from serve import metrics
 from serve.handles import wrap_prompt
 from serve.service_config import settings_from_dict
-from serve.wire import AskSpec, InvalidArgument, ask_reply, parse_ask, parse_generate
+from serve.wire import (AskSpec, InvalidArgument, ask_reply, parse_ask, parse_generate, parse_retrieve,
+                        parse_weights, retrieve_reply)
 
 log = logging.getLogger(__name__)
 
@@ -42,8 +43,10 @@ class RpcError(Exception):
 
 @serve.deployment(ray_actor_options={"num_cpus": 0}, max_ongoing_requests=256)
 class EorIngress:
-    def __init__(self, settings: dict, groups: list, group_specs: list, voter: Any, reader: Any):
+    def __init__(self, settings: dict, groups: list, group_specs: list, voter: Any, reader: Any,
+                 sources: dict | None = None):
         self.settings = settings_from_dict(settings)
+        self.sources = dict(sources or {})  # name -> source deployment (Retrieve)
         self.limits = self.settings.service
         self.pool = list(self.settings.eor.pool.specs)
         self.groups = list(zip([tuple(g) for g in group_specs], groups))
@@ -74,13 +77,21 @@ class EorIngress:
     async def Health(self, request, grpc_context=None):  # noqa: N802
         return await self._proxy("Health", request, grpc_context, eor_pb2.HealthReply())
 
+    async def Retrieve(self, request, grpc_context=None):  # noqa: N802
+        return await self._proxy("Retrieve", request, grpc_context, eor_pb2.RetrieveReply())
+
+    async def SetVoterWeights(self, request, grpc_context=None):  # noqa: N802
+        return await self._proxy("SetVoterWeights", request, grpc_context, eor_pb2.SetVoterWeightsReply())
+
     # ---- one code path for both fronts ---------------------------------------------
     async def call(self, method: str, request: Any, metadata: Sequence[tuple[str, Any]] = ()) -> tuple[Any, str, str]:
         """(reply or None, status code name, details)."""
         try:
             self._check_token(metadata)
             handler = {"Ask": self._ask_one, "AskBatch": self._ask_batch, "Generate": self._generate,
-                       "Health": self._health}.get(method)
+                       "Health": self._health, "Retrieve": self._retrieve,
+                       "SetVoterWeights": self._refuse_weights, "CheckVoterWeights": self._check_weights,
+                       }.get(method)
             if handler is None:
                 raise RpcError(grpc.StatusCode.UNIMPLEMENTED, f"no rpc {method!r}")
             reply, code, details = await handler(request), OK, ""
@@ -112,8 +123,9 @@ class EorIngress:
         spec = parse_ask(request, self.pool, self.limits, batch=True)
         return eor_pb2.AskBatchReply(replies=await self._ask(spec))
 
-    async def _group(self, handle: Any, questions: list[str], specs: list[str], top_k: int, timeout: float):
-        resp = handle.run.remote(questions, specs, top_k)
+    async def _group(self, handle: Any, questions: list[str], specs: list[str], top_k: int, timeout: float,
+                     documents: Any = None):
+        resp = handle.run.remote(questions, specs, top_k, documents)
 
         async def wait():
             return await resp
@@ -132,9 +144,10 @@ class EorIngress:
         wanted = set(spec.retrievers)
         calls = [(specs, handle, [s for s in specs if s in wanted]) for specs, handle in self.groups]
         calls = [(sub, handle) for _, handle, sub in calls if sub]
-        outcomes = await asyncio.gather(*[self._group(h, qs, sub, spec.top_k, timeout) for sub, h in calls],
-                                        return_exceptions=True)
+        outcomes = await asyncio.gather(*[self._group(h, qs, sub, spec.top_k, timeout, spec.documents)
+                                          for sub, h in calls], return_exceptions=True)
         by_spec: list[dict[str, Candidate]] = [{} for _ in qs]
+        reader_s = 0.0
         for (sub, _), out in zip(calls, outcomes):
             if isinstance(out, BaseException):
                 timed_out = isinstance(out, asyncio.TimeoutError)
@@ -144,7 +157,8 @@ class EorIngress:
                     for d in by_spec:
                         d[s] = Candidate(s, "", Context(s), error=why)
                 continue
-            for d, result in zip(by_spec, out):
+            reader_s += out.reader_s
+            for d, result in zip(by_spec, out.results):
                 for c in result.candidates:
                     d[c.retriever] = c
         results = [QuestionResult(q, tuple(d[s] for s in spec.retrievers if s in d)) for q, d in zip(qs, by_spec)]
@@ -157,8 +171,33 @@ class EorIngress:
         for r, v in zip(results, votes):
             if v.margin is not None:
                 metrics.observe("eor_vote_margin", v.margin)
-            replies.append(ask_reply(r, v, r.failed, now - t0))
+            replies.append(ask_reply(r, v, r.failed, now - t0, reader_s / len(qs)))
         return replies
+
+    async def _retrieve(self, request) -> eor_pb2.RetrieveReply:
+        spec = parse_retrieve(request, sorted(self.sources), self.limits)
+        k = spec.k or self.settings.eor.pool.default_k
+        timeout = self.limits.retriever_timeout_s
+
+        async def search(src: str):
+            return await asyncio.wait_for(self.sources[src].search.remote(list(spec.questions), k), timeout)
+        found = await asyncio.gather(*[search(s) for s in spec.sources], return_exceptions=True)
+        return retrieve_reply(spec, dict(zip(spec.sources, found)))
+
+    async def _check_weights(self, request) -> eor_pb2.SetVoterWeightsReply:
+        """Pushed weights, checked against the pool (auth included). Applying them is the front's
+        job: it holds the app and redeploys the Voter's user_config (serve/app.py). The front
+        calls this as "CheckVoterWeights", a name no proxy routes (it is not in the proto)."""
+        saved = parse_weights(request, self.pool)
+        kept = [s for s, k in zip(saved.pool, saved.weights.kept) if k]
+        return eor_pb2.SetVoterWeightsReply(source="checked", retrievers=kept)
+
+    async def _refuse_weights(self, request) -> eor_pb2.SetVoterWeightsReply:
+        """SetVoterWeights through Ray Serve's own proxy: there is no front to redeploy the app."""
+        await self._check_weights(request)
+        raise RpcError(grpc.StatusCode.FAILED_PRECONDITION,
+                       "this endpoint cannot apply weights: push through `eor serve`'s gRPC front, or set the "
+                       "Voter's user_config ({\"weights_file\": PATH}) in deploy/serve.yaml and `serve deploy` it")
 
     async def _generate(self, request) -> eor_pb2.GenerateReply:
         req = parse_generate(request, self.limits)

@@ -41,6 +41,8 @@ class ServiceConfig:
     max_prompts: int = 64  # prompts per Generate
     max_prompt_chars: int = 20000
     max_tokens: int = 512  # Generate's max_tokens cap
+    max_documents: int = 50  # grounding documents per question (Ask.documents)
+    max_document_chars: int = 20000  # characters per grounding document
     reader_batch_wait_s: float = 0.02  # the reader waits this long for concurrent calls to merge
     reader_max_batch: int = 256  # prompts per engine call at most
     voter_metrics: tuple[str, ...] = ("em", "bertscore", "nli")

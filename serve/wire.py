@@ -6,12 +6,13 @@ the ingress answers with INVALID_ARGUMENT like every other input-limit violation
 """
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
 from protos import eor_pb2
-from retrievers.types import QuestionResult
+from retrievers.types import Passage, QuestionResult
 from serve.service_config import ServiceConfig
 
 MAX_TOP_K = 100
@@ -68,6 +69,21 @@ class AskSpec:
     retrievers: tuple[str, ...]  # in pool order
     top_k: int  # 0: the pool default
     deadline_s: float  # 0: none
+    documents: tuple[tuple[Passage, ...], ...] | None = None  # per question; () for "search"
+
+
+def parse_documents(docs: Sequence[Any], limits: ServiceConfig, where: str) -> tuple[Passage, ...]:
+    if len(docs) > limits.max_documents:
+        raise InvalidArgument(f"{where}: too many documents: {len(docs)} (limit {limits.max_documents})")
+    out = []
+    for i, d in enumerate(docs):
+        if not d.text.strip():
+            raise InvalidArgument(f"{where}[{i}] has no text")
+        if len(d.text) + len(d.title) > limits.max_document_chars:
+            raise InvalidArgument(f"{where}[{i}] too long: {len(d.text) + len(d.title)} characters "
+                                  f"(limit {limits.max_document_chars})")
+        out.append(Passage(d.id or f"doc:{i}", d.title, d.text, d.source or "given", float(d.score)))
+    return tuple(out)
 
 
 def parse_ask(request: Any, pool: Sequence[str], limits: ServiceConfig, batch: bool) -> AskSpec:
@@ -80,8 +96,16 @@ def parse_ask(request: Any, pool: Sequence[str], limits: ServiceConfig, batch: b
         if len(qs) > limits.max_batch:
             raise InvalidArgument(f"batch too large: {len(qs)} questions (limit {limits.max_batch})")
         questions = tuple(check_question(q, limits, f"questions[{i}]") for i, q in enumerate(qs))
+        documents = None
+        if request.documents:
+            if len(request.documents) != len(qs):
+                raise InvalidArgument(f"documents has {len(request.documents)} entries for {len(qs)} questions "
+                                      "(one per question, or none)")
+            documents = tuple(parse_documents(d.passages, limits, f"documents[{i}]")
+                              for i, d in enumerate(request.documents))
     else:
         questions = (check_question(request.question, limits),)
+        documents = (parse_documents(request.documents, limits, "documents"),) if request.documents else None
     unknown = [s for s in request.retrievers if s not in pool]
     if unknown:
         raise InvalidArgument(f"unknown retriever(s) {unknown}; the pool: {', '.join(pool)}")
@@ -92,7 +116,49 @@ def parse_ask(request: Any, pool: Sequence[str], limits: ServiceConfig, batch: b
     d = float(request.deadline_s)
     if not math.isfinite(d) or d < 0 or d > MAX_DEADLINE_S:
         raise InvalidArgument(f"deadline_s must be in [0, {MAX_DEADLINE_S}] (0: the server default), got {d}")
-    return AskSpec(questions, retrievers, int(request.top_k), d)
+    return AskSpec(questions, retrievers, int(request.top_k), d, documents)
+
+
+@dataclass(frozen=True)
+class RetrieveSpec:
+    questions: tuple[str, ...]
+    k: int  # 0: the pool default
+    sources: tuple[str, ...]
+
+
+def parse_retrieve(request: Any, sources: Sequence[str], limits: ServiceConfig) -> RetrieveSpec:
+    if isinstance(request, BadRequest):
+        raise InvalidArgument(request.message)
+    qs = list(request.questions)
+    if not qs:
+        raise InvalidArgument("questions is empty")
+    if len(qs) > limits.max_batch:
+        raise InvalidArgument(f"batch too large: {len(qs)} questions (limit {limits.max_batch})")
+    questions = tuple(check_question(q, limits, f"questions[{i}]") for i, q in enumerate(qs))
+    unknown = [s for s in request.sources if s not in sources]
+    if unknown:
+        raise InvalidArgument(f"unknown source(s) {unknown}; sources: {', '.join(sources)}")
+    if request.k > MAX_TOP_K:
+        raise InvalidArgument(f"k {request.k} above the limit {MAX_TOP_K}")
+    return RetrieveSpec(questions, int(request.k), tuple(request.sources) or tuple(sources))
+
+
+def retrieve_reply(spec: RetrieveSpec, hits: dict[str, Any]) -> eor_pb2.RetrieveReply:
+    """`hits`: source -> list of passage lists (one per question), or an exception."""
+    reply = eor_pb2.RetrieveReply()
+    for qi, q in enumerate(spec.questions):
+        res = reply.results.add(question=q)
+        for src in spec.sources:
+            got = hits[src]
+            if isinstance(got, BaseException):
+                res.sources.add(source=src, error=f"{type(got).__name__}: {got}"[:500])
+                continue
+            res.sources.add(source=src, passages=[_passage(p) for p in got[qi]])
+    return reply
+
+
+def _passage(p: Passage) -> eor_pb2.Passage:
+    return eor_pb2.Passage(id=p.pid, title=p.title, text=p.text, source=p.source, score=float(p.score))
 
 
 def parse_generate(request: Any, limits: ServiceConfig) -> eor_pb2.GenerateRequest:
@@ -115,10 +181,12 @@ def parse_generate(request: Any, limits: ServiceConfig) -> eor_pb2.GenerateReque
     return request
 
 
-def ask_reply(result: QuestionResult, vote: Any, missing: Sequence[str], latency_s: float) -> eor_pb2.AskReply:
+def ask_reply(result: QuestionResult, vote: Any, missing: Sequence[str], latency_s: float,
+              reader_s: float = 0.0) -> eor_pb2.AskReply:
     """One question's reply: the vote, every candidate with its score, the winner's evidence."""
     reply = eor_pb2.AskReply(question=result.question, answer=vote.answer if vote else "",
-                             retriever=(vote.retriever or "") if vote else "", latency_s=latency_s)
+                             retriever=(vote.retriever or "") if vote else "", latency_s=latency_s,
+                             reader_s=reader_s)
     if vote is not None and vote.score is not None:
         reply.score = vote.score
     if vote is not None and vote.margin is not None:
@@ -131,9 +199,29 @@ def ask_reply(result: QuestionResult, vote: Any, missing: Sequence[str], latency
             cand.score = s
         reply.candidates.append(cand)
         if vote is not None and c.retriever == vote.retriever:
-            for p in c.context.passages:
-                reply.passages.append(eor_pb2.Passage(id=p.pid, title=p.title, text=p.text,
-                                                      source=p.source, score=float(p.score)))
+            reply.passages.extend(_passage(p) for p in c.context.passages)
             reply.document = c.context.document or ""
     reply.missing.extend(missing)
     return reply
+
+
+MAX_WEIGHTS_CHARS = 1_000_000
+
+
+def parse_weights(request: Any, pool: Sequence[str]) -> Any:
+    """A pushed weights file (SetVoterWeights), parsed and checked against the live pool."""
+    from voter.weights_io import SavedWeights, check_compatible
+
+    if isinstance(request, BadRequest):
+        raise InvalidArgument(request.message)
+    text = request.weights_json
+    if not text.strip():
+        raise InvalidArgument("weights_json is empty")
+    if len(text) > MAX_WEIGHTS_CHARS:
+        raise InvalidArgument(f"weights_json too long: {len(text)} characters (limit {MAX_WEIGHTS_CHARS})")
+    try:
+        saved = SavedWeights.from_dict(json.loads(text))
+        check_compatible(saved, pool=pool)
+    except (ValueError, KeyError, TypeError) as exc:
+        raise InvalidArgument(f"weights refused: {type(exc).__name__}: {exc}"[:2000]) from None
+    return saved

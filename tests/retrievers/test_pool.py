@@ -350,3 +350,37 @@ def test_a_malformed_spec_in_a_subset_names_the_bad_token(setup):
 
     with pytest.raises(SpecError, match="@XX"):
         setup.pool.run(["q"], ["SE@XX"])
+
+
+GIVEN = [Passage("doc:a", "Alpha", fill("the given alpha document", 300), "bench"),
+         Passage("doc:b", "Beta", fill("the given beta document", 120), "bench")]
+
+
+def test_given_documents_replace_both_sources_for_that_question_only(setup):
+    other = "who wrote the other question"
+    with_docs, searched = setup.pool.run([QUESTION, other], specs=["Wiki@10", "SE@1", "SE@2&Wiki@5"],
+                                         documents=[GIVEN, None])
+    c = by_spec(with_docs)
+    assert [p.pid for p in c["Wiki@10"].context.passages] == ["doc:a", "doc:b"]
+    assert [p.pid for p in c["SE@1"].context.passages] == ["doc:a"]  # SE@1: the first one, cut
+    assert c["SE@1"].context.passages[0].text == truncate_words(GIVEN[0].text, 1000)
+    se2 = [p.text for p in c["SE@2&Wiki@5"].context.passages[:2]]
+    assert se2 == [truncate_words(d.text, 250) for d in GIVEN]  # SE@k>1: 250 words each
+    # only the other question was searched, and its candidates come from the sources
+    assert setup.wiki.calls == [([other], 10)] and setup.se.calls == [([other], 2)]
+    assert all(not p.pid.startswith("doc:") for p in by_spec(searched)["Wiki@10"].context.passages)
+
+
+def test_given_documents_are_chunked_and_reranked_by_rr(setup, memo_encoder):
+    (r,) = setup.pool.run([QUESTION], specs=["SE@RR@10", "PK", "ReFree"], documents=[GIVEN])
+    c = by_spec(r)
+    chunks = chunks_of(GIVEN)
+    order = np.argsort(-cosine(memo_encoder, QUESTION, chunks), kind="stable")
+    assert [p.pid for p in c["SE@RR@10"].context.passages] == [chunks[i].pid for i in order][:10]
+    assert c["PK"].context.passages == () and c["ReFree"].context.passages == ()
+    assert setup.se.calls == [] and setup.wiki.calls == []
+
+
+def test_documents_must_match_the_questions(setup):
+    with pytest.raises(ValueError, match="1 questions but 2 document lists"):
+        setup.pool.run([QUESTION], documents=[GIVEN, GIVEN])

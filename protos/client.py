@@ -1,13 +1,16 @@
-"""A small gRPC client of eor.v1.Eor (used by `eor ask --server` and bench/load_test.py).
+"""The gRPC client of eor.v1.Eor: `eor ask --server`, `eor fit --push` and the bench.
 
     with EorClient("127.0.0.1:50051", token=..., tls_ca=...) as c:
         reply = c.ask("who painted the mona lisa")
+
+It lives beside the wire format (not in `serve/`) because the bench is a pure client: it
+imports `protos` and never the server's packages.
 """
 from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Sequence
+from typing import Mapping, Sequence
 
 import grpc
 
@@ -38,15 +41,28 @@ class EorClient:
         self.stub = eor_pb2_grpc.EorStub(self.channel)
 
     def ask(self, question: str, retrievers: Sequence[str] = (), top_k: int = 0,
-            deadline_s: float = 0.0) -> eor_pb2.AskReply:
-        req = eor_pb2.AskRequest(question=question, retrievers=list(retrievers), top_k=top_k, deadline_s=deadline_s)
+            deadline_s: float = 0.0, documents: Sequence[Mapping] = ()) -> eor_pb2.AskReply:
+        """`documents`: grounding passages ({"title", "text"[, "id", "source"]}) read instead
+        of searching Wiki and SE."""
+        req = eor_pb2.AskRequest(question=question, retrievers=list(retrievers), top_k=top_k,
+                                 deadline_s=deadline_s, documents=[to_passage(d) for d in documents])
         return self.stub.Ask(req, timeout=self.timeout_s, metadata=self.metadata)
 
     def ask_batch(self, questions: Sequence[str], retrievers: Sequence[str] = (), top_k: int = 0,
-                  deadline_s: float = 0.0) -> eor_pb2.AskBatchReply:
+                  deadline_s: float = 0.0, documents: Sequence[Sequence[Mapping]] = ()) -> eor_pb2.AskBatchReply:
+        """`documents`: empty, or one list of passages per question (empty list: search)."""
+        docs = [eor_pb2.Documents(passages=[to_passage(d) for d in ds]) for ds in documents]
         req = eor_pb2.AskBatchRequest(questions=list(questions), retrievers=list(retrievers), top_k=top_k,
-                                      deadline_s=deadline_s)
+                                      deadline_s=deadline_s, documents=docs)
         return self.stub.AskBatch(req, timeout=self.timeout_s, metadata=self.metadata)
+
+    def retrieve(self, questions: Sequence[str], k: int = 0, sources: Sequence[str] = ()) -> eor_pb2.RetrieveReply:
+        req = eor_pb2.RetrieveRequest(questions=list(questions), k=k, sources=list(sources))
+        return self.stub.Retrieve(req, timeout=self.timeout_s, metadata=self.metadata)
+
+    def set_voter_weights(self, weights_json: str) -> eor_pb2.SetVoterWeightsReply:
+        req = eor_pb2.SetVoterWeightsRequest(weights_json=weights_json)
+        return self.stub.SetVoterWeights(req, timeout=self.timeout_s, metadata=self.metadata)
 
     def generate(self, prompts: Sequence[str], max_tokens: int = 64, temperature: float = 0.0,
                  raw: bool = False, cue: str = "", stop: Sequence[str] = ()) -> eor_pb2.GenerateReply:
@@ -67,6 +83,11 @@ class EorClient:
         self.close()
 
 
+def to_passage(doc: Mapping) -> eor_pb2.Passage:
+    return eor_pb2.Passage(id=str(doc.get("id", "")), title=str(doc.get("title", "")), text=str(doc["text"]),
+                           source=str(doc.get("source", "")), score=float(doc.get("score", 0.0)))
+
+
 def reply_to_dict(r: eor_pb2.AskReply) -> dict:
     """An AskReply as JSON-ready data, shaped like `eor ask --json`."""
     return {
@@ -80,4 +101,5 @@ def reply_to_dict(r: eor_pb2.AskReply) -> dict:
         "document": r.document or None,
         "failed": list(r.missing),
         "latency_s": r.latency_s,
+        "reader_s": r.reader_s,
     }
