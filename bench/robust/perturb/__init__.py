@@ -1,0 +1,4 @@
+"""Perturbations of queries and documents: registered by name, seeded, composable."""
+from bench.robust.perturb.base import Compose, Generator, Perturbation, get, names, register
+
+__all__ = ["Compose", "Generator", "Perturbation", "get", "names", "register"]
