@@ -4,7 +4,7 @@
     python -m bench.load_test load    --server 127.0.0.1:50051 -n 300 -c 8 --distinct 30
     python -m bench.load_test compare --server 127.0.0.1:50051 --cold 20 --single Wiki@10
     # start the service in this process (needed for `fault`: it kills a Ray actor):
-    python -m bench.load_test fault --start [--config eor.yaml] -n 40 -c 4 --kill-after 20
+    python -m bench.load_test fault --start [--config eor.yaml] --fault-n 60 -c 8 --kill-after 20
     python -m bench.load_test all --start --out var/bench/load.json
 
 load:    N Ask calls at concurrency C cycling over D distinct questions (repeats may hit the
@@ -12,8 +12,9 @@ load:    N Ask calls at concurrency C cycling over D distinct questions (repeats
          hit rate and mean batch size (prompts per engine call).
 compare: cold EoR-16 vs one retriever, in the same run, over disjoint sets of never-asked
          questions (so both are cold); the headline is the ratio of mean latencies.
-fault:   during a load, kill one retriever-group actor; expect no failed request, affected
-         replies listing its retrievers as missing, Ray restarting it, later replies complete.
+fault:   during a load (`--fault-n` calls over the load's distinct questions), kill one
+         retriever-group actor; expect no failed request, affected replies listing its
+         retrievers as missing, Ray restarting it, later replies complete.
 """
 from __future__ import annotations
 
@@ -165,6 +166,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--distinct", type=int, default=30)
     ap.add_argument("--cold", type=int, default=20)
     ap.add_argument("--single", default="Wiki@10")
+    ap.add_argument("--fault-n", type=int, default=60, help="calls of the fault test's load")
     ap.add_argument("--kill-after", type=float, default=30.0)
     ap.add_argument("--kill-group", type=int, default=1, help="index of the retriever group whose actor dies")
     ap.add_argument("--out", help="write the report JSON here")
@@ -185,7 +187,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         with EorClient(args.server) as client:
             client.health()
-            # disjoint slices: the load's questions, then fresh ones for compare and fault
+            # the load's questions, then fresh ones for compare; the fault test reuses the load's
             if args.mode in ("load", "all"):
                 report["load"] = load_test(client, qs, args.n, args.c, args.distinct)
             if args.mode in ("compare", "all"):
@@ -194,10 +196,11 @@ def main(argv: list[str] | None = None) -> int:
                 if service is None:
                     raise SystemExit("the fault test kills a Ray actor: run it with --start")
                 specs = list(service.settings.groups()[args.kill_group])
-                report["fault"] = fault_test(client, qs[args.distinct + 2 * args.cold:], args.n, args.c,
+                report["fault"] = fault_test(client, qs[:args.distinct], args.fault_n, args.c,
                                              args.kill_after, specs, args.kill_group)
         if service is not None:
             report["memory"] = memory_report()
+            report["metrics"] = metrics_snapshot(service.metrics_address)
     finally:
         if service is not None:
             service.stop()
@@ -208,6 +211,26 @@ def main(argv: list[str] | None = None) -> int:
         Path(args.out).write_text(text + "\n")
     failed = sum(report.get(k, {}).get("failed", 0) for k in ("load", "fault"))
     return 1 if failed else 0
+
+
+def metrics_snapshot(address: str) -> dict:
+    """What `curl http://ADDRESS/metrics` shows of eor's metrics: per metric, the sum of its
+    samples (counters and histogram `_count`s), so a report can show they moved."""
+    import urllib.request
+
+    text = urllib.request.urlopen(f"http://{address}/metrics", timeout=30).read().decode()
+    sums: dict[str, float] = {}
+    for line in text.splitlines():
+        if line.startswith("#") or "eor_" not in line:
+            continue
+        name = line.split("{", 1)[0].split(" ", 1)[0]
+        if name.endswith("_bucket") or name.endswith("_sum"):
+            continue
+        try:
+            sums[name] = sums.get(name, 0.0) + float(line.rsplit(" ", 1)[1])
+        except ValueError:
+            continue
+    return {"address": address, "sums": dict(sorted(sums.items()))}
 
 
 def memory_report() -> dict:

@@ -6,6 +6,7 @@
     eor fit --questions FILE [--dataset D] [--limit N] [--split fit] [--metrics em,bertscore,nli]
             [--nli-model PATH] [--pooling mean] [--out weights.json] [--push HOST:PORT]
     eor eval --questions FILE [--split eval] [--weights W] [--json] [--out-dir DIR]
+    eor bench {sure,rare,query} --server HOST:PORT --questions FILE --limit N [--every 6h]
 
 fit and eval run the pool over the questions resumably (run log under $EOR_HOME/runs) and
 judge answers by Match (see serve/fitting.py); without --weights, ask and eval vote with
@@ -426,7 +427,31 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--out-dir", help=f"where eval.json and the PNGs go (default: $EOR_HOME/{DEFAULT_EVAL_DIR})")
     common(e)
     e.set_defaults(func=cmd_eval)
+
+    b = sub.add_parser("bench", help="robustness suites against a live server (SURE, RARE, query-level)",
+                       add_help=False)
+    b.add_argument("rest", nargs=argparse.REMAINDER, help="bench.robust's arguments: {sure,rare,query} --server ...")
+    b.set_defaults(func=cmd_bench)
     return p
+
+
+BENCH_PYTHON = Path(__file__).resolve().parents[1] / ".venv-bench" / "bin" / "python"
+
+
+def cmd_bench(args) -> int:
+    """The bench is a separate gRPC client with its own environment (TextAttack needs
+    transformers < 5, vLLM >= 5): run it there, in a child process."""
+    return run_bench(args.rest)
+
+
+def run_bench(rest: list[str]) -> int:
+    import subprocess
+
+    python = str(BENCH_PYTHON) if BENCH_PYTHON.exists() else sys.executable
+    if python == sys.executable:
+        print(f"eor: note: {BENCH_PYTHON} not found (bench/setup.sh creates it); running the bench here, "
+              "where the TextAttack perturbations are unavailable", file=sys.stderr)
+    return subprocess.call([python, "-m", "bench.robust", *rest], cwd=BENCH_PYTHON.parents[2])
 
 
 def questions_args(sp, default_split: str) -> None:
@@ -450,6 +475,9 @@ def voter_args(sp) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["bench"]:  # every option (--help included) belongs to the bench
+        return run_bench(argv[1:])
     _quiet_logs()
     args = build_parser().parse_args(argv)
     try:
