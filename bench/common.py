@@ -1,4 +1,4 @@
-"""Helpers shared by the bench scripts: question files and timing."""
+"""Helpers shared by the bench scripts: question and corpus files, timing."""
 from __future__ import annotations
 
 import json
@@ -7,7 +7,9 @@ import time
 from contextlib import contextmanager
 from pathlib import Path
 
-DEFAULT_QUESTIONS = str(Path(__file__).resolve().parents[2] / "shared" / "data" / "questions.dev.jsonl")
+SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
+DEFAULT_QUESTIONS = str(SHARED_DATA / "questions.dev.jsonl")
+DEFAULT_CORPUS = str(SHARED_DATA / "corpus.jsonl")
 
 
 def read_questions(path: str = DEFAULT_QUESTIONS, dataset: str | None = "nq-open-oracle",
@@ -23,6 +25,25 @@ def read_questions(path: str = DEFAULT_QUESTIONS, dataset: str | None = "nq-open
             out.append(r)
             if limit and len(out) >= limit:
                 break
+    return out
+
+
+def read_corpus(path: str = DEFAULT_CORPUS) -> dict[str, dict]:
+    """A `{"id","title","text","source"}` JSONL corpus as {id: record}, in file order; a bad
+    line is an error naming the line."""
+    if not os.path.exists(path):
+        raise SystemExit(f"corpus file not found: {path}")
+    out: dict[str, dict] = {}
+    with open(path, encoding="utf-8") as f:
+        for lineno, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                r = json.loads(line)
+                out[str(r["id"])] = {"id": str(r["id"]), "title": str(r.get("title", "")),
+                                     "text": str(r["text"]), "source": str(r.get("source", ""))}
+            except (json.JSONDecodeError, KeyError, TypeError) as exc:
+                raise SystemExit(f"{path}:{lineno}: not a corpus record ({exc!r})") from exc
     return out
 
 

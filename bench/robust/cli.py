@@ -1,0 +1,269 @@
+"""`python -m bench.robust {sure,rare,query}`: run a robustness suite against the live service.
+
+    python -m bench.robust sure --server 127.0.0.1:50051 --limit 20 --out var/bench/sure
+    python -m bench.robust query --server HOST:PORT --every 6h --metrics-port 9108 --out var/bench/query
+
+A run is resumable: instances already in `OUT/results.jsonl` are not asked again, so the same
+command after an interruption carries on where it stopped. It ends by writing
+`report.json`, `report.md`, `radar.png` and `bars.png` in OUT.
+
+`--every 6h` re-runs for ever: each round is a fresh run in `OUT/runs/<UTC time>/` (a
+restarted process resumes the last unfinished round), the latest report is also copied
+to `OUT/latest/`, and with `--metrics-port` the latest scores are served as Prometheus
+gauges (`eor_bench_score{suite,system,metric}`). A failed round is logged and counted
+(`eor_bench_failures_total`); the next round runs on schedule.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import sys
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Sequence
+
+from bench.common import DEFAULT_CORPUS, DEFAULT_QUESTIONS
+from bench.robust import query_level, rare, sure
+from bench.robust.report import headline, write_report
+from bench.robust.runner import run_suite
+from bench.robust.store import ResultStore
+
+SUITES = {"sure": sure, "rare": rare, "query": query_level}
+_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def parse_duration(text: str) -> float:
+    """'6h', '30m', '90s', '1d', '1h30m' or plain seconds -> seconds (> 0)."""
+    t = text.strip().lower()
+    if re.fullmatch(r"\d+(\.\d+)?", t):
+        secs = float(t)
+    elif re.fullmatch(r"(\d+(\.\d+)?[smhd])+", t):
+        secs = sum(float(n) * _UNITS[u] for n, u in re.findall(r"(\d+(?:\.\d+)?)([smhd])", t))
+    else:
+        raise argparse.ArgumentTypeError(f"not a duration: {text!r} (use e.g. 6h, 30m, 90s, 1h30m)")
+    if secs <= 0:
+        raise argparse.ArgumentTypeError("the duration must be positive")
+    return secs
+
+
+def _csv(text: str) -> list[str]:
+    return [p.strip() for p in text.split(",") if p.strip()]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="python -m bench.robust", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("suite", choices=sorted(SUITES))
+    ap.add_argument("--server", required=True, help="HOST:PORT of the eor gRPC service")
+    ap.add_argument("--token", default=None, help="bearer token (default: $EOR_SERVE_TOKEN)")
+    ap.add_argument("--tls-ca", default=None, help="CA certificate for a TLS server")
+    ap.add_argument("--timeout", type=float, default=1800.0, help="seconds per rpc (default 1800)")
+    ap.add_argument("--questions", default=DEFAULT_QUESTIONS, help="questions JSONL (default: ../shared/data)")
+    ap.add_argument("--corpus", default=DEFAULT_CORPUS, help="corpus JSONL for gold and noise passages")
+    ap.add_argument("--dataset", default="nq-open-oracle", help="dataset of the questions file ('all': every one)")
+    ap.add_argument("--limit", type=int, default=20, help="questions (default 20)")
+    ap.add_argument("--out", required=True, help="output folder (results.jsonl, reports)")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--batch", type=int, default=8, help="instances per AskBatch call (default 8)")
+    ap.add_argument("--retrievers", type=_csv, default=[], help="comma-separated subset of the pool (default all)")
+    ap.add_argument("--perturbations", type=_csv, default=None,
+                    help="comma-separated subset of the suite's perturbations (default all)")
+    ap.add_argument("--variants", type=int, default=5, help="query-level: perturbed variants per question")
+    ap.add_argument("--every", type=parse_duration, default=None, help="re-run on this schedule (e.g. 6h)")
+    ap.add_argument("--metrics-port", type=int, default=None, help="with --every: serve Prometheus gauges here")
+    ap.add_argument("--no-plots", action="store_true")
+    ap.add_argument("--quiet", action="store_true", help="no progress bar")
+    return ap
+
+
+def make_suite(args: argparse.Namespace, items) -> Any:
+    kw: dict[str, Any] = {"items": items, "seed": args.seed, "retrievers": tuple(args.retrievers)}
+    if args.suite == "sure":
+        if args.perturbations:
+            kw["types"] = tuple(args.perturbations)
+        return sure.SureSuite(**kw)
+    if args.suite == "rare":
+        if args.perturbations:
+            kw["query_perturbations"] = tuple(p for p in args.perturbations if p in rare.QUERY_PERTURBATIONS)
+            docs = [p for p in args.perturbations if p not in rare.QUERY_PERTURBATIONS]
+            if docs:
+                kw["doc_settings"] = ("gt", *[d for d in docs if d != "gt"])
+        return rare.RareSuite(**kw)
+    if args.perturbations:
+        kw["perturbations"] = tuple(args.perturbations)
+    return query_level.QueryLevelSuite(variants=args.variants, **kw)
+
+
+def connect(args: argparse.Namespace):
+    """The live service, checked: reachable, serving, and with the retrievers asked for."""
+    import grpc
+
+    from bench.robust.client import BenchClient
+
+    try:
+        client = BenchClient(args.server, token=args.token, tls_ca=args.tls_ca, timeout_s=args.timeout)
+    except (ValueError, OSError) as exc:
+        raise SystemExit(f"bad --server {args.server!r}: {exc}") from exc
+    try:
+        health = client.health()
+    except grpc.RpcError as exc:
+        raise SystemExit(f"cannot reach the eor service at {args.server}: "
+                         f"{exc.code().name}: {exc.details()}") from exc
+    if health["status"] != "SERVING":
+        raise SystemExit(f"the eor service at {args.server} is {health['status']}, not SERVING")
+    pool = health["retrievers"]
+    unknown = [r for r in args.retrievers if r not in pool]
+    if unknown:
+        raise SystemExit(f"--retrievers {unknown} are not in the service's pool: {', '.join(pool)}")
+    if pool and "ReFree" not in pool:
+        raise SystemExit("the suites need the ReFree retriever (closed-book answers); the pool has: " + ", ".join(pool))
+    return client, health
+
+
+def run_once(args: argparse.Namespace, client, out: Path, items, health: dict | None = None) -> dict:
+    """One resumable run into `out`; returns the metrics (reports written)."""
+    suite = make_suite(args, items)
+    out.mkdir(parents=True, exist_ok=True)
+    meta = {"suite": args.suite, "server": args.server, "seed": args.seed, "dataset": args.dataset,
+            "questions_file": str(args.questions), "limit": args.limit, "batch": args.batch,
+            "retrievers": list(args.retrievers), "model": (health or {}).get("model", "")}
+    manifest = out / "manifest.json"
+    if manifest.exists():
+        before = json.loads(manifest.read_text(encoding="utf-8"))
+        if before.get("batch") != args.batch:
+            print(f"note: {out} was started with --batch {before.get('batch')}; batches cut differently can "
+                  "perturb the remaining instances differently from a fresh run", file=sys.stderr)
+        meta["started"] = before.get("started")
+    meta.setdefault("started", None)
+    meta["started"] = meta["started"] or _now()
+    manifest.write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
+    store = ResultStore(out)
+    stats = run_suite(suite, client, store, batch_size=args.batch, progress=not args.quiet)
+    planned = {i.id for i in suite.plan()}
+    metrics = suite.score([r for r in store.records() if r["id"] in planned])
+    meta.update(finished=_now(), ran=stats.ran, resumed_from=stats.skipped, run_seconds=round(stats.seconds, 1))
+    paths = write_report(metrics, out, meta, plots=not args.no_plots)
+    name, scores = headline(metrics)
+    best = metrics.get("best_single")
+    print(f"{args.suite}: {stats.ran} instances run, {stats.skipped} already done; {name}: "
+          f"EoR {_fmt(scores.get('EoR'))}, best single {best} {_fmt(scores.get(best))}")
+    print("reports: " + ", ".join(paths.values()))
+    return metrics
+
+
+def _fmt(v: float | None) -> str:
+    return "–" if v is None else f"{100 * v:.1f}%"
+
+
+def _now() -> str:
+    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+# ---------------------------------------------------------------------------- continuous mode
+class Exporter:
+    """The latest scores as Prometheus gauges on their own registry."""
+
+    def __init__(self, port: int):
+        from prometheus_client import CollectorRegistry, Counter, Gauge, start_http_server
+
+        self.registry = CollectorRegistry()
+        self.score = Gauge("eor_bench_score", "Latest robustness score of a suite (0-1)",
+                           ["suite", "system", "metric"], registry=self.registry)
+        self.last = Gauge("eor_bench_last_success_timestamp_seconds", "When the suite last finished a round",
+                          ["suite"], registry=self.registry)
+        self.instances = Gauge("eor_bench_instances", "Instances in the latest round", ["suite"], registry=self.registry)
+        self.reader = Gauge("eor_bench_reader_seconds", "Reader seconds the latest round cost", ["suite"],
+                            registry=self.registry)
+        self.failures = Counter("eor_bench_failures", "Rounds that failed", ["suite"], registry=self.registry)
+        start_http_server(port, registry=self.registry)
+
+    def publish(self, suite: str, metrics: dict) -> None:
+        self.score.clear()
+        for system, metric, value in SUITES[suite].gauges(metrics):
+            self.score.labels(suite=suite, system=system, metric=metric).set(value)
+        self.last.labels(suite=suite).set(time.time())
+        self.instances.labels(suite=suite).set(metrics["instances"])
+        self.reader.labels(suite=suite).set(metrics["reader_s"])
+
+
+def round_dir(out: Path) -> Path:
+    """The unfinished round to resume (no report.json yet), or a new one named by UTC time."""
+    runs = out / "runs"
+    if runs.exists():
+        unfinished = sorted(p for p in runs.iterdir() if p.is_dir() and not (p / "report.json").exists())
+        if unfinished:
+            return unfinished[-1]
+    name = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    path, n = runs / name, 1
+    while path.exists():
+        n += 1
+        path = runs / f"{name}-{n}"
+    return path
+
+
+def run_forever(args: argparse.Namespace, items, rounds: int | None = None, sleep=time.sleep) -> "Exporter | None":
+    """Rounds on the `--every` schedule (for ever, or `rounds` of them); returns the exporter."""
+    import grpc
+
+    out = Path(args.out)
+    exporter = Exporter(args.metrics_port) if args.metrics_port is not None else None
+    n = 0
+    while rounds is None or n < rounds:
+        t0 = time.monotonic()
+        run = round_dir(out)
+        try:
+            client, health = connect(args)
+            try:
+                metrics = run_once(args, client, run, items, health)
+            finally:
+                client.close()
+            latest = out / "latest"
+            if latest.exists():
+                shutil.rmtree(latest)
+            shutil.copytree(run, latest, ignore=shutil.ignore_patterns("results.jsonl"))
+            if exporter:
+                exporter.publish(args.suite, metrics)
+        except (SystemExit, grpc.RpcError) as exc:
+            detail = f"{exc.code().name}: {exc.details()}" if isinstance(exc, grpc.RpcError) else str(exc)
+            print(f"{_now()} {args.suite} round failed ({detail}); next round on schedule", file=sys.stderr)
+            if exporter:
+                exporter.failures.labels(suite=args.suite).inc()
+        n += 1
+        if rounds is None or n < rounds:
+            sleep(max(0.0, args.every - (time.monotonic() - t0)))
+    return exporter
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    if args.metrics_port is not None and args.every is None:
+        raise SystemExit("--metrics-port needs --every (the gauges are for the continuous mode)")
+    if args.limit is not None and args.limit < 1:
+        raise SystemExit("--limit must be >= 1")
+    for flag, path in (("--questions", args.questions), ("--corpus", args.corpus)):
+        if not os.path.isfile(path):
+            raise SystemExit(f"{flag}: file not found: {path}")
+    from bench.robust.data import load_items
+
+    items = load_items(args.questions, args.corpus, None if args.dataset == "all" else args.dataset,
+                       args.limit, noise=args.suite == "sure")
+    make_suite(args, items)  # bad --perturbations fail here, before any rpc
+    if args.every is not None:
+        run_forever(args, items)
+        return 0
+    import grpc
+
+    client, health = connect(args)
+    try:
+        run_once(args, client, Path(args.out), items, health)
+    except grpc.RpcError as exc:
+        done = len(ResultStore(args.out))
+        raise SystemExit(f"the eor service failed: {exc.code().name}: {exc.details()}; {done} finished "
+                         "instances are saved: rerun the same command to resume") from exc
+    finally:
+        client.close()
+    return 0

@@ -1,0 +1,152 @@
+"""The resumable suite runner: plan instances, run the unfinished ones in batches, record them.
+
+    stats = run_suite(suite, client, ResultStore(out_dir), batch_size=8)
+
+A suite plans every instance up front (cheap, no model calls), groups them (instances of one
+group share a perturbation, so a batch of them is one Generate call and one AskBatch call)
+and executes one batch at a time. Batches are cut from the *full* plan, not from what is left
+to do, and a batch always perturbs all of its texts (the perturbations are seeded per batch
+position), so an instance's perturbed text is the same in a fresh run and a resumed one; only
+the unfinished instances are asked. Each record carries the reader seconds it cost: the
+service's `reader_s` of its asks plus an even share of the Generate time of its batch.
+"""
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Hashable, Mapping, Protocol, Sequence
+
+from bench.robust.store import Instance, ResultStore
+
+#: a perturbation as the suites name it: label -> (registry name, constructor kwargs)
+PerturbationSpecs = Mapping[str, tuple[str, Mapping[str, Any]]]
+
+
+class Suite(Protocol):
+    name: str
+
+    def plan(self) -> list[Instance]: ...
+
+    def group(self, inst: Instance) -> Hashable: ...
+
+    def execute(self, batch: list[Instance], pending: set[str], client: Any) -> list[dict]: ...
+
+    def score(self, records: list[dict]) -> dict: ...
+
+
+@dataclass
+class RunStats:
+    planned: int = 0
+    skipped: int = 0  # already finished in the store
+    ran: int = 0
+    seconds: float = 0.0
+    reader_s: float = 0.0
+
+
+def batches(plan: Sequence[Instance], group: Callable[[Instance], Hashable], size: int) -> list[list[Instance]]:
+    """Instances grouped by `group` (groups in first-seen order, plan order inside a group),
+    each group cut into consecutive batches of `size`."""
+    groups: dict[Hashable, list[Instance]] = {}
+    for inst in plan:
+        groups.setdefault(group(inst), []).append(inst)
+    return [g[i:i + size] for g in groups.values() for i in range(0, len(g), size)]
+
+
+def run_suite(suite: Suite, client: Any, store: ResultStore, batch_size: int = 8,
+              progress: bool = True) -> RunStats:
+    from tqdm import tqdm
+
+    if batch_size < 1:
+        raise ValueError("batch_size must be >= 1")
+    plan = suite.plan()
+    ids = [i.id for i in plan]
+    if len(set(ids)) != len(ids):
+        raise ValueError(f"suite {suite.name}: two planned instances share an id")
+    stats = RunStats(planned=len(plan), skipped=sum(1 for i in ids if i in store))
+    t0 = time.perf_counter()
+    with tqdm(total=len(plan), initial=stats.skipped, desc=suite.name, unit="inst",
+              disable=not progress, dynamic_ncols=True) as bar:
+        for batch in batches(plan, suite.group, batch_size):
+            pending = {i.id for i in batch if i.id not in store}
+            if not pending:
+                continue
+            gen0 = float(getattr(client, "generate_seconds", 0.0))
+            tb = time.perf_counter()
+            records = suite.execute(batch, pending, client)
+            got = {r["id"] for r in records}
+            if got != pending:
+                raise RuntimeError(f"suite {suite.name} returned records for {sorted(got)} "
+                                   f"but {sorted(pending)} were pending")
+            share = (float(getattr(client, "generate_seconds", 0.0)) - gen0) / len(records)
+            wall = (time.perf_counter() - tb) / len(records)
+            for r in records:
+                r["generate_s"] = round(share, 4)
+                r["reader_s"] = round(r.get("ask_reader_s", 0.0) + share, 4)
+                r["wall_s"] = round(wall, 4)
+                stats.reader_s += r["reader_s"]
+            store.add(records)
+            stats.ran += len(records)
+            bar.update(len(records))
+    stats.seconds = time.perf_counter() - t0
+    return stats
+
+
+# ---------------------------------------------------------------------------- perturbations
+def default_get(name: str, **kwargs: Any):
+    from bench.robust.perturb import get
+
+    return get(name, **kwargs)
+
+
+@dataclass
+class Perturber:
+    """Builds the suites' perturbations by label and applies them, memoised in-process (a
+    query perturbed once serves every document setting it is asked with).
+
+    `get` is the registry lookup (`bench.robust.perturb.get`; tests pass their own). Every
+    perturbation is offered the client as `generator=`; one whose constructor refuses it
+    (a rule-based one) is built without it.
+    """
+
+    specs: PerturbationSpecs
+    generator: Any = None
+    get: Callable[..., Any] | None = None  # None: the registry's `get`
+    _built: dict[str, Any] = field(default_factory=dict, init=False)
+    _memo: dict[str, list[str]] = field(default_factory=dict, init=False)
+
+    def labels(self) -> list[str]:
+        return list(self.specs)
+
+    def build(self, label: str):
+        if label not in self._built:
+            if label not in self.specs:
+                raise KeyError(f"no perturbation labelled {label!r}; known: {', '.join(self.specs)}")
+            name, kwargs = self.specs[label]
+            get = self.get or default_get
+            try:
+                self._built[label] = get(name, generator=self.generator, **kwargs)
+            except TypeError as with_generator:  # a rule-based one takes no generator
+                try:
+                    self._built[label] = get(name, **kwargs)
+                except TypeError:
+                    raise with_generator from None
+        return self._built[label]
+
+    def apply(self, label: str, texts: Sequence[str], seed: int,
+              context: Sequence[Mapping[str, Any]] | None = None) -> list[str]:
+        key = json.dumps([label, seed, list(texts), list(context or [])], sort_keys=True, default=str)
+        if key not in self._memo:
+            out = self.build(label).apply(list(texts), seed=seed, context=context)
+            if len(out) != len(texts):
+                raise RuntimeError(f"perturbation {label} returned {len(out)} texts for {len(texts)}")
+            self._memo[key] = [str(t) for t in out]
+        return list(self._memo[key])
+
+
+def with_readers(retrievers: Sequence[str], needed: Sequence[str] = ("ReFree",)) -> tuple[str, ...]:
+    """A retriever subset plus the ones a suite's metric needs (ReFree: the closed-book
+    answer); the empty subset means the whole pool and stays empty."""
+    if not retrievers:
+        return ()
+    return tuple(retrievers) + tuple(n for n in needed if n not in retrievers)

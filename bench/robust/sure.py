@@ -1,0 +1,281 @@
+"""SURE (Yang et al., 2025): robustness to spurious features of the grounding document.
+
+Protocol, as the paper's §3 maps onto this service:
+- Instances: a question with ONE grounding document, Golden (its gold passage, which holds
+  an answer) or Noise (see `bench.robust.data`: the best BM25 passage that is neither gold nor
+  holds an answer). Each is asked as is ("original") and with each perturbation applied to
+  the document; the service's Wiki/SE sources return that document instead of searching, so
+  every retriever reads it through its own ops (@k, @RR, &, @CP).
+- Causal features kept (§3.4): a perturbed document is used only if it is semantically
+  equivalent to the original (bidirectional entailment, judged by the service's reader with
+  SURE's Figure 10 prompt) and, by string match, a Golden document still holds an answer and
+  a Noise document did not gain one. Dropped instances are recorded (`kept: false`), not
+  asked, and counted in the report.
+- Known / Unknown (§3.3): the question is Known when the closed-book answer (the ReFree
+  retriever: the reader with no retrieval) is correct.
+- Metrics (§3.6): per instance C = Y(original) - Y(perturbed), Y = Match; RR = share of
+  C == 0, LR = share of C == 1 (right -> wrong), WR = share of C == -1, per subset (K-G, K-N,
+  U-G, U-N) and in total, for EoR's voted answer and every single retriever.
+- Figure 4's radar: the total RR of the perturbations of one category, averaged.
+
+PK and ReFree do not read grounding documents (the service leaves them unchanged), so their
+RR is 1 by construction: they are reported but never chosen as the "best single retriever".
+"""
+from __future__ import annotations
+
+import re
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Any, Callable, Hashable, Mapping, Sequence
+
+from bench.robust.client import EOR, Doc
+from bench.robust.data import Item
+from bench.robust.qa import contains_answer, match
+from bench.robust.runner import Perturber, PerturbationSpecs, with_readers
+from bench.robust.store import Instance
+
+NAME = "sure"
+CLOSED_BOOK = "ReFree"
+DOC_BLIND = ("PK", "ReFree")  # retrievers that ignore grounding documents
+SUBSETS = ("K-G", "K-N", "U-G", "U-N", "Total")
+
+#: label -> (category, registry name, kwargs); the 15 rows of SURE's Table 2
+TYPES: dict[str, tuple[str, str, dict]] = {
+    "style_simple": ("style", "style_simple", {}),
+    "style_complex": ("style", "style_complex", {}),
+    "source_llm": ("source", "source_llm", {}),
+    "source_self": ("source", "source_self", {}),
+    "logic_reverse": ("logic", "logic_reverse", {}),
+    "logic_random": ("logic", "logic_random", {}),
+    "logic_llm_ranked": ("logic", "logic_llm_ranked", {}),
+    "format_json": ("format", "format_json", {}),
+    "format_html": ("format", "format_html", {}),
+    "format_yaml": ("format", "format_yaml", {}),
+    "format_markdown": ("format", "format_markdown", {}),
+    "meta_timestamp_pre": ("meta", "meta_timestamp_pre", {}),
+    "meta_timestamp_post": ("meta", "meta_timestamp_post", {}),
+    "meta_source_wiki": ("meta", "meta_source_wiki", {}),
+    "meta_source_twitter": ("meta", "meta_source_twitter", {}),
+}
+CATEGORIES = ("style", "source", "logic", "format", "meta")
+
+#: (originals, perturbed, contexts, generator) -> one (kept, reason) per pair
+Preserve = Callable[[Sequence[str], Sequence[str], Sequence[Mapping[str, Any]], Any], list[tuple[bool, str]]]
+
+
+def category(label: str) -> str:
+    return TYPES[label][0] if label in TYPES else label.split("_", 1)[0]
+
+
+# SURE Figure 10: the LLM-based NLI system of the bidirectional entailment algorithm
+NLI_PROMPT = ("Consider the two passages below.\nPremise: {premise}\nHypothesis: {hypothesis}\n"
+              "Does the premise semantically entail the hypothesis? Answer with 'entailment' if they are "
+              "paraphrases, 'contradiction' if they have opposing meanings, or 'neutral' if they are neither.\n"
+              "Response:")
+_LABEL = re.compile(r"entail|contradict|neutral")
+MAX_PROMPTS = 64
+
+
+def nli_label(output: str) -> str:
+    """The first NLI label named in the reader's output ('neutral' when it names none)."""
+    m = _LABEL.search(output.lower())
+    return {"entail": "entailment", "contradict": "contradiction"}.get(m.group(0), "neutral") if m else "neutral"
+
+
+def default_preserve(originals, perturbed, contexts, generator) -> list[tuple[bool, str]]:
+    """SURE §3.4's semantic-equivalence filter: both directions judged 'entailment' by the
+    service's reader (one Generate call for the batch, both directions)."""
+    n = len(originals)
+    if not n:
+        return []
+    prompts = [NLI_PROMPT.format(premise=a, hypothesis=b) for a, b in zip(originals, perturbed)]
+    prompts += [NLI_PROMPT.format(premise=b, hypothesis=a) for a, b in zip(originals, perturbed)]
+    outs: list[str] = []
+    for i in range(0, len(prompts), MAX_PROMPTS):  # the service takes 64 prompts per Generate
+        outs += generator.generate(prompts[i:i + MAX_PROMPTS], max_tokens=8, temperature=0.0)
+    labels = [nli_label(o) for o in outs]
+    out = []
+    for fwd, bwd in zip(labels[:n], labels[n:]):
+        ok = fwd == bwd == "entailment"
+        out.append((ok, "" if ok else f"not equivalent (entailment judged {fwd} / {bwd})"))
+    return out
+
+
+@dataclass
+class SureSuite:
+    items: Sequence[Item]
+    seed: int = 0
+    types: Sequence[str] = tuple(TYPES)
+    retrievers: Sequence[str] = ()
+    perturber: Perturber | None = None
+    preserve: Preserve = default_preserve
+    name: str = NAME
+    _by_qid: dict[str, Item] = field(default_factory=dict, init=False)
+
+    def __post_init__(self) -> None:
+        self._by_qid = {it.qid: it for it in self.items}
+        unknown = [t for t in self.types if t not in TYPES and (self.perturber is None or t not in self.perturber.specs)]
+        if unknown:
+            raise ValueError(f"unknown SURE perturbation(s) {unknown}; known: {', '.join(TYPES)}")
+
+    def specs(self) -> PerturbationSpecs:
+        return {t: (TYPES[t][1], TYPES[t][2]) for t in self.types if t in TYPES}
+
+    def _doc(self, item: Item, kind: str) -> Doc | None:
+        return item.golden if kind == "golden" else item.noise
+
+    def plan(self) -> list[Instance]:
+        out = []
+        for it in self.items:
+            for kind in ("golden", "noise"):
+                if self._doc(it, kind) is None:
+                    continue
+                for p in ("original", *self.types):
+                    out.append(Instance(self.name, it.qid, p, kind, self.seed))
+        return out
+
+    def group(self, inst: Instance) -> Hashable:
+        return (inst.perturbation, inst.variant)
+
+    def execute(self, batch: list[Instance], pending: set[str], client: Any) -> list[dict]:
+        perturber = self.perturber or Perturber(self.specs(), generator=client)
+        self.perturber = perturber
+        label, kind = batch[0].perturbation, batch[0].variant
+        items = [self._by_qid[i.qid] for i in batch]
+        docs = [self._doc(it, kind) for it in items]
+        contexts = [{"question": it.question, "answers": list(it.answers), "title": d.title, "doc_kind": kind}
+                    for it, d in zip(items, docs)]
+        if label == "original":
+            texts = [d.text for d in docs]
+        else:  # the whole batch is perturbed (positions fixed), only pending ones are used
+            texts = perturber.apply(label, [d.text for d in docs], self.seed, contexts)
+        todo = [n for n, inst in enumerate(batch) if inst.id in pending]
+        checks: dict[int, tuple[bool, str]] = {n: (True, "") for n in todo}
+        if label != "original":
+            answer_ok = {n: (contains_answer(texts[n], items[n].answers) == (kind == "golden")) for n in todo}
+            to_nli = [n for n in todo if answer_ok[n]]
+            for n in todo:
+                if not answer_ok[n]:
+                    checks[n] = (False, "lost the answer" if kind == "golden" else "gained an answer")
+            if to_nli:
+                res = self.preserve([docs[n].text for n in to_nli], [texts[n] for n in to_nli],
+                                    [contexts[n] for n in to_nli], client)
+                checks.update(dict(zip(to_nli, res)))
+        asked = [n for n in todo if checks[n][0]]
+        results = {}
+        if asked:
+            replies = client.ask([items[n].question for n in asked],
+                                 documents=[[Doc(texts[n], docs[n].title, docs[n].id, docs[n].source)] for n in asked],
+                                 retrievers=with_readers(self.retrievers))
+            results = dict(zip(asked, replies))
+        records = []
+        for n in todo:
+            inst, it, r = batch[n], items[n], results.get(n)
+            records.append({
+                **inst.key(), "question": it.question, "gold": list(it.answers), "doc_id": docs[n].id,
+                "doc": texts[n], "kept": checks[n][0], "reason": checks[n][1],
+                "answers": r.by_system() if r else {}, "missing": list(r.missing) if r else [],
+                "latency_s": r.latency_s if r else 0.0, "ask_reader_s": r.reader_s if r else 0.0})
+        return records
+
+    def score(self, records: list[dict]) -> dict:
+        return score(records, self.types)
+
+
+# ---------------------------------------------------------------------------- metrics
+def lr_rr_wr(pairs: Sequence[tuple[bool, bool]]) -> dict:
+    """SURE eq. 5 and its siblings over (correct on original, correct on perturbed) pairs:
+    C = Y(y) - Y(y'); RR = P(C = 0), LR = P(C = 1), WR = P(C = -1)."""
+    n = len(pairs)
+    if not n:
+        return {"LR": None, "RR": None, "WR": None, "n": 0}
+    c = [int(a) - int(b) for a, b in pairs]
+    return {"LR": c.count(1) / n, "RR": c.count(0) / n, "WR": c.count(-1) / n, "n": n}
+
+
+def _systems(records: list[dict]) -> list[str]:
+    seen: dict[str, None] = {EOR: None}
+    for r in records:
+        for s in r.get("answers", {}):
+            seen.setdefault(s, None)
+    return list(seen)
+
+
+def _answered(r: dict, system: str) -> bool:
+    return system in r.get("answers", {}) and system not in r.get("missing", ())
+
+
+def known_by_qid(records: list[dict]) -> dict[str, bool]:
+    """Closed-book correctness per question, from the ReFree answer of an original instance."""
+    known: dict[str, bool] = {}
+    for r in sorted(records, key=lambda r: r["variant"] != "golden"):
+        if r["perturbation"] == "original" and r["qid"] not in known and _answered(r, CLOSED_BOOK):
+            known[r["qid"]] = match(r["answers"][CLOSED_BOOK], r["gold"])
+    return known
+
+
+def score(records: list[dict], types: Sequence[str] | None = None) -> dict:
+    records = [r for r in records if r.get("suite", NAME) == NAME]
+    types = list(types) if types is not None else sorted({r["perturbation"] for r in records} - {"original"})
+    known = known_by_qid(records)
+    orig = {(r["qid"], r["variant"]): r for r in records if r["perturbation"] == "original"}
+    systems = _systems(records)
+    per_system: dict[str, dict] = {s: {} for s in systems}
+    kept: dict[str, dict] = {}
+    for t in types:
+        recs = [r for r in records if r["perturbation"] == t]
+        kept[t] = {"kept": sum(r["kept"] for r in recs), "dropped": sum(not r["kept"] for r in recs),
+                   "reasons": dict(_count(r["reason"] for r in recs if not r["kept"]))}
+        for s in systems:
+            pairs: dict[str, list[tuple[bool, bool]]] = defaultdict(list)
+            for r in recs:
+                o = orig.get((r["qid"], r["variant"]))
+                if not r["kept"] or o is None or r["qid"] not in known or not (_answered(r, s) and _answered(o, s)):
+                    continue
+                sub = ("K-" if known[r["qid"]] else "U-") + ("G" if r["variant"] == "golden" else "N")
+                pair = (match(o["answers"][s], r["gold"]), match(r["answers"][s], r["gold"]))
+                pairs[sub].append(pair)
+                pairs["Total"].append(pair)
+            per_system[s][t] = {sub: lr_rr_wr(pairs.get(sub, [])) for sub in SUBSETS}
+    category_rr = {s: {c: _mean([per_system[s][t]["Total"]["RR"] for t in types if category(t) == c])
+                       for c in CATEGORIES if any(category(t) == c for t in types)} for s in systems}
+    accuracy = {s: {kind: _mean([float(match(o["answers"][s], o["gold"])) for (q, k), o in orig.items()
+                                 if k == kind and _answered(o, s)]) for kind in ("golden", "noise")} for s in systems}
+    mean_rr = {s: _mean([per_system[s][t]["Total"]["RR"] for t in types]) for s in systems}
+    singles = [s for s in systems if s != EOR and s not in DOC_BLIND and mean_rr[s] is not None]
+    best = max(singles, key=lambda s: (mean_rr[s], s), default=None)
+    return {
+        "suite": NAME, "types": types, "systems": systems, "per_system": per_system,
+        "category_rr": category_rr, "mean_rr": mean_rr, "accuracy_original": accuracy,
+        "preservation": kept, "questions": len({r["qid"] for r in records}),
+        "known": sum(known.values()), "unknown": sum(not v for v in known.values()),
+        "best_single": best, "doc_blind": [s for s in DOC_BLIND if s in systems],
+        "reader_s": sum(r.get("reader_s", 0.0) for r in records), "instances": len(records),
+    }
+
+
+def gauges(metrics: dict) -> list[tuple[str, str, float]]:
+    """(system, metric, value) for Prometheus: RR per type and category, mean RR."""
+    out = []
+    for s, per in metrics["per_system"].items():
+        for t, subs in per.items():
+            if subs["Total"]["RR"] is not None:
+                out.append((s, f"rr_{t}", subs["Total"]["RR"]))
+        for c, v in metrics["category_rr"][s].items():
+            if v is not None:
+                out.append((s, f"rr_{c}", v))
+        if metrics["mean_rr"][s] is not None:
+            out.append((s, "rr_mean", metrics["mean_rr"][s]))
+    return out
+
+
+def _mean(xs) -> float | None:
+    xs = [x for x in xs if x is not None]
+    return sum(xs) / len(xs) if xs else None
+
+
+def _count(xs):
+    d: dict[str, int] = defaultdict(int)
+    for x in xs:
+        d[x] += 1
+    return d

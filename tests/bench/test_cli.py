@@ -1,0 +1,162 @@
+"""`python -m bench.robust`: argument checks, clear errors, a full run and the continuous mode."""
+from __future__ import annotations
+
+import argparse
+import json
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from bench.robust import cli, query_level, runner
+from bench.robust.data import load_items, tokens
+from bench.robust.qa import contains_answer
+from tests.shared_data import CORPUS_FILE, QUESTIONS_FILE
+from tests.bench.fakes import ITEMS, FakeClient, fake_get
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture
+def data_files(tmp_path):
+    """The fake items as question and corpus files (plus distractors for noise picking)."""
+    q = tmp_path / "questions.jsonl"
+    c = tmp_path / "corpus.jsonl"
+    q.write_text("".join(json.dumps({"qid": it.qid, "dataset": "toy", "question": it.question,
+                                     "answers": list(it.answers), "gold_pids": list(it.gold_pids)}) + "\n"
+                         for it in ITEMS))
+    docs = [d for it in ITEMS for d in (*it.gold, it.noise)]
+    c.write_text("".join(json.dumps({"id": d.id, "title": d.title, "text": d.text, "source": "x"}) + "\n" for d in docs))
+    return q, c
+
+
+@pytest.fixture
+def fake_service(monkeypatch):
+    clients = []
+
+    def connect(args):
+        clients.append(FakeClient())
+        return clients[-1], {"status": "SERVING", "model": "fake", "retrievers": ["Wiki@10", "SE@1", "PK", "ReFree"]}
+
+    monkeypatch.setattr(cli, "connect", connect)
+    monkeypatch.setattr(runner, "default_get", fake_get)
+    monkeypatch.setitem(query_level.PERTURBATIONS, "shout", ("shout", {}))
+    monkeypatch.setitem(query_level.PERTURBATIONS, "suffix", ("suffix", {}))
+    return clients
+
+
+def test_parse_duration():
+    assert cli.parse_duration("6h") == 21600 and cli.parse_duration("30m") == 1800
+    assert cli.parse_duration("1h30m") == 5400 and cli.parse_duration("90") == 90
+    for bad in ("soon", "0s", "-1h", "6x"):
+        with pytest.raises(argparse.ArgumentTypeError):
+            cli.parse_duration(bad)
+
+
+def test_missing_questions_file_is_a_clear_error(tmp_path):
+    with pytest.raises(SystemExit, match="--questions: file not found"):
+        cli.main(["rare", "--server", "127.0.0.1:1", "--questions", str(tmp_path / "nope.jsonl"), "--out", str(tmp_path)])
+
+
+def test_metrics_port_needs_every(tmp_path):
+    with pytest.raises(SystemExit, match="--metrics-port needs --every"):
+        cli.main(["rare", "--server", "127.0.0.1:1", "--metrics-port", "9000", "--out", str(tmp_path)])
+
+
+def test_unreachable_server_is_a_clear_error(tmp_path, data_files):
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # closed once we leave: nobody listens there
+    q, c = data_files
+    with pytest.raises(SystemExit, match=f"cannot reach the eor service at 127.0.0.1:{port}"):
+        cli.main(["query", "--server", f"127.0.0.1:{port}", "--questions", str(q), "--corpus", str(c),
+                  "--dataset", "toy", "--out", str(tmp_path / "out"), "--timeout", "5"])
+
+
+def test_bad_address_and_unknown_perturbation(tmp_path, data_files):
+    q, c = data_files
+    with pytest.raises(SystemExit, match="bad --server"):
+        cli.main(["query", "--server", "nohostport", "--questions", str(q), "--corpus", str(c), "--dataset", "toy",
+                  "--out", str(tmp_path)])
+    with pytest.raises(ValueError, match="unknown query-level perturbation"):
+        cli.main(["query", "--server", "127.0.0.1:1", "--questions", str(q), "--corpus", str(c), "--dataset", "toy",
+                  "--perturbations", "nonsense", "--out", str(tmp_path)])
+
+
+def test_load_items_picks_a_noise_passage_without_the_answer():
+    items = load_items(str(QUESTIONS_FILE), str(CORPUS_FILE), "nq-open-oracle", 8, noise=True)
+    assert len(items) == 8
+    for it in items:
+        assert it.golden is not None and it.golden.id in it.gold_pids
+        assert it.noise is not None and it.noise.id not in it.gold_pids
+        assert not contains_answer(it.noise.text, it.answers)
+        # lexically similar: it shares a content word with the question
+        assert set(tokens(it.question)) & set(tokens(it.noise.title + " " + it.noise.text))
+
+
+def test_full_run_resumes_and_writes_reports(tmp_path, data_files, fake_service, capsys):
+    q, c = data_files
+    out = tmp_path / "out"
+    argv = ["query", "--server", "127.0.0.1:1", "--questions", str(q), "--corpus", str(c), "--dataset", "toy",
+            "--limit", "3", "--perturbations", "shout,suffix", "--variants", "2", "--out", str(out), "--quiet"]
+    assert cli.main(argv) == 0
+    for f in ("results.jsonl", "report.json", "report.md", "radar.png", "bars.png", "manifest.json"):
+        assert (out / f).exists(), f
+    assert "3 questions" in (out / "report.md").read_text()
+    assert cli.main(argv) == 0  # again: everything is done, nothing asked
+    assert fake_service[-1].ask_calls == 0
+    assert "0 instances run, 15 already done" in capsys.readouterr().out
+
+
+def test_continuous_mode_rounds_and_gauges(tmp_path, data_files, fake_service, monkeypatch):
+    from prometheus_client import generate_latest
+
+    from bench.robust import rare
+
+    monkeypatch.setitem(rare.QUERY_PERTURBATIONS, "shout", ("shout", {}))
+    monkeypatch.setitem(rare.DOC_PERTURBATIONS, "no_answer", ("drop_answer", {}))
+    monkeypatch.setitem(rare.DOC_PERTURBATIONS, "back_translate", ("generated", {}))
+    q, c = data_files
+    args = cli.build_parser().parse_args(
+        ["rare", "--server", "127.0.0.1:1", "--questions", str(q), "--corpus", str(c), "--dataset", "toy",
+         "--limit", "2", "--perturbations", "shout", "--out", str(tmp_path), "--every", "1h", "--metrics-port", "0",
+         "--quiet", "--no-plots"])
+    slept = []
+    exporter = cli.run_forever(args, load_items(str(q), str(c), "toy", 2), rounds=2, sleep=slept.append)
+    assert len(slept) == 1 and slept[0] > 3500
+    rounds = sorted((tmp_path / "runs").iterdir())
+    assert len(rounds) == 2 and all((r / "report.json").exists() for r in rounds)
+    assert len(fake_service) == 2 and all(c.ask_calls > 0 for c in fake_service)  # each round asks afresh
+    assert (tmp_path / "latest" / "report.md").exists() and not (tmp_path / "latest" / "results.jsonl").exists()
+    text = generate_latest(exporter.registry).decode()
+    assert 'eor_bench_score{metric="overall",suite="rare",system="EoR"}' in text
+    assert "eor_bench_last_success_timestamp_seconds" in text
+
+
+def test_continuous_mode_survives_a_failed_round(tmp_path, data_files, monkeypatch, capsys):
+    def down(args):
+        raise SystemExit("cannot reach the eor service at 127.0.0.1:1: UNAVAILABLE")
+
+    monkeypatch.setattr(cli, "connect", down)
+    q, c = data_files
+    args = cli.build_parser().parse_args(["query", "--server", "127.0.0.1:1", "--questions", str(q), "--corpus", str(c),
+                                          "--dataset", "toy", "--out", str(tmp_path), "--every", "1s", "--quiet",
+                                          "--perturbations", "typo10"])
+    cli.run_forever(args, load_items(str(q), str(c), "toy", 1), rounds=2, sleep=lambda s: None)
+    assert capsys.readouterr().err.count("round failed (cannot reach") == 2
+
+
+def test_bench_imports_no_server_package():
+    code = ("import sys, bench.robust.cli, bench.robust.report, bench.robust.sure, bench.robust.rare, "
+            "bench.robust.query_level, bench.robust.data, bench.robust.runner;"
+            "bad = [m for m in sys.modules if m.split('.')[0] in ('serve', 'retrievers', 'voter', 'textattack')];"
+            "print(bad); sys.exit(1 if bad else 0)")
+    res = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True)
+    assert res.returncode == 0, res.stdout + res.stderr
+
+
+def test_module_entry_point_help():
+    res = subprocess.run([sys.executable, "-m", "bench.robust", "--help"], cwd=REPO, capture_output=True, text=True)
+    assert res.returncode == 0 and "--every" in res.stdout and "{query,rare,sure}" in res.stdout

@@ -1,0 +1,131 @@
+"""Each suite end to end against the fake service, with simple perturbations."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from bench.robust import query_level, rare, sure
+from bench.robust.report import write_report
+from bench.robust.runner import run_suite
+from bench.robust.store import ResultStore
+from tests.bench.fakes import ITEMS, FakeClient, keep_all, perturber
+
+
+def _sure(client, **kw):
+    p = perturber({"logic_reverse": "reverse", "format_html": "html", "source_llm": "generated"}, client)
+    return sure.SureSuite(ITEMS, seed=0, types=("logic_reverse", "format_html", "source_llm"),
+                          perturber=p, **{"preserve": keep_all, **kw})
+
+
+def test_sure_end_to_end(tmp_path):
+    client = FakeClient()
+    suite = _sure(client)
+    stats = run_suite(suite, client, ResultStore(tmp_path), batch_size=3, progress=False)
+    assert stats.planned == 4 * 2 * 4 and stats.ran == stats.planned  # 4 questions × 2 docs × (orig + 3)
+    m = suite.score(ResultStore(tmp_path).records())
+    assert m["known"] == 2 and m["unknown"] == 2
+    # SE@1 is confused by HTML: right on every golden doc before, wrong after -> LR on golden
+    html = m["per_system"]["SE@1"]["format_html"]
+    assert html["K-G"]["LR"] == 1.0 and html["U-G"]["LR"] == 1.0 and html["K-N"]["RR"] == 1.0
+    assert m["per_system"]["Wiki@10"]["format_html"]["Total"]["RR"] == 1.0
+    assert all(m["per_system"]["SE@1"][t]["Total"]["RR"] == 1.0 for t in ("logic_reverse", "source_llm"))
+    assert m["best_single"] == "Wiki@10"
+    assert m["category_rr"]["SE@1"]["format"] == 0.5  # golden pairs lost, noise pairs stay wrong
+    recs = ResultStore(tmp_path).records()
+    # Generate time of the "LLM" perturbation is charged to its instances, plus the asks' reader time
+    gen = [r for r in recs if r["perturbation"] == "source_llm"]
+    assert all(r["generate_s"] > 0 and r["reader_s"] == pytest.approx(0.5 + r["generate_s"]) for r in gen)
+    assert all(r["reader_s"] == 0.5 for r in recs if r["perturbation"] == "original")
+    paths = write_report(m, tmp_path / "report", {"seed": 0})
+    md = Path(paths["markdown"]).read_text()
+    assert "format_html" in md and "K-G LR" in md
+    assert Path(paths["radar"]).stat().st_size > 1000 and Path(paths["bars"]).exists()
+    assert json.loads(Path(paths["json"]).read_text())["metrics"]["suite"] == "sure"
+
+
+def test_sure_causal_feature_filter(tmp_path):
+    client = FakeClient()
+    p = perturber({"drop": "drop_answer"}, client)
+
+    def nli_rejects_q3(originals, perturbed, contexts, generator):
+        return [(c["question"] != "who painted the mona lisa", "not equivalent") for c in contexts]
+
+    suite = sure.SureSuite(ITEMS, types=("drop",), perturber=p, preserve=nli_rejects_q3)
+    run_suite(suite, client, ResultStore(tmp_path), batch_size=8, progress=False)
+    recs = {(r["qid"], r["variant"]): r for r in ResultStore(tmp_path).records() if r["perturbation"] == "drop"}
+    assert all(not recs[(q, "golden")]["kept"] for q in ("q1", "q2", "q3", "q4"))  # the answer is gone
+    assert recs[("q1", "golden")]["reason"] == "lost the answer"
+    assert recs[("q3", "noise")]["reason"] == "not equivalent" and recs[("q1", "noise")]["kept"]
+    asked_docs = [d for _, d in client.asked if d is not None]
+    assert len(asked_docs) == 8 + 3  # the originals, and only the kept perturbed noise docs
+    m = suite.score(ResultStore(tmp_path).records())
+    assert m["preservation"]["drop"]["dropped"] == 5
+
+
+def test_sure_default_preserve_is_bidirectional_nli():
+    class Judge:
+        def __init__(self, outs):
+            self.outs, self.prompts = outs, []
+
+        def generate(self, prompts, max_tokens=128, temperature=0.0):
+            self.prompts += prompts
+            return self.outs
+
+    j = Judge(["Entailment.", "entailment", "entailment", "Neutral"])
+    res = sure.default_preserve(["a", "b"], ["a2", "b2"], [{}, {}], j)
+    assert res[0] == (True, "") and res[1][0] is False
+    assert "Premise: a\nHypothesis: a2" in j.prompts[0] and "Premise: a2\nHypothesis: a" in j.prompts[2]
+
+
+def test_rare_end_to_end(tmp_path):
+    client = FakeClient()
+    p = perturber({"shout": "shout", "no_answer": "drop_answer", "back_translate": "generated"}, client)
+    suite = rare.RareSuite(ITEMS, query_perturbations=("shout",), perturber=p)
+    stats = run_suite(suite, client, ResultStore(tmp_path), batch_size=4, progress=False)
+    assert stats.ran == 4 * 2 * 4
+    m = suite.score(ResultStore(tmp_path).records())
+    w = m["per_system"]["Wiki@10"]
+    # gt and back-translated docs answered; no-answer docs give "unknown" (a refusal); its own
+    # retrieval answers plain queries
+    assert w["document"] == 1.0 and w["retrieval"] == 1.0 and w["query"] == 1.0
+    assert w["grid"]["shout"]["retrieval"] == 0.0  # shouted queries retrieve nothing: "wrong"
+    se = m["per_system"]["SE@1"]
+    # "Rome" on a doc without the answer is neither right nor a refusal; real retrieval wrong
+    assert se["retrieval"] == 0.0 and se["document"] == 0.5
+    assert m["closed_book_correct"] == 2
+    paths = write_report(m, tmp_path, {})
+    assert "Robustness scores" in Path(paths["markdown"]).read_text() and Path(paths["radar"]).exists()
+
+
+def test_query_level_end_to_end(tmp_path):
+    client = FakeClient()
+    p = perturber({"shout": "shout", "suffix": "suffix"}, client)
+    suite = query_level.QueryLevelSuite(ITEMS, perturbations=("shout", "suffix"), variants=3, perturber=p)
+    stats = run_suite(suite, client, ResultStore(tmp_path), batch_size=4, progress=False)
+    assert stats.ran == 4 * (1 + 2 * 3)
+    m = suite.score(ResultStore(tmp_path).records())
+    bp = m["by_perturbation"]
+    assert bp["original"]["recall"]["Wiki"]["@1"] == 1.0 and bp["shout"]["recall"]["Wiki"]["@5"] == 0.0
+    assert bp["original"]["recall"]["SE"]["@1"] == 0.0 and bp["original"]["recall"]["SE"]["@5"] == 1.0
+    assert bp["shout"]["rag"]["Wiki@10"] == 0.0 and bp["original"]["rag"]["Wiki@10"] == 1.0
+    assert bp["shout"]["oracle"]["Wiki@10"] == 1.0  # gold documents: typos don't matter
+    assert bp["original"]["closed_book"] == 0.5 and bp["shout"]["closed_book"] == 0.0
+    # recall drops exactly when the RAG answer does: r = 1 cannot be computed (constant deltas) ...
+    assert m["correlations"]["shout"]["Wiki@10"]["RET"] is None
+    # ... and the suffix variants differ by seed
+    sfx = [r["question"] for r in ResultStore(tmp_path).records() if r["perturbation"] == "suffix" and r["qid"] == "q1"]
+    assert len(sfx) == 3
+    paths = write_report(m, tmp_path, {})
+    assert "Recall@5" in Path(paths["markdown"]).read_text()
+
+
+def test_suites_pass_a_retriever_subset_plus_refree(tmp_path):
+    client = FakeClient()
+    p = perturber({"shout": "shout"}, client)
+    suite = query_level.QueryLevelSuite(ITEMS[:1], perturbations=("shout",), variants=1, perturber=p,
+                                        retrievers=("Wiki@10",))
+    run_suite(suite, client, ResultStore(tmp_path), progress=False)
+    rec = ResultStore(tmp_path).records()[0]
+    assert set(rec["rag"]) == {"EoR", "Wiki@10", "ReFree"}
