@@ -91,7 +91,7 @@ def pearson(xs: Sequence[float], ys: Sequence[float]) -> float | None:
 class QueryLevelSuite:
     items: Sequence[Item]
     seed: int = 0
-    perturbations: Sequence[str] = tuple(PERTURBATIONS)
+    perturbations: Sequence[str] | None = None  # None: all of PERTURBATIONS
     variants: int = 5
     retrievers: Sequence[str] = ()
     sources: Sequence[str] = ()  # empty: every source the service has
@@ -102,6 +102,8 @@ class QueryLevelSuite:
 
     def __post_init__(self) -> None:
         self._by_qid = {it.qid: it for it in self.items}
+        if self.perturbations is None:
+            self.perturbations = tuple(PERTURBATIONS)
         bad = [p for p in self.perturbations if p not in PERTURBATIONS and
                (self.perturber is None or p not in self.perturber.specs)]
         if bad:

@@ -69,7 +69,7 @@ def judge(answer: str, gold: Sequence[str], setting: str, closed_book_correct: b
 class RareSuite:
     items: Sequence[Item]
     seed: int = 0
-    query_perturbations: Sequence[str] = tuple(QUERY_PERTURBATIONS)
+    query_perturbations: Sequence[str] | None = None  # None: all of QUERY_PERTURBATIONS
     doc_settings: Sequence[str] = DOC_SETTINGS
     retrievers: Sequence[str] = ()
     perturber: Perturber | None = None
@@ -78,6 +78,8 @@ class RareSuite:
 
     def __post_init__(self) -> None:
         self._by_qid = {it.qid: it for it in self.items}
+        if self.query_perturbations is None:
+            self.query_perturbations = tuple(QUERY_PERTURBATIONS)
         bad = [q for q in self.query_perturbations if q not in QUERY_PERTURBATIONS and
                (self.perturber is None or q not in self.perturber.specs)]
         bad += [d for d in self.doc_settings if d not in DOC_SETTINGS]

@@ -105,7 +105,7 @@ def default_preserve(originals, perturbed, contexts, generator) -> list[tuple[bo
 class SureSuite:
     items: Sequence[Item]
     seed: int = 0
-    types: Sequence[str] = tuple(TYPES)
+    types: Sequence[str] | None = None  # None: all of TYPES
     retrievers: Sequence[str] = ()
     perturber: Perturber | None = None
     preserve: Preserve = default_preserve
@@ -114,6 +114,7 @@ class SureSuite:
 
     def __post_init__(self) -> None:
         self._by_qid = {it.qid: it for it in self.items}
+        self.types = tuple(TYPES) if self.types is None else tuple(self.types)
         unknown = [t for t in self.types if t not in TYPES and (self.perturber is None or t not in self.perturber.specs)]
         if unknown:
             raise ValueError(f"unknown SURE perturbation(s) {unknown}; known: {', '.join(TYPES)}")

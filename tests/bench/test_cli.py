@@ -160,3 +160,30 @@ def test_bench_imports_no_server_package():
 def test_module_entry_point_help():
     res = subprocess.run([sys.executable, "-m", "bench.robust", "--help"], cwd=REPO, capture_output=True, text=True)
     assert res.returncode == 0 and "--every" in res.stdout and "{query,rare,sure}" in res.stdout
+
+
+def test_cli_over_grpc_end_to_end(tmp_path, data_files, monkeypatch):
+    """The real client and CLI against a loopback gRPC server (the fake service behind it)."""
+    from bench.robust import sure
+    from tests.bench.grpc_fake import FakeServer
+
+    monkeypatch.setattr(runner, "default_get", fake_get)
+    monkeypatch.setattr(sure, "TYPES", {"format_html": ("format", "html", {}), "logic_reverse": ("logic", "reverse", {}),
+                                        "source_llm": ("source", "generated", {})})
+    q, c = data_files
+    # the toy noise docs share no word with q1's question: add a distractor that does
+    with open(c, "a") as f:
+        f.write(json.dumps({"id": "vital-9", "title": "Hamlet (film)", "text": "Hamlet is a 1948 film.", "source": "x"}) + "\n")
+    with FakeServer() as address:
+        argv = ["sure", "--server", address, "--questions", str(q), "--corpus", str(c), "--dataset", "toy",
+                "--out", str(tmp_path / "out"), "--quiet", "--batch", "3"]
+        assert cli.main(argv) == 0
+    report = json.loads((tmp_path / "out" / "report.json").read_text())
+    m = report["metrics"]
+    assert report["meta"]["model"] == "fake" and m["questions"] == 4
+    assert m["per_system"]["SE@1"]["format_html"]["K-G"]["LR"] == 1.0
+    # q3 shares no word with any non-gold passage: no noise document, so 4 golden + 3 noise
+    assert m["instances"] == 7 * 4
+    assert m["preservation"]["source_llm"]["kept"] == 7  # the NLI judge (Generate) said entailment
+    recs = [json.loads(line) for line in (tmp_path / "out" / "results.jsonl").read_text().splitlines()]
+    assert all(r["reader_s"] >= 0.5 for r in recs if r["kept"])
