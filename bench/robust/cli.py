@@ -251,7 +251,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     items = load_items(args.questions, args.corpus, None if args.dataset == "all" else args.dataset,
                        args.limit, noise=args.suite == "sure")
-    make_suite(args, items)  # bad --perturbations fail here, before any rpc
+    try:
+        make_suite(args, items)  # bad --perturbations fail here, before any rpc
+    except ValueError as exc:
+        raise SystemExit(f"--perturbations: {exc}") from exc
     if args.every is not None:
         run_forever(args, items)
         return 0

@@ -80,7 +80,7 @@ def test_bad_address_and_unknown_perturbation(tmp_path, data_files):
     with pytest.raises(SystemExit, match="bad --server"):
         cli.main(["query", "--server", "nohostport", "--questions", str(q), "--corpus", str(c), "--dataset", "toy",
                   "--out", str(tmp_path)])
-    with pytest.raises(ValueError, match="unknown query-level perturbation"):
+    with pytest.raises(SystemExit, match="unknown query-level perturbation"):
         cli.main(["query", "--server", "127.0.0.1:1", "--questions", str(q), "--corpus", str(c), "--dataset", "toy",
                   "--perturbations", "nonsense", "--out", str(tmp_path)])
 
