@@ -73,6 +73,8 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--perturbations", type=_csv, default=None,
                     help="comma-separated subset of the suite's perturbations (default all)")
     ap.add_argument("--variants", type=int, default=5, help="query-level: perturbed variants per question")
+    ap.add_argument("--nli", choices=sure.NLI_MODES, default="rewrites",
+                    help="SURE: which perturbations the entailment filter judges (default: the LLM rewrites)")
     ap.add_argument("--every", type=parse_duration, default=None, help="re-run on this schedule (e.g. 6h)")
     ap.add_argument("--metrics-port", type=int, default=None, help="with --every: serve Prometheus gauges here")
     ap.add_argument("--no-plots", action="store_true")
@@ -85,7 +87,7 @@ def make_suite(args: argparse.Namespace, items) -> Any:
     if args.suite == "sure":
         if args.perturbations:
             kw["types"] = tuple(args.perturbations)
-        return sure.SureSuite(**kw)
+        return sure.SureSuite(nli=args.nli, **kw)
     if args.suite == "rare":
         if args.perturbations:
             kw["query_perturbations"] = tuple(p for p in args.perturbations if p in rare.QUERY_PERTURBATIONS)

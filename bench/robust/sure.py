@@ -6,11 +6,13 @@ Protocol, as the paper's §3 maps onto this service:
   holds an answer). Each is asked as is ("original") and with each perturbation applied to
   the document; the service's Wiki/SE sources return that document instead of searching, so
   every retriever reads it through its own ops (@k, @RR, &, @CP).
-- Causal features kept (§3.4): a perturbed document is used only if it is semantically
+- Causal features kept (§3.4): by string match, a Golden document must still hold an answer
+  and a Noise document must not gain one; and a perturbed document must be semantically
   equivalent to the original (bidirectional entailment, judged by the service's reader with
-  SURE's Figure 10 prompt) and, by string match, a Golden document still holds an answer and
-  a Noise document did not gain one. Dropped instances are recorded (`kept: false`), not
-  asked, and counted in the report.
+  SURE's Figure 10 prompt). SURE introduces the entailment filter for the LLM rewrites, so by
+  default (`nli="rewrites"`) it judges the style and source perturbations; the logic, format
+  and metadata ones keep every sentence verbatim (`nli="all"` judges them too, `"none"`
+  none). Dropped instances are recorded (`kept: false`), not asked, and counted.
 - Known / Unknown (§3.3): the question is Known when the closed-book answer (the ReFree
   retriever: the reader with no retrieval) is correct.
 - Metrics (§3.6): per instance C = Y(original) - Y(perturbed), Y = Match; RR = share of
@@ -58,6 +60,10 @@ TYPES: dict[str, tuple[str, str, dict]] = {
     "meta_source_twitter": ("meta", "meta_source_twitter", {}),
 }
 CATEGORIES = ("style", "source", "logic", "format", "meta")
+#: the perturbations an LLM rewrites the text for; the others keep every sentence verbatim
+#: (reordered, or wrapped in a format or metadata template), so meaning is kept by construction
+REWRITES = frozenset({"style_simple", "style_complex", "source_llm", "source_self"})
+NLI_MODES = ("rewrites", "all", "none")  # which perturbations the entailment filter judges
 
 #: (originals, perturbed, contexts, generator) -> one (kept, reason) per pair
 Preserve = Callable[[Sequence[str], Sequence[str], Sequence[Mapping[str, Any]], Any], list[tuple[bool, str]]]
@@ -109,6 +115,7 @@ class SureSuite:
     retrievers: Sequence[str] = ()
     perturber: Perturber | None = None
     preserve: Preserve = default_preserve
+    nli: str = "rewrites"  # one of NLI_MODES
     name: str = NAME
     _by_qid: dict[str, Item] = field(default_factory=dict, init=False)
 
@@ -118,6 +125,8 @@ class SureSuite:
         unknown = [t for t in self.types if t not in TYPES and (self.perturber is None or t not in self.perturber.specs)]
         if unknown:
             raise ValueError(f"unknown SURE perturbation(s) {unknown}; known: {', '.join(TYPES)}")
+        if self.nli not in NLI_MODES:
+            raise ValueError(f"nli must be one of {NLI_MODES}, not {self.nli!r}")
 
     def specs(self) -> PerturbationSpecs:
         return {t: (TYPES[t][1], TYPES[t][2]) for t in self.types if t in TYPES}
@@ -154,7 +163,8 @@ class SureSuite:
         checks: dict[int, tuple[bool, str]] = {n: (True, "") for n in todo}
         if label != "original":
             answer_ok = {n: (contains_answer(texts[n], items[n].answers) == (kind == "golden")) for n in todo}
-            to_nli = [n for n in todo if answer_ok[n]]
+            judged = self.nli == "all" or (self.nli == "rewrites" and label in REWRITES)
+            to_nli = [n for n in todo if answer_ok[n]] if judged else []
             for n in todo:
                 if not answer_ok[n]:
                     checks[n] = (False, "lost the answer" if kind == "golden" else "gained an answer")

@@ -52,7 +52,7 @@ def test_sure_causal_feature_filter(tmp_path):
     def nli_rejects_q3(originals, perturbed, contexts, generator):
         return [(c["question"] != "who painted the mona lisa", "not equivalent") for c in contexts]
 
-    suite = sure.SureSuite(ITEMS, types=("drop",), perturber=p, preserve=nli_rejects_q3)
+    suite = sure.SureSuite(ITEMS, types=("drop",), perturber=p, preserve=nli_rejects_q3, nli="all")
     run_suite(suite, client, ResultStore(tmp_path), batch_size=8, progress=False)
     recs = {(r["qid"], r["variant"]): r for r in ResultStore(tmp_path).records() if r["perturbation"] == "drop"}
     assert all(not recs[(q, "golden")]["kept"] for q in ("q1", "q2", "q3", "q4"))  # the answer is gone
@@ -62,6 +62,21 @@ def test_sure_causal_feature_filter(tmp_path):
     assert len(asked_docs) == 8 + 3  # the originals, and only the kept perturbed noise docs
     m = suite.score(ResultStore(tmp_path).records())
     assert m["preservation"]["drop"]["dropped"] == 5
+
+
+def test_sure_entailment_judges_the_llm_rewrites_by_default(tmp_path):
+    client = FakeClient()
+    judged = []
+
+    def spy(originals, perturbed, contexts, generator):
+        judged.extend(perturbed)
+        return [(True, "") for _ in originals]
+
+    suite = _sure(client, preserve=spy)
+    run_suite(suite, client, ResultStore(tmp_path), batch_size=8, progress=False)
+    assert judged and all(t.endswith("(rewritten)") for t in judged)  # source_llm only
+    with pytest.raises(ValueError, match="nli must be"):
+        _sure(client, nli="some")
 
 
 def test_sure_default_preserve_is_bidirectional_nli():
