@@ -3,8 +3,9 @@
     # against a running `eor serve` (127.0.0.1:50051):
     python -m bench.load_test load    --server 127.0.0.1:50051 -n 300 -c 8 --distinct 30
     python -m bench.load_test compare --server 127.0.0.1:50051 --cold 20 --single Wiki@10
-    # start the service in this process (needed for `fault`: it kills a Ray actor):
-    python -m bench.load_test fault --start [--config eor.yaml] --fault-n 60 -c 8 --kill-after 20
+    python -m bench.load_test fault --server 127.0.0.1:50051 [--config eor.yaml] --fault-n 60 --kill-after 20
+    # or start the service in this process:
+    python -m bench.load_test all --start [--config eor.yaml] --out var/bench/load.json
     python -m bench.load_test all --start --out var/bench/load.json
 
 load:    N Ask calls at concurrency C cycling over D distinct questions (repeats may hit the
@@ -115,27 +116,39 @@ def compare(client, questions: list[str], cold: int, single: str, concurrency: i
             "ratio_eor16_over_single": round(ratio, 2) if ratio else None, "goal": "<= 2.5"}
 
 
-def _group_replicas() -> list[str]:
-    import ray
+def _group_processes(group: int) -> list[int]:
+    """PIDs of the Ray worker processes serving retriever group `group` on this machine (Ray
+    titles an actor's process `ray::ServeReplica:<app>:<deployment>`)."""
+    import psutil
 
-    return sorted(a["name"] for a in ray.util.list_named_actors(all_namespaces=True)
-                  if "Retrievers_" in a["name"]) if ray.is_initialized() else []
+    tag = f"ServeReplica:eor:Retrievers_{group}"
+    out = []
+    for p in psutil.process_iter(["pid", "cmdline"]):
+        try:
+            if any(tag in part for part in (p.info["cmdline"] or ())):
+                out.append(p.info["pid"])
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            continue
+    return sorted(out)
 
 
 def fault_test(client, questions: list[str], n: int, concurrency: int, kill_after_s: float,
                specs: list[str], group: int = 1) -> dict:
-    """Kill the actor of retriever group `group` (serving `specs`) after `kill_after_s` s of load."""
-    import ray
+    """Crash the process of retriever group `group` (serving `specs`) with SIGKILL after
+    `kill_after_s` s of load: works against any local server, not only one this process started."""
+    import os
+    import signal
 
     replies: list[tuple[int, float, list[str]]] = []
-    target = next((name for name in _group_replicas() if f"Retrievers_{group}#" in name), None)
-    if target is None:
-        raise SystemExit("fault test: no retriever-group actor found (run with --start)")
+    targets = _group_processes(group)
+    if not targets:
+        raise SystemExit(f"fault test: no process of retriever group {group} found on this machine")
     killed_at: list[float] = []
 
     def killer():
         time.sleep(kill_after_s)
-        ray.kill(ray.get_actor(target, namespace="serve"), no_restart=False)
+        for pid in targets:
+            os.kill(pid, signal.SIGKILL)
         killed_at.append(time.time())
 
     threading.Thread(target=killer, daemon=True).start()
@@ -146,11 +159,11 @@ def fault_test(client, questions: list[str], n: int, concurrency: int, kill_afte
     other = sum(1 for _, _, m in replies if set(m) - set(specs))  # missing something else (load timeouts)
     after = sorted((t, m) for _, t, m in replies if t > k)
     whole_again = next((t - k for t, m in after if not set(specs) & set(m) and t > max(hit, default=k)), None)
-    restarted = [x for x in _group_replicas() if f"Retrievers_{group}#" in x]
-    res.update(killed=target, killed_specs=specs, kill_after_s=kill_after_s,
+    now = _group_processes(group)
+    res.update(killed_pids=targets, killed_specs=specs, kill_after_s=kill_after_s,
                replies_missing_killed_group=len(hit), replies_missing_other_retrievers=other,
                group_whole_again_after_kill_s=round(whole_again, 1) if whole_again is not None else None,
-               replicas_now=restarted, restarted=bool(restarted) and restarted != [target])
+               processes_now=now, restarted=bool(now) and not set(now) & set(targets))
     return res
 
 
@@ -169,6 +182,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--fault-n", type=int, default=60, help="calls of the fault test's load")
     ap.add_argument("--kill-after", type=float, default=30.0)
     ap.add_argument("--kill-group", type=int, default=1, help="index of the retriever group whose actor dies")
+    ap.add_argument("--metrics-address", help="HOST:PORT of the server's Prometheus endpoint (with --start: known)")
     ap.add_argument("--out", help="write the report JSON here")
     args = ap.parse_args(argv)
 
@@ -193,14 +207,14 @@ def main(argv: list[str] | None = None) -> int:
             if args.mode in ("compare", "all"):
                 report["compare"] = compare(client, qs[args.distinct:], args.cold, args.single)
             if args.mode in ("fault", "all"):
-                if service is None:
-                    raise SystemExit("the fault test kills a Ray actor: run it with --start")
-                specs = list(service.settings.groups()[args.kill_group])
+                specs = _group_specs(service, args.config, args.kill_group)
                 report["fault"] = fault_test(client, qs[:args.distinct], args.fault_n, args.c,
                                              args.kill_after, specs, args.kill_group)
         if service is not None:
             report["memory"] = memory_report()
-            report["metrics"] = metrics_snapshot(service.metrics_address)
+        address = service.metrics_address if service is not None else args.metrics_address
+        if address:
+            report["metrics"] = metrics_snapshot(address)
     finally:
         if service is not None:
             service.stop()
@@ -211,6 +225,14 @@ def main(argv: list[str] | None = None) -> int:
         Path(args.out).write_text(text + "\n")
     failed = sum(report.get(k, {}).get("failed", 0) for k in ("load", "fault"))
     return 1 if failed else 0
+
+
+def _group_specs(service, config: str | None, group: int) -> list[str]:
+    if service is not None:
+        return list(service.settings.groups()[group])
+    from serve.service_config import load_settings  # the same config file the server was given
+
+    return list(load_settings(config).groups()[group])
 
 
 def metrics_snapshot(address: str) -> dict:
