@@ -27,9 +27,8 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from bench.common import DEFAULT_CORPUS, DEFAULT_QUESTIONS
-from bench.robust import query_level, rare, sure
+from bench.robust import query_level, rare, runner, sure
 from bench.robust.report import headline, write_report
-from bench.robust.runner import run_suite
 from bench.robust.store import ResultStore
 
 SUITES = {"sure": sure, "rare": rare, "query": query_level}
@@ -144,7 +143,7 @@ def run_once(args: argparse.Namespace, client, out: Path, items, health: dict | 
     meta["started"] = meta["started"] or _now()
     manifest.write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
     store = ResultStore(out)
-    stats = run_suite(suite, client, store, batch_size=args.batch, progress=not args.quiet)
+    stats = runner.run_suite(suite, client, store, batch_size=args.batch, progress=not args.quiet)
     planned = {i.id for i in suite.plan()}
     metrics = suite.score([r for r in store.records() if r["id"] in planned])
     meta.update(finished=_now(), ran=stats.ran, resumed_from=stats.skipped, run_seconds=round(stats.seconds, 1))
@@ -254,9 +253,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     items = load_items(args.questions, args.corpus, None if args.dataset == "all" else args.dataset,
                        args.limit, noise=args.suite == "sure")
     try:
-        make_suite(args, items)  # bad --perturbations fail here, before any rpc
+        suite = make_suite(args, items)  # bad --perturbations fail here, before any rpc
     except ValueError as exc:
         raise SystemExit(f"--perturbations: {exc}") from exc
+    missing = runner.unregistered(suite.specs())
+    if missing:
+        raise SystemExit(f"perturbation(s) {', '.join(missing)} are not registered in bench.robust.perturb "
+                         f"(known: {', '.join(runner.default_names()) or 'none'}); is the bench environment "
+                         "(.venv-bench, bench/setup.sh) complete?")
     if args.every is not None:
         run_forever(args, items)
         return 0

@@ -99,6 +99,18 @@ def default_get(name: str, **kwargs: Any):
     return get(name, **kwargs)
 
 
+def default_names() -> list[str]:
+    from bench.robust.perturb import names
+
+    return names()
+
+
+def unregistered(specs: PerturbationSpecs) -> list[str]:
+    """The registry names in `specs` that no perturbation module registers."""
+    known = set(default_names())
+    return sorted({name for name, _ in specs.values() if name not in known})
+
+
 @dataclass
 class Perturber:
     """Builds the suites' perturbations by label and applies them, memoised in-process (a

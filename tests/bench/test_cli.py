@@ -14,9 +14,19 @@ from bench.robust import cli, query_level, runner
 from bench.robust.data import load_items, tokens
 from bench.robust.qa import contains_answer
 from tests.shared_data import CORPUS_FILE, QUESTIONS_FILE
-from tests.bench.fakes import ITEMS, FakeClient, fake_get
+from tests.bench.fakes import FAKE, ITEMS, FakeClient, fake_get
 
 REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(autouse=True)
+def registry(monkeypatch):
+    """Every name the suites use counts as registered (the real modules may not be installed)."""
+    from bench.robust import rare, sure
+
+    used = {n for _, n, _ in sure.TYPES.values()} | {n for n, _ in rare.QUERY_PERTURBATIONS.values()}
+    used |= {n for n, _ in rare.DOC_PERTURBATIONS.values()} | {n for n, _ in query_level.PERTURBATIONS.values()}
+    monkeypatch.setattr(runner, "default_names", lambda: sorted(used | set(FAKE)))
 
 
 @pytest.fixture
@@ -83,6 +93,14 @@ def test_bad_address_and_unknown_perturbation(tmp_path, data_files):
     with pytest.raises(SystemExit, match="unknown query-level perturbation"):
         cli.main(["query", "--server", "127.0.0.1:1", "--questions", str(q), "--corpus", str(c), "--dataset", "toy",
                   "--perturbations", "nonsense", "--out", str(tmp_path)])
+
+
+def test_unregistered_perturbations_are_a_clear_error(tmp_path, data_files, monkeypatch):
+    monkeypatch.setattr(runner, "default_names", lambda: ["typo"])
+    q, c = data_files
+    with pytest.raises(SystemExit, match="perturbation.s. ambiguity, formal, redundancy are not registered"):
+        cli.main(["query", "--server", "127.0.0.1:1", "--questions", str(q), "--corpus", str(c), "--dataset", "toy",
+                  "--out", str(tmp_path)])
 
 
 def test_load_items_picks_a_noise_passage_without_the_answer():
