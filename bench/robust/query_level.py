@@ -4,7 +4,8 @@ Protocol, as the paper's §3-§5 maps onto this service:
 - Perturbations (§3): redundancy insertion, formal tone, ambiguity (LLM rewrites by the
   service's reader) and QWERTY typos in 10% and 25% of the words (TextAttack, stop words
   kept); 5 perturbed variants per question and type (variant v is perturbed with seed
-  `seed * 100 + v`), plus the original query.
+  `seed * 100 + v`), plus the original query. A variant the perturbation could not change
+  is recorded (`kept: false`) and not asked: it is no perturbed sample.
 - Retriever (§5.2): the `Retrieve` rpc gives each knowledge source's ranking on its own (Wiki
   and SE; "Any" = the union of both); Recall@k = |gold passages in the top k| / |gold| (BEIR's
   recall), k in `KS`. A hit is a gold passage when its id, less a chunk suffix `#n`, is a gold
@@ -130,23 +131,28 @@ class QueryLevelSuite:
         label, variant = batch[0].perturbation, int(batch[0].variant)
         items = [self._by_qid[i.qid] for i in batch]
         questions = [it.question for it in items]
-        if label == "original":
-            queries = questions
-        else:
-            queries = perturber.apply(label, questions, self.seed * 100 + variant,
-                                      [{"question": q, "answers": list(it.answers)} for q, it in zip(questions, items)])
+        queries, same = questions, [False] * len(items)
+        if label != "original":
+            queries, same = perturber.apply_flagged(
+                label, questions, self.seed * 100 + variant,
+                [{"question": q, "answers": list(it.answers)} for q, it in zip(questions, items)])
         todo = [n for n, inst in enumerate(batch) if inst.id in pending]
-        qs = [queries[n] for n in todo]
+        asked = [n for n in todo if not same[n]]  # an unchanged query is no perturbed sample
+        records = [{**batch[n].key(), "question": queries[n], "original_question": items[n].question,
+                    "gold": list(items[n].answers), "kept": False, "reason": "query unchanged (not applicable)"}
+                   for n in todo if same[n]]
+        if not asked:
+            return records
+        qs = [queries[n] for n in asked]
         hits = client.retrieve(qs, self.k, self.sources)
         readers = with_readers(self.retrievers)
         rag = client.ask(qs, retrievers=readers)
-        oracle = client.ask(qs, documents=[list(items[n].gold) for n in todo], retrievers=readers)
-        records = []
-        for j, n in enumerate(todo):
+        oracle = client.ask(qs, documents=[list(items[n].gold) for n in asked], retrievers=readers)
+        for j, n in enumerate(asked):
             it = items[n]
             gold = {d.id: d.text for d in it.gold}
             records.append({
-                **batch[n].key(), "question": queries[n], "original_question": it.question,
+                **batch[n].key(), "question": queries[n], "original_question": it.question, "kept": True,
                 "gold": list(it.answers), "gold_pids": list(it.gold_pids) or list(gold),
                 "hits": {src: [gold_matches(h, gold) for h in hs] for src, hs in hits[j].items()},
                 "hit_ids": {src: [h.id for h in hs] for src, hs in hits[j].items()},
@@ -177,7 +183,12 @@ def _ok(answers: dict, missing, system: str, gold) -> float | None:
 
 
 def score(records: list[dict]) -> dict:
-    records = [r for r in records if r.get("suite", NAME) == NAME]
+    all_recs = [r for r in records if r.get("suite", NAME) == NAME]
+    records = [r for r in all_recs if r.get("kept", True)]
+    unchanged: dict[str, int] = {}
+    for r in all_recs:
+        if not r.get("kept", True):
+            unchanged[r["perturbation"]] = unchanged.get(r["perturbation"], 0) + 1
     systems: dict[str, None] = {EOR: None}
     for r in records:
         systems.update(dict.fromkeys(r.get("rag", {})))
@@ -228,8 +239,8 @@ def score(records: list[dict]) -> dict:
     best = max(singles, key=lambda s: (mean_rag[s], s), default=None)
     return {"suite": NAME, "perturbations": perts, "systems": list(systems), "sources": sources, "ks": list(KS),
             "by_perturbation": by_pert, "correlations": correlations, "mean_rag_perturbed": mean_rag,
-            "best_single": best, "questions": len(originals), "instances": len(records),
-            "reader_s": sum(r.get("reader_s", 0.0) for r in records)}
+            "best_single": best, "questions": len(originals), "instances": len(all_recs),
+            "unchanged": unchanged, "reader_s": sum(r.get("reader_s", 0.0) for r in all_recs)}
 
 
 def gauges(metrics: dict) -> list[tuple[str, str, float]]:

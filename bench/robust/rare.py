@@ -10,7 +10,8 @@ AskBatch entry that scores EoR and every single retriever at once):
   `back_translate` (lexically different, has the answer: LLM back-translation) and
   `retrieval` (real retrieval: the service searches as usual, no documents given).
   A `no_answer` document that still holds an answer, or a `back_translate` one that lost it
-  (normalised string match), is dropped (`kept: false`) rather than mis-labelled.
+  (normalised string match), is dropped (`kept: false`) rather than mis-labelled; so is a
+  cell whose query or documents the perturbation could not change.
 - The judge (Table 3): g(q, ∅) is the closed-book probe, the ReFree retriever's answer to the
   original query. Ground-truth and lexically-different documents: robust iff correct.
   Lexically-similar, no answer: correct or a safe refusal when g(q, ∅) = 1, a safe refusal
@@ -104,23 +105,33 @@ class RareSuite:
         qlabel, setting = batch[0].perturbation, batch[0].variant
         items = [self._by_qid[i.qid] for i in batch]
         qctx = [{"question": it.question, "answers": list(it.answers)} for it in items]
-        queries = ([it.question for it in items] if qlabel == "original"
-                   else perturber.apply(qlabel, [it.question for it in items], self.seed, qctx))
+        q_same = [False] * len(items)
+        queries = [it.question for it in items]
+        if qlabel != "original":
+            queries, q_same = perturber.apply_flagged(qlabel, queries, self.seed, qctx)
         docs: list[list[Doc]] | None = None
+        d_same = [False] * len(items)
         if setting == "gt":
             docs = [list(it.gold) for it in items]
         elif setting in DOC_PERTURBATIONS:
             flat = [(n, d) for n, it in enumerate(items) for d in it.gold]
             dctx = [{"question": items[n].question, "answers": list(items[n].answers), "title": d.title}
                     for n, d in flat]
-            texts = perturber.apply(setting, [d.text for _, d in flat], self.seed, dctx)
+            texts, same = perturber.apply_flagged(setting, [d.text for _, d in flat], self.seed, dctx)
             docs = [[] for _ in items]
-            for (n, d), t in zip(flat, texts):
+            changed = [False] * len(items)
+            for (n, d), t, u in zip(flat, texts, same):
                 docs[n].append(Doc(t, d.title, d.id, d.source))
+                changed[n] = changed[n] or not u
+            d_same = [not c for c in changed]
         todo = [n for n, inst in enumerate(batch) if inst.id in pending]
         checks = {n: (True, "") for n in todo}
         for n in todo:
-            if setting == "no_answer" and any(contains_answer(d.text, items[n].answers) for d in docs[n]):
+            if q_same[n]:
+                checks[n] = (False, "query unchanged (not applicable)")
+            elif d_same[n]:
+                checks[n] = (False, "documents unchanged (not applicable)")
+            elif setting == "no_answer" and any(contains_answer(d.text, items[n].answers) for d in docs[n]):
                 checks[n] = (False, "answer still present")
             elif setting == "back_translate" and not any(contains_answer(d.text, items[n].answers) for d in docs[n]):
                 checks[n] = (False, "lost the answer")

@@ -125,7 +125,7 @@ class Perturber:
     generator: Any = None
     get: Callable[..., Any] | None = None  # None: the registry's `get`
     _built: dict[str, Any] = field(default_factory=dict, init=False)
-    _memo: dict[str, list[str]] = field(default_factory=dict, init=False)
+    _memo: dict[str, tuple[list[str], list[bool]]] = field(default_factory=dict, init=False)
 
     def labels(self) -> list[str]:
         return list(self.specs)
@@ -147,13 +147,24 @@ class Perturber:
 
     def apply(self, label: str, texts: Sequence[str], seed: int,
               context: Sequence[Mapping[str, Any]] | None = None) -> list[str]:
+        return self.apply_flagged(label, texts, seed, context)[0]
+
+    def apply_flagged(self, label: str, texts: Sequence[str], seed: int,
+                      context: Sequence[Mapping[str, Any]] | None = None) -> tuple[list[str], list[bool]]:
+        """The perturbed texts and, per text, whether it came back unchanged (the perturbation
+        could not apply: its `last_fallbacks` flag, or an identical output)."""
         key = json.dumps([label, seed, list(texts), list(context or [])], sort_keys=True, default=str)
         if key not in self._memo:
-            out = self.build(label).apply(list(texts), seed=seed, context=context)
+            pert = self.build(label)
+            out = [str(t) for t in pert.apply(list(texts), seed=seed, context=context)]
             if len(out) != len(texts):
                 raise RuntimeError(f"perturbation {label} returned {len(out)} texts for {len(texts)}")
-            self._memo[key] = [str(t) for t in out]
-        return list(self._memo[key])
+            flags = list(getattr(pert, "last_fallbacks", None) or [])
+            if len(flags) != len(out):
+                flags = [False] * len(out)
+            self._memo[key] = (out, [bool(f) or o.strip() == t.strip() for f, o, t in zip(flags, out, texts)])
+        out, flags = self._memo[key]
+        return list(out), list(flags)
 
 
 def with_readers(retrievers: Sequence[str], needed: Sequence[str] = ("ReFree",)) -> tuple[str, ...]:

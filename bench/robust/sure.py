@@ -12,7 +12,9 @@ Protocol, as the paper's §3 maps onto this service:
   SURE's Figure 10 prompt). SURE introduces the entailment filter for the LLM rewrites, so by
   default (`nli="rewrites"`) it judges the style and source perturbations; the logic, format
   and metadata ones keep every sentence verbatim (`nli="all"` judges them too, `"none"`
-  none). Dropped instances are recorded (`kept: false`), not asked, and counted.
+  none). A perturbation that could not apply (the text came back unchanged) is dropped too:
+  an unchanged pair would count as robust for free. Dropped instances are recorded
+  (`kept: false`, with the reason), not asked, and counted in the report.
 - Known / Unknown (§3.3): the question is Known when the closed-book answer (the ReFree
   retriever: the reader with no retrieval) is correct.
 - Metrics (§3.6): per instance C = Y(original) - Y(perturbed), Y = Match; RR = share of
@@ -155,19 +157,22 @@ class SureSuite:
         docs = [self._doc(it, kind) for it in items]
         contexts = [{"question": it.question, "answers": list(it.answers), "title": d.title, "doc_kind": kind}
                     for it, d in zip(items, docs)]
+        unchanged = [False] * len(batch)
         if label == "original":
             texts = [d.text for d in docs]
         else:  # the whole batch is perturbed (positions fixed), only pending ones are used
-            texts = perturber.apply(label, [d.text for d in docs], self.seed, contexts)
+            texts, unchanged = perturber.apply_flagged(label, [d.text for d in docs], self.seed, contexts)
         todo = [n for n, inst in enumerate(batch) if inst.id in pending]
         checks: dict[int, tuple[bool, str]] = {n: (True, "") for n in todo}
         if label != "original":
             answer_ok = {n: (contains_answer(texts[n], items[n].answers) == (kind == "golden")) for n in todo}
-            judged = self.nli == "all" or (self.nli == "rewrites" and label in REWRITES)
-            to_nli = [n for n in todo if answer_ok[n]] if judged else []
             for n in todo:
-                if not answer_ok[n]:
+                if unchanged[n]:
+                    checks[n] = (False, "not applicable (unchanged)")
+                elif not answer_ok[n]:
                     checks[n] = (False, "lost the answer" if kind == "golden" else "gained an answer")
+            judged = self.nli == "all" or (self.nli == "rewrites" and label in REWRITES)
+            to_nli = [n for n in todo if checks[n][0]] if judged else []
             if to_nli:
                 res = self.preserve([docs[n].text for n in to_nli], [texts[n] for n in to_nli],
                                     [contexts[n] for n in to_nli], client)

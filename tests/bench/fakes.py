@@ -9,7 +9,7 @@ from typing import Sequence
 
 from bench.robust.client import AskResult, Doc, Hit
 from bench.robust.data import Item
-from bench.robust.perturb.base import Perturbation
+from bench.robust.perturb.base import NotApplicable, Perturbation
 from bench.robust.qa import contains_answer
 from bench.robust.runner import Perturber
 
@@ -23,16 +23,16 @@ def _doc(pid: str, title: str, text: str) -> Doc:
 ITEMS = [
     Item("q1", "who wrote hamlet", ("Shakespeare",),
          (_doc("nqgold-1", "Hamlet", "Hamlet is a tragedy. It was written by William Shakespeare around 1600."),),
-         _doc("vital-1", "Macbeth", "Macbeth is a play about a Scottish general."), ("nqgold-1",)),
+         _doc("vital-1", "Macbeth", "Macbeth is a play. It is about a Scottish general."), ("nqgold-1",)),
     Item("q2", "what is the capital of france", ("Paris",),
          (_doc("nqgold-2", "France", "France is in Europe. Its capital is Paris. It has many museums."),),
-         _doc("vital-2", "Germany", "Berlin is the capital of Germany."), ("nqgold-2",)),
+         _doc("vital-2", "Germany", "Berlin is the capital of Germany. It is a large city."), ("nqgold-2",)),
     Item("q3", "who painted the mona lisa", ("Leonardo da Vinci", "Leonardo"),
          (_doc("nqgold-3", "Mona Lisa", "The Mona Lisa is a portrait. It was painted by Leonardo da Vinci."),),
-         _doc("vital-3", "Louvre", "The Louvre is a museum in a former palace."), ("nqgold-3",)),
+         _doc("vital-3", "Louvre", "The Louvre is a museum. It is in a former palace."), ("nqgold-3",)),
     Item("q4", "how many legs does a spider have", ("eight", "8"),
          (_doc("nqgold-4", "Spider", "Spiders are arachnids. A spider has eight legs and two body parts."),),
-         _doc("vital-4", "Insect", "Insects have six legs and three body parts."), ("nqgold-4",)),
+         _doc("vital-4", "Insect", "Insects have six legs. They have three body parts."), ("nqgold-4",)),
 ]
 KNOWN = {"q1", "q2"}  # the fake reader answers these closed-book
 
@@ -119,6 +119,16 @@ class Suffix(Perturbation):
         return f"{text} x{rng.randint(1, 9)}"
 
 
+class SuffixSome(Suffix):
+    """Like Suffix, but spider questions have "no word it may touch"."""
+    name = "suffix_some"
+
+    def perturb_one(self, text, rng, context):
+        if "spider" in text:
+            raise NotApplicable("nothing to change")
+        return super().perturb_one(text, rng, context)
+
+
 class Html(Perturbation):
     name = "html"
     target = "document"
@@ -158,7 +168,7 @@ class Generated(Perturbation):
         return [t + " (rewritten)" for t in texts]
 
 
-FAKE = {"shout": Shout, "suffix": Suffix, "html": Html, "drop_answer": DropAnswer, "reverse": Reverse,
+FAKE = {"shout": Shout, "suffix": Suffix, "suffix_some": SuffixSome, "html": Html, "drop_answer": DropAnswer, "reverse": Reverse,
         "generated": Generated}
 
 

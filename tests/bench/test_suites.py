@@ -47,21 +47,24 @@ def test_sure_end_to_end(tmp_path):
 
 def test_sure_causal_feature_filter(tmp_path):
     client = FakeClient()
-    p = perturber({"drop": "drop_answer"}, client)
+    p = perturber({"drop": "drop_answer", "llm": "generated"}, client)
 
     def nli_rejects_q3(originals, perturbed, contexts, generator):
         return [(c["question"] != "who painted the mona lisa", "not equivalent") for c in contexts]
 
-    suite = sure.SureSuite(ITEMS, types=("drop",), perturber=p, preserve=nli_rejects_q3, nli="all")
+    suite = sure.SureSuite(ITEMS, types=("drop", "llm"), perturber=p, preserve=nli_rejects_q3, nli="all")
     run_suite(suite, client, ResultStore(tmp_path), batch_size=8, progress=False)
-    recs = {(r["qid"], r["variant"]): r for r in ResultStore(tmp_path).records() if r["perturbation"] == "drop"}
-    assert all(not recs[(q, "golden")]["kept"] for q in ("q1", "q2", "q3", "q4"))  # the answer is gone
-    assert recs[("q1", "golden")]["reason"] == "lost the answer"
-    assert recs[("q3", "noise")]["reason"] == "not equivalent" and recs[("q1", "noise")]["kept"]
+    recs = {(r["qid"], r["perturbation"], r["variant"]): r for r in ResultStore(tmp_path).records()}
+    for q in ("q1", "q2", "q3", "q4"):
+        assert recs[(q, "drop", "golden")]["reason"] == "lost the answer"  # golden docs must keep it
+        assert recs[(q, "drop", "noise")]["reason"] == "not applicable (unchanged)"  # nothing to delete
+    assert recs[("q3", "llm", "golden")]["reason"] == recs[("q3", "llm", "noise")]["reason"] == "not equivalent"
+    assert recs[("q1", "llm", "noise")]["kept"] and recs[("q1", "llm", "golden")]["kept"]
     asked_docs = [d for _, d in client.asked if d is not None]
-    assert len(asked_docs) == 8 + 3  # the originals, and only the kept perturbed noise docs
+    assert len(asked_docs) == 8 + 6  # the originals, and the kept rewrites
     m = suite.score(ResultStore(tmp_path).records())
-    assert m["preservation"]["drop"]["dropped"] == 5
+    assert m["preservation"]["drop"]["dropped"] == 8 and m["preservation"]["llm"] == {
+        "kept": 6, "dropped": 2, "reasons": {"not equivalent": 2}}
 
 
 def test_sure_entailment_judges_the_llm_rewrites_by_default(tmp_path):
@@ -134,6 +137,23 @@ def test_query_level_end_to_end(tmp_path):
     assert len(sfx) == 3
     paths = write_report(m, tmp_path, {})
     assert "Recall@5" in Path(paths["markdown"]).read_text()
+
+
+def test_unchanged_queries_are_no_samples(tmp_path):
+    client = FakeClient()
+    p = perturber({"some": "suffix_some", "shout": "shout", "no_answer": "drop_answer"}, client)
+    q = query_level.QueryLevelSuite(ITEMS, perturbations=("some",), variants=2, perturber=p)
+    stats = run_suite(q, client, ResultStore(tmp_path / "q"), progress=False)
+    assert stats.ran == 4 * 3 and len(client.asked) == 2 * (4 + 3 * 2)  # RAG + oracle, spider never perturbed
+    m = q.score(ResultStore(tmp_path / "q").records())
+    assert m["unchanged"] == {"some": 2} and m["by_perturbation"]["some"]["n"] == 6
+    r = rare.RareSuite(ITEMS, query_perturbations=("some",), doc_settings=("gt", "no_answer"), perturber=p)
+    run_suite(r, client, ResultStore(tmp_path / "r"), progress=False)
+    recs = {(x["qid"], x["perturbation"], x["variant"]): x for x in ResultStore(tmp_path / "r").records()}
+    assert recs[("q4", "some", "gt")]["reason"] == "query unchanged (not applicable)"
+    assert recs[("q1", "some", "no_answer")]["kept"]
+    assert rare.score(list(recs.values()))["dropped"] == {"gt": {"query unchanged (not applicable)": 1},
+                                                          "no_answer": {"query unchanged (not applicable)": 1}}
 
 
 def test_suites_pass_a_retriever_subset_plus_refree(tmp_path):
