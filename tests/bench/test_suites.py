@@ -164,3 +164,25 @@ def test_suites_pass_a_retriever_subset_plus_refree(tmp_path):
     run_suite(suite, client, ResultStore(tmp_path), progress=False)
     rec = ResultStore(tmp_path).records()[0]
     assert set(rec["rag"]) == {"EoR", "Wiki@10", "ReFree"}
+
+
+def test_suites_with_the_registered_rule_based_perturbations(tmp_path):
+    """The real registry's rule-based perturbations through the suites (context keys, flags)."""
+    from bench.robust.perturb import names
+    from bench.robust.runner import Perturber
+
+    wanted = {"format_json", "logic_reverse", "meta_source_wiki", "answer_sentence_delete"}
+    if not wanted <= set(names()):
+        pytest.skip("the document perturbations are not registered")
+    client = FakeClient()
+    s = sure.SureSuite(ITEMS, types=("format_json", "logic_reverse", "meta_source_wiki"), preserve=keep_all)
+    run_suite(s, client, ResultStore(tmp_path / "s"), progress=False)
+    recs = ResultStore(tmp_path / "s").records()
+    fj = [r for r in recs if r["perturbation"] == "format_json" and r["variant"] == "golden"]
+    assert all(r["kept"] and json.loads(r["doc"])["title"] for r in fj)
+    assert s.score(recs)["per_system"]["Wiki@10"]["format_json"]["Total"]["RR"] == 1.0
+    r = rare.RareSuite(ITEMS, query_perturbations=(), doc_settings=("gt", "no_answer"),
+                       perturber=Perturber({"no_answer": ("answer_sentence_delete", {})}, generator=client))
+    run_suite(r, client, ResultStore(tmp_path / "r"), progress=False)
+    na = [x for x in ResultStore(tmp_path / "r").records() if x["variant"] == "no_answer"]
+    assert len(na) == 4 and all(x["kept"] and "Shakespeare" not in " ".join(x["docs"]) for x in na)
