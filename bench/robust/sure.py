@@ -27,14 +27,13 @@ RR is 1 by construction: they are reported but never chosen as the "best single 
 """
 from __future__ import annotations
 
-import re
 from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any, Callable, Hashable, Mapping, Sequence
 
 from bench.robust.client import EOR, Doc
 from bench.robust.data import Item
-from bench.robust.qa import contains_answer, match
+from bench.robust.qa import match
 from bench.robust.runner import Perturber, PerturbationSpecs, with_readers
 from bench.robust.store import Instance
 
@@ -75,38 +74,12 @@ def category(label: str) -> str:
     return TYPES[label][0] if label in TYPES else label.split("_", 1)[0]
 
 
-# SURE Figure 10: the LLM-based NLI system of the bidirectional entailment algorithm
-NLI_PROMPT = ("Consider the two passages below.\nPremise: {premise}\nHypothesis: {hypothesis}\n"
-              "Does the premise semantically entail the hypothesis? Answer with 'entailment' if they are "
-              "paraphrases, 'contradiction' if they have opposing meanings, or 'neutral' if they are neither.\n"
-              "Response:")
-_LABEL = re.compile(r"entail|contradict|neutral")
-MAX_PROMPTS = 64
-
-
-def nli_label(output: str) -> str:
-    """The first NLI label named in the reader's output ('neutral' when it names none)."""
-    m = _LABEL.search(output.lower())
-    return {"entail": "entailment", "contradict": "contradiction"}.get(m.group(0), "neutral") if m else "neutral"
-
-
 def default_preserve(originals, perturbed, contexts, generator) -> list[tuple[bool, str]]:
-    """SURE §3.4's semantic-equivalence filter: both directions judged 'entailment' by the
-    service's reader (one Generate call for the batch, both directions)."""
-    n = len(originals)
-    if not n:
-        return []
-    prompts = [NLI_PROMPT.format(premise=a, hypothesis=b) for a, b in zip(originals, perturbed)]
-    prompts += [NLI_PROMPT.format(premise=b, hypothesis=a) for a, b in zip(originals, perturbed)]
-    outs: list[str] = []
-    for i in range(0, len(prompts), MAX_PROMPTS):  # the service takes 64 prompts per Generate
-        outs += generator.generate(prompts[i:i + MAX_PROMPTS], max_tokens=8, temperature=0.0)
-    labels = [nli_label(o) for o in outs]
-    out = []
-    for fwd, bwd in zip(labels[:n], labels[n:]):
-        ok = fwd == bwd == "entailment"
-        out.append((ok, "" if ok else f"not equivalent (entailment judged {fwd} / {bwd})"))
-    return out
+    """SURE §3.4's semantic-equivalence filter: bidirectional entailment judged by the
+    service's reader (`bench.robust.perturb.preserve.equivalent`, SURE's Figure 10 prompt)."""
+    from bench.robust.perturb.preserve import equivalent
+
+    return [(c.ok, c.reason) for c in equivalent(generator, originals, perturbed)]
 
 
 @dataclass
@@ -165,12 +138,11 @@ class SureSuite:
         todo = [n for n, inst in enumerate(batch) if inst.id in pending]
         checks: dict[int, tuple[bool, str]] = {n: (True, "") for n in todo}
         if label != "original":
-            answer_ok = {n: (contains_answer(texts[n], items[n].answers) == (kind == "golden")) for n in todo}
+            from bench.robust.perturb.preserve import answer_check
+
             for n in todo:
-                if unchanged[n]:
-                    checks[n] = (False, "not applicable (unchanged)")
-                elif not answer_ok[n]:
-                    checks[n] = (False, "lost the answer" if kind == "golden" else "gained an answer")
+                ans = answer_check(docs[n].text, texts[n], items[n].answers)
+                checks[n] = (False, "not applicable (unchanged)") if unchanged[n] else (ans.ok, ans.reason)
             judged = self.nli == "all" or (self.nli == "rewrites" and label in REWRITES)
             to_nli = [n for n in todo if checks[n][0]] if judged else []
             if to_nli:
