@@ -261,6 +261,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         raise SystemExit(f"perturbation(s) {', '.join(missing)} are not registered in bench.robust.perturb "
                          f"(known: {', '.join(runner.default_names()) or 'none'}); is the bench environment "
                          "(.venv-bench, bench/setup.sh) complete?")
+    try:
+        runner.Perturber(suite.specs()).preflight()
+    except ImportError as exc:
+        raise SystemExit(f"a perturbation cannot run here: {exc}") from exc
     if args.every is not None:
         run_forever(args, items)
         return 0

@@ -111,6 +111,12 @@ def unregistered(specs: PerturbationSpecs) -> list[str]:
     return sorted({name for name, _ in specs.values() if name not in known})
 
 
+_SAMPLE_QUERY = "who wrote the first declaration of human rights"
+_SAMPLE_DOC = ("The Cyrus Cylinder is an ancient clay cylinder. Its text has been called the first "
+               "declaration of human rights. It was written in 539 BC.")
+_SAMPLE_CONTEXT = {"question": _SAMPLE_QUERY, "answers": ["Cyrus"], "title": "Cyrus Cylinder"}
+
+
 @dataclass
 class Perturber:
     """Builds the suites' perturbations by label and applies them, memoised in-process (a
@@ -144,6 +150,16 @@ class Perturber:
                 except TypeError:
                     raise with_generator from None
         return self._built[label]
+
+    def preflight(self) -> None:
+        """Build every perturbation and run each one that needs no LLM on a sample text, so a
+        missing backend (TextAttack outside .venv-bench) fails before any instance runs."""
+        for label in self.specs:
+            pert = self.build(label)
+            if hasattr(pert, "generator"):  # written by the service's reader: checked on use
+                continue
+            sample = _SAMPLE_DOC if getattr(pert, "target", "query") == "document" else _SAMPLE_QUERY
+            pert.apply([sample], seed=0, context=[_SAMPLE_CONTEXT])
 
     def apply(self, label: str, texts: Sequence[str], seed: int,
               context: Sequence[Mapping[str, Any]] | None = None) -> list[str]:

@@ -82,14 +82,14 @@ def test_unreachable_server_is_a_clear_error(tmp_path, data_files):
     q, c = data_files
     with pytest.raises(SystemExit, match=f"cannot reach the eor service at 127.0.0.1:{port}"):
         cli.main(["query", "--server", f"127.0.0.1:{port}", "--questions", str(q), "--corpus", str(c),
-                  "--dataset", "toy", "--out", str(tmp_path / "out"), "--timeout", "5"])
+                  "--dataset", "toy", "--out", str(tmp_path / "out"), "--timeout", "5", "--perturbations", "formal"])
 
 
 def test_bad_address_and_unknown_perturbation(tmp_path, data_files):
     q, c = data_files
     with pytest.raises(SystemExit, match="bad --server"):
         cli.main(["query", "--server", "nohostport", "--questions", str(q), "--corpus", str(c), "--dataset", "toy",
-                  "--out", str(tmp_path)])
+                  "--perturbations", "formal", "--out", str(tmp_path)])
     with pytest.raises(SystemExit, match="unknown query-level perturbation"):
         cli.main(["query", "--server", "127.0.0.1:1", "--questions", str(q), "--corpus", str(c), "--dataset", "toy",
                   "--perturbations", "nonsense", "--out", str(tmp_path)])
@@ -101,6 +101,22 @@ def test_unregistered_perturbations_are_a_clear_error(tmp_path, data_files, monk
     with pytest.raises(SystemExit, match="perturbation.s. ambiguity, formal, redundancy are not registered"):
         cli.main(["query", "--server", "127.0.0.1:1", "--questions", str(q), "--corpus", str(c), "--dataset", "toy",
                   "--out", str(tmp_path)])
+
+
+def test_missing_backend_is_a_clear_error(tmp_path, data_files, monkeypatch):
+    def get(name, **kw):
+        class NeedsTextAttack:
+            target = "query"
+
+            def apply(self, texts, seed=0, context=None):
+                raise ImportError("TextAttack is not installed here; run bench/setup.sh")
+        return NeedsTextAttack()
+
+    monkeypatch.setattr(runner, "default_get", get)
+    q, c = data_files
+    with pytest.raises(SystemExit, match="a perturbation cannot run here: TextAttack is not installed"):
+        cli.main(["query", "--server", "127.0.0.1:1", "--questions", str(q), "--corpus", str(c), "--dataset", "toy",
+                  "--perturbations", "typo10", "--out", str(tmp_path)])
 
 
 def test_load_items_picks_a_noise_passage_without_the_answer():
