@@ -239,6 +239,13 @@ def run_forever(args: argparse.Namespace, items, rounds: int | None = None, slee
     return exporter
 
 
+def preflight(suite: Any) -> None:
+    try:
+        runner.Perturber(suite.specs()).preflight()
+    except ImportError as exc:
+        raise SystemExit(f"a perturbation cannot run here: {exc}") from exc
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.metrics_port is not None and args.every is None:
@@ -261,17 +268,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         raise SystemExit(f"perturbation(s) {', '.join(missing)} are not registered in bench.robust.perturb "
                          f"(known: {', '.join(runner.default_names()) or 'none'}); is the bench environment "
                          "(.venv-bench, bench/setup.sh) complete?")
-    try:
-        runner.Perturber(suite.specs()).preflight()
-    except ImportError as exc:
-        raise SystemExit(f"a perturbation cannot run here: {exc}") from exc
     if args.every is not None:
+        preflight(suite)
         run_forever(args, items)
         return 0
     import grpc
 
     client, health = connect(args)
     try:
+        preflight(suite)
         run_once(args, client, Path(args.out), items, health)
     except grpc.RpcError as exc:
         done = len(ResultStore(args.out))

@@ -103,7 +103,7 @@ def test_unregistered_perturbations_are_a_clear_error(tmp_path, data_files, monk
                   "--out", str(tmp_path)])
 
 
-def test_missing_backend_is_a_clear_error(tmp_path, data_files, monkeypatch):
+def test_missing_backend_is_a_clear_error(tmp_path, data_files, fake_service, monkeypatch):
     def get(name, **kw):
         class NeedsTextAttack:
             target = "query"
