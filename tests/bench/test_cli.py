@@ -221,3 +221,15 @@ def test_cli_over_grpc_end_to_end(tmp_path, data_files, monkeypatch):
     assert m["preservation"]["source_llm"]["kept"] == 7  # the NLI judge (Generate) said entailment
     recs = [json.loads(line) for line in (tmp_path / "out" / "results.jsonl").read_text().splitlines()]
     assert all(r["reader_s"] >= 0.5 for r in recs if r["kept"])
+
+
+def test_a_restarted_continuous_run_resumes_its_unfinished_round(tmp_path):
+    done, unfinished = tmp_path / "runs" / "20260101T000000Z", tmp_path / "runs" / "20260101T060000Z"
+    done.mkdir(parents=True)
+    (done / "report.json").write_text("{}")
+    unfinished.mkdir()
+    (unfinished / "results.jsonl").write_text("")
+    assert cli.round_dir(tmp_path) == unfinished
+    (unfinished / "report.json").write_text("{}")
+    fresh = cli.round_dir(tmp_path)
+    assert fresh.parent == tmp_path / "runs" and fresh not in (done, unfinished)
