@@ -1,0 +1,100 @@
+"""Query rewrites by the live service's reader: one Generate call per batch, greedy.
+
+- `redundancy`, `formal`, `ambiguity`: the query-level paper's prompts (its Table 3), asking
+  for `variants` (5) paraphrases, one per line; the paper uses all five as five samples, so
+  seed s takes line s mod (lines returned). The one prompt serves every seed, so the service's
+  reader cache answers seeds 1..4 for free.
+- `grammar_rewrite`, `irrelevant_detail`: RARE App. C.1 (GPT-4.1 wrote 3 candidates, the most
+  similar to the query by an embedding model was kept). RARE does not publish its prompts:
+  these are written in the same style as the ones above. Candidates are ranked by
+  `textutil.similarity` (the offline stand-in for the embedding model); seed 0 keeps the
+  best, as RARE did, seed s the (s mod n)-th best.
+
+Adapted for a 135M-parameter instruct reader, minimally: "separate the samples by single \\n"
+(a newline character inside the paper's Python string) is written "a single newline"; the
+reader's answer is cleaned line by line (list numbering, labels such as "Rewritten
+question:", quotes); lines equal to the original, lines that talk about the task or an answer
+("The answer is ...", "The sentence is ambiguous") and, for a question, lines that are no
+question are not rewrites. When no usable line is left the original query is kept and
+flagged in `last_fallbacks`. Measured with SmolLM2-135M-Instruct (greedy, these prompts and
+four rewordings of them): it answers or comments on the question nearly every time, so with
+that reader expect most of these to fall back; a larger reader is what they were written for.
+"""
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+from bench.robust.perturb.base import LLMPerturbation, register
+from bench.robust.perturb.textutil import query_rewrites, similarity
+
+_FORMAT = ("Separate the output text samples by a single newline between them. Do not output anything "
+           "else and do not answer the question but only paraphrase it.\n\nInput text: {text}\nOutput:\n\n")
+
+# Perçin et al. (2025), Table 3
+REDUNDANCY_PROMPT = ("Paraphrase the input text {n} times by inserting related redundant knowledge into the "
+                     "input text. Do not insert any information that will answer the question directly.\n\n"
+                     + _FORMAT)
+FORMAL_PROMPT = "Paraphrase the input text {n} times in a more formal tone.\n\n" + _FORMAT
+AMBIGUITY_PROMPT = ("Paraphrase the text below {n} times while making it unclear to answer by introducing "
+                    "ambiguity to the text.\n\n" + _FORMAT)
+# RARE App. C.1 describes these two; the wording is ours, in the style of the three above
+GRAMMAR_PROMPT = ("Rewrite the input question {n} times, changing only its grammar, punctuation or word "
+                  "order. Keep its meaning and every name, number and fact in it.\n\n" + _FORMAT)
+IRRELEVANT_PROMPT = ("Rewrite the input question {n} times, each time inserting one detail that is related "
+                     "to its topic but irrelevant to its answer. Do not insert any information that "
+                     "answers the question.\n\n" + _FORMAT)
+
+
+class QueryRewrite(LLMPerturbation):
+    """`prompt` asks for `variants` rewrites of `{text}`, one per line; see the module doc."""
+
+    target = "query"
+    prompt: str = ""
+    rank_by_similarity = False  # RARE: most similar first; query-level: generation order
+    default_variants = 5
+
+    def __init__(self, generator=None, variants: int | None = None, max_tokens: int | None = None,
+                 temperature: float = 0.0):
+        self.variants = variants or self.default_variants
+        super().__init__(generator, max_tokens or min(512, 48 * self.variants + 32), temperature)
+
+    def perturb_batch(self, texts: list[str], seed: int, context: list[Mapping[str, Any]]) -> list[str]:
+        outs = self.generate([self.prompt.format(n=self.variants, text=t) for t in texts])
+        result, flags = [], []
+        for text, out in zip(texts, outs):
+            cands = query_rewrites(out, text)[:self.variants]
+            if self.rank_by_similarity:
+                cands.sort(key=lambda c: -similarity(text, c))  # stable: ties keep generation order
+            result.append(cands[seed % len(cands)] if cands else text)
+            flags.append(not cands)
+        self.last_fallbacks = flags
+        return result
+
+
+@register("redundancy")
+class Redundancy(QueryRewrite):
+    prompt = REDUNDANCY_PROMPT
+
+
+@register("formal")
+class Formal(QueryRewrite):
+    prompt = FORMAL_PROMPT
+
+
+@register("ambiguity")
+class Ambiguity(QueryRewrite):
+    prompt = AMBIGUITY_PROMPT
+
+
+@register("grammar_rewrite")
+class GrammarRewrite(QueryRewrite):
+    prompt = GRAMMAR_PROMPT
+    rank_by_similarity = True
+    default_variants = 3
+
+
+@register("irrelevant_detail")
+class IrrelevantDetail(QueryRewrite):
+    prompt = IRRELEVANT_PROMPT
+    rank_by_similarity = True
+    default_variants = 3

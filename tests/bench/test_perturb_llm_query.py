@@ -1,0 +1,84 @@
+"""LLM query rewrites with a fake reader: the paper's prompt goes out, one Generate call per
+batch, the reply is cleaned, the seed picks the variant, unusable replies fall back."""
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from bench.robust.perturb import get
+from tests.bench.fake_reader import FakeReader
+
+Q = ["when does the cannes film festival take place", "who wrote hamlet"]
+
+
+def numbered(prompt: str) -> str:
+    """n numbered variants of the input text, the i-th ending in " v<i>" (and a header)."""
+    n = int(re.search(r"(?:text|question|below) (\d+) times", prompt).group(1))
+    text = prompt.split("Input text: ", 1)[1].split("\n", 1)[0]
+    return "Here are the paraphrases:\n" + "\n".join(f'{i + 1}. "{text} v{i}"' for i in range(n))
+
+
+@pytest.mark.parametrize("name, phrase", [
+    ("redundancy", "by inserting related redundant knowledge into the input text"),
+    ("formal", "in a more formal tone"),
+    ("ambiguity", "while making it unclear to answer by introducing ambiguity"),
+])
+def test_query_level_rewrites_take_line_seed_of_five(name, phrase):
+    reader = FakeReader(numbered)
+    p = get(name, generator=reader)
+    out0 = p.apply(Q, seed=0)
+    assert out0 == [f"{q} v0" for q in Q] and p.last_fallbacks == [False, False]
+    assert len(reader.calls) == 1 and len(reader.calls[0][0]) == 2  # one batched call
+    prompts, max_tokens, temperature = reader.calls[0]
+    assert phrase in prompts[0] and "Paraphrase" in prompts[0] and "5 times" in prompts[0]
+    assert prompts[0].endswith(f"Input text: {Q[0]}\nOutput:\n\n") and temperature == 0.0
+    assert p.apply(Q, seed=3) == [f"{q} v3" for q in Q]
+    assert p.apply(Q, seed=7) == [f"{q} v2" for q in Q]  # 7 mod 5
+    assert p.apply(Q, seed=0) == out0
+    assert len({p for call in reader.calls for p in call[0]}) == 2  # the same prompts for every seed
+
+
+@pytest.mark.parametrize("name", ["grammar_rewrite", "irrelevant_detail"])
+def test_rare_rewrites_keep_the_most_similar_of_three_first(name):
+    def reply(prompt):
+        assert "3 times" in prompt
+        return ("When is the festival, which has a jury, held in Cannes?\n"
+                "When does the Cannes film festival take place?\n"
+                "Festival when?")
+    reader = FakeReader(reply)
+    p = get(name, generator=reader)
+    q = ["when does the cannes film festival take place"]
+    assert p.apply(q, seed=0) == ["When does the Cannes film festival take place?"]
+    assert p.apply(q, seed=1) == ["When is the festival, which has a jury, held in Cannes?"]
+    assert p.apply(q, seed=0) == p.apply(q, seed=3)
+
+
+def test_unusable_replies_fall_back_to_the_original_and_are_flagged():
+    reader = FakeReader(lambda prompt: "" if "Input text: hamlet?" in prompt else "Output:\n\"who wrote hamlet\"\nWho penned Hamlet?")
+    p = get("formal", generator=reader)
+    out = p.apply(["who wrote hamlet", "hamlet?"], seed=0)
+    assert out == ["Who penned Hamlet?", "hamlet?"]
+    assert p.last_fallbacks == [False, True]
+    reader2 = FakeReader("who wrote hamlet")  # only the original back: not a rewrite
+    assert get("ambiguity", generator=reader2).apply(["who wrote hamlet"]) == ["who wrote hamlet"]
+
+
+def test_batches_over_64_prompts_are_chunked():
+    reader = FakeReader("Another query.")
+    out = get("formal", generator=reader, variants=1).apply([f"q{i}" for i in range(70)])
+    assert out == ["Another query."] * 70 and [len(c[0]) for c in reader.calls] == [64, 6]
+    assert "1 times" in reader.calls[0][0][0]
+
+
+def test_answers_and_commentary_are_not_rewrites():
+    # what SmolLM2-135M-Instruct actually replied to these prompts (greedy)
+    replies = {"who wrote the lord of the rings": "Who wrote the Lord of the Rings?\n\nThe answer is: The Lord of "
+                                                  "the Rings is a fictional work by J.R.R. Tolkien.",
+               "when does the cannes film festival take place": "The film festival of the 2022 is held on 2022-01-01.",
+               "how many legs does a spider have": 'The sentence is ambiguous: "How many legs does a spider have?"'}
+    reader = FakeReader(lambda p: replies[p.split("Input text: ", 1)[1].split("\n", 1)[0]])
+    p = get("ambiguity", generator=reader)
+    out = p.apply(list(replies), seed=1)
+    assert out == ["Who wrote the Lord of the Rings?", *list(replies)[1:]]
+    assert p.last_fallbacks == [False, True, True]
