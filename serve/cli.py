@@ -180,6 +180,18 @@ def _ask_remote(args) -> int:
     return 0
 
 
+def _stop_on_sigterm() -> None:
+    """SIGTERM (systemd, Kubernetes, `kill`) stops the service like Ctrl-C: Ray, its actors
+    and the vLLM engine go down with it instead of being orphaned. A backgrounded process
+    ignores SIGINT, so SIGINT is re-enabled too."""
+    import signal
+
+    def stop(signum, frame):
+        raise KeyboardInterrupt
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+
+
 def cmd_serve(args) -> int:
     """`eor serve`: Ray on this machine, the Serve app, the gRPC front; Ctrl-C stops it."""
     from serve.app import LocalService
@@ -198,6 +210,7 @@ def cmd_serve(args) -> int:
     print(f"starting Ray and the eor application ({len(settings.eor.pool.specs)} retrievers in "
           f"{len(settings.groups())} actors; the reader loads its model first)...", file=sys.stderr)
     service = LocalService(settings).start()
+    _stop_on_sigterm()
     try:
         tls = " (TLS)" if svc.tls_cert else ""
         print(f"eor gRPC: {service.address}{tls}", flush=True)

@@ -188,3 +188,23 @@ def test_prometheus_and_grafana_cover_the_metrics():
     exprs = " ".join(t["expr"] for p in dash["panels"] for t in p["targets"])
     for name in METRIC_NAMES:
         assert f"ray_{name}" in exprs, name
+
+
+def test_eor_serve_stops_on_sigterm_like_ctrl_c():
+    """`eor serve` turns SIGTERM (and SIGINT, ignored in a backgrounded process) into the
+    KeyboardInterrupt that stops Ray and vLLM, instead of dying and orphaning them."""
+    import os
+    import signal
+
+    from serve.cli import _stop_on_sigterm
+
+    saved = signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGINT)
+    try:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        _stop_on_sigterm()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            with pytest.raises(KeyboardInterrupt):
+                os.kill(os.getpid(), sig)  # the handler runs before os.kill returns
+    finally:
+        signal.signal(signal.SIGTERM, saved[0])
+        signal.signal(signal.SIGINT, saved[1])
