@@ -68,7 +68,15 @@ def saved_options(saved):
     return MetricOptions(saved.metrics)
 
 
-def test_fit_resumes_from_the_run_log_and_push_is_refused(tmp_path, eor_home, use_pool, capsys):
+def _closed_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def test_fit_resumes_from_the_run_log_and_a_bad_push_target_fails_clearly(tmp_path, eor_home, use_pool, capsys):
     qfile = question_file(tmp_path)
     first = FakePool(SPECS, answers)
     use_pool(first)
@@ -89,8 +97,13 @@ def test_fit_resumes_from_the_run_log_and_push_is_refused(tmp_path, eor_home, us
 
     made = use_pool(FakePool(SPECS, answers))
     capsys.readouterr()
-    assert main(args + ["--push", "localhost:9000"]) != 0
-    assert "not implemented until the voter service exists" in capsys.readouterr().err
+    assert main(args + ["--push", "no-port"]) == 2
+    assert "--push expects HOST:PORT" in capsys.readouterr().err
     assert made == []  # refused before any work
+    (tmp_path / "w.json").unlink()
+    assert main(args + ["--push", f"127.0.0.1:{_closed_port()}"]) == 1  # nobody listens there
+    out = capsys.readouterr()
+    assert "push to 127.0.0.1:" in out.err and "UNAVAILABLE" in out.err
+    assert (tmp_path / "w.json").exists()  # the fitted weights are kept (the live push: test_service_fake)
     assert main(["fit", "--questions", str(qfile), "--metrics", "em,nope"]) == 2
     assert "unknown similarity metric" in capsys.readouterr().err
