@@ -63,6 +63,15 @@ def check_question(q: Any, limits: ServiceConfig, where: str = "question") -> st
     return text
 
 
+def check_questions(qs: Sequence[Any], limits: ServiceConfig) -> tuple[str, ...]:
+    """A batch's questions: at least one, at most `max_batch`, each checked."""
+    if not qs:
+        raise InvalidArgument("questions is empty")
+    if len(qs) > limits.max_batch:
+        raise InvalidArgument(f"batch too large: {len(qs)} questions (limit {limits.max_batch})")
+    return tuple(check_question(q, limits, f"questions[{i}]") for i, q in enumerate(qs))
+
+
 @dataclass(frozen=True)
 class AskSpec:
     questions: tuple[str, ...]
@@ -90,16 +99,11 @@ def parse_ask(request: Any, pool: Sequence[str], limits: ServiceConfig, batch: b
     if isinstance(request, BadRequest):
         raise InvalidArgument(request.message)
     if batch:
-        qs = list(request.questions)
-        if not qs:
-            raise InvalidArgument("questions is empty")
-        if len(qs) > limits.max_batch:
-            raise InvalidArgument(f"batch too large: {len(qs)} questions (limit {limits.max_batch})")
-        questions = tuple(check_question(q, limits, f"questions[{i}]") for i, q in enumerate(qs))
+        questions = check_questions(request.questions, limits)
         documents = None
         if request.documents:
-            if len(request.documents) != len(qs):
-                raise InvalidArgument(f"documents has {len(request.documents)} entries for {len(qs)} questions "
+            if len(request.documents) != len(questions):
+                raise InvalidArgument(f"documents has {len(request.documents)} entries for {len(questions)} questions "
                                       "(one per question, or none)")
             documents = tuple(parse_documents(d.passages, limits, f"documents[{i}]")
                               for i, d in enumerate(request.documents))
@@ -129,12 +133,7 @@ class RetrieveSpec:
 def parse_retrieve(request: Any, sources: Sequence[str], limits: ServiceConfig) -> RetrieveSpec:
     if isinstance(request, BadRequest):
         raise InvalidArgument(request.message)
-    qs = list(request.questions)
-    if not qs:
-        raise InvalidArgument("questions is empty")
-    if len(qs) > limits.max_batch:
-        raise InvalidArgument(f"batch too large: {len(qs)} questions (limit {limits.max_batch})")
-    questions = tuple(check_question(q, limits, f"questions[{i}]") for i, q in enumerate(qs))
+    questions = check_questions(request.questions, limits)
     unknown = [s for s in request.sources if s not in sources]
     if unknown:
         raise InvalidArgument(f"unknown source(s) {unknown}; sources: {', '.join(sources)}")
