@@ -40,6 +40,7 @@ def live(tmp_path_factory):
     model = models_dir() / "smollm2-135m"  # resolved before EOR_HOME moves to the temp folder
     if not (model / "config.json").exists():
         pytest.fail("reader model not prepared: run ./setup.sh (eor models prepare smollm2-135m)")
+    corpus = _small_corpus()  # may skip: before EOR_HOME moves, so a skip leaks nothing
     home = tmp_path_factory.mktemp("home")
     mp = pytest.MonkeyPatch()
     mp.setenv("EOR_HOME", str(home))
@@ -48,7 +49,7 @@ def live(tmp_path_factory):
     from serve.builder import build_indexes
     from serve.service_config import settings_from_dict
 
-    build_indexes(_small_corpus(), "t", Encoder(), show_progress=False)
+    build_indexes(corpus, "t", Encoder(), show_progress=False)
     settings = settings_from_dict({
         "reader": {"model": str(model)}, "index": {"name": "t"},
         "cache": {"path": str(home / "reader.sqlite")},
