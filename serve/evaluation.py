@@ -99,7 +99,7 @@ def weights_summary(saved: SavedWeights, source: str) -> dict[str, Any]:
     return {"source": source, "metrics": list(saved.metrics), "pooling": saved.pooling,
             "metric_weights": dict(zip(saved.metrics, w.metric_weights)),
             "retriever_weights": dict(zip(saved.pool, w.retriever_weights)),
-            "dropped": [s for s, k in zip(saved.pool, w.kept) if not k]}
+            "dropped": saved.dropped_specs()}
 
 
 def report_dict(reports: Sequence[DatasetReport], saved: SavedWeights, source: str,

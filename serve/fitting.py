@@ -105,7 +105,7 @@ def format_report(report: FitReport) -> str:
     for spec, x, kept in zip(s.pool, w.retriever_weights, w.kept):
         single = report.single_accuracy.get(spec, float("nan"))
         lines.append(f"  {spec:<20} {x:.3f}{'' if kept else '  (dropped)'}   single Match {single:.3f}")
-    dropped = [spec for spec, kept in zip(s.pool, w.kept) if not kept]
+    dropped = s.dropped_specs()
     lines.append(f"dropped (omega_r < {s.threshold}): {', '.join(dropped) if dropped else 'none'}")
     best = max(report.single_accuracy.items(), key=lambda kv: kv[1])
     lines.append(f"train Match: EoR {report.train_accuracy:.3f}; equal weights {report.equal_weights_accuracy:.3f}; "

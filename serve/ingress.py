@@ -189,8 +189,7 @@ class EorIngress:
         job: it holds the app and redeploys the Voter's user_config (serve/app.py). The front
         calls this as "CheckVoterWeights", a name no proxy routes (it is not in the proto)."""
         saved = parse_weights(request, self.pool)
-        kept = [s for s, k in zip(saved.pool, saved.weights.kept) if k]
-        return eor_pb2.SetVoterWeightsReply(source="checked", retrievers=kept)
+        return eor_pb2.SetVoterWeightsReply(source="checked", retrievers=saved.kept_specs())
 
     async def _refuse_weights(self, request) -> eor_pb2.SetVoterWeightsReply:
         """SetVoterWeights through Ray Serve's own proxy: there is no front to redeploy the app."""

@@ -72,6 +72,13 @@ class SavedWeights:
             upper_bound=float(voter.upper_bound),
         )
 
+    def kept_specs(self) -> list[str]:
+        """The retrievers that vote (omega_r >= threshold), in pool order."""
+        return [s for s, k in zip(self.pool, self.weights.kept) if k]
+
+    def dropped_specs(self) -> list[str]:
+        return [s for s, k in zip(self.pool, self.weights.kept) if not k]
+
     def voter(self) -> EoRVoter:
         """A ready-to-vote EoRVoter carrying these weights."""
         return EoRVoter.from_weights(
