@@ -28,7 +28,7 @@ from typing import Any, Hashable, Sequence
 from bench.robust.client import EOR, Hit
 from bench.robust.data import Item
 from bench.robust.qa import match
-from bench.robust.runner import Perturber, PerturbationSpecs, with_readers
+from bench.robust.runner import Perturber, PerturbationSpecs, unknown_labels, with_readers
 from bench.robust.store import Instance
 
 NAME = "query"
@@ -105,8 +105,7 @@ class QueryLevelSuite:
         self._by_qid = {it.qid: it for it in self.items}
         if self.perturbations is None:
             self.perturbations = tuple(PERTURBATIONS)
-        bad = [p for p in self.perturbations if p not in PERTURBATIONS and
-               (self.perturber is None or p not in self.perturber.specs)]
+        bad = unknown_labels(self.perturbations, PERTURBATIONS, self.perturber)
         if bad:
             raise ValueError(f"unknown query-level perturbation(s) {bad}; known: {', '.join(PERTURBATIONS)}")
         if self.variants < 1:

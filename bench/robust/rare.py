@@ -31,7 +31,7 @@ from typing import Any, Hashable, Sequence
 from bench.robust.client import EOR, Doc
 from bench.robust.data import Item
 from bench.robust.qa import contains_answer, is_refusal, match
-from bench.robust.runner import Perturber, PerturbationSpecs, with_readers
+from bench.robust.runner import Perturber, PerturbationSpecs, unknown_labels, with_readers
 from bench.robust.store import Instance
 
 NAME = "rare"
@@ -81,8 +81,7 @@ class RareSuite:
         self._by_qid = {it.qid: it for it in self.items}
         if self.query_perturbations is None:
             self.query_perturbations = tuple(QUERY_PERTURBATIONS)
-        bad = [q for q in self.query_perturbations if q not in QUERY_PERTURBATIONS and
-               (self.perturber is None or q not in self.perturber.specs)]
+        bad = unknown_labels(self.query_perturbations, QUERY_PERTURBATIONS, self.perturber)
         bad += [d for d in self.doc_settings if d not in DOC_SETTINGS]
         if bad:
             raise ValueError(f"unknown RARE perturbation(s)/setting(s) {bad}")

@@ -105,6 +105,13 @@ def default_names() -> list[str]:
     return names()
 
 
+def unknown_labels(labels: Sequence[str], known: Mapping[str, Any], perturber: "Perturber | None") -> list[str]:
+    """The labels a suite was asked for that it defines nowhere: not in its own table
+    (`known`) and not in a custom perturber's specs (tests and extensions pass one)."""
+    extra = perturber.specs if perturber is not None else {}
+    return [label for label in labels if label not in known and label not in extra]
+
+
 def unregistered(specs: PerturbationSpecs) -> list[str]:
     """The registry names in `specs` that no perturbation module registers."""
     known = set(default_names())

@@ -34,7 +34,7 @@ from typing import Any, Callable, Hashable, Mapping, Sequence
 from bench.robust.client import EOR, Doc
 from bench.robust.data import Item
 from bench.robust.qa import match
-from bench.robust.runner import Perturber, PerturbationSpecs, with_readers
+from bench.robust.runner import Perturber, PerturbationSpecs, unknown_labels, with_readers
 from bench.robust.store import Instance
 
 NAME = "sure"
@@ -97,7 +97,7 @@ class SureSuite:
     def __post_init__(self) -> None:
         self._by_qid = {it.qid: it for it in self.items}
         self.types = tuple(TYPES) if self.types is None else tuple(self.types)
-        unknown = [t for t in self.types if t not in TYPES and (self.perturber is None or t not in self.perturber.specs)]
+        unknown = unknown_labels(self.types, TYPES, self.perturber)
         if unknown:
             raise ValueError(f"unknown SURE perturbation(s) {unknown}; known: {', '.join(TYPES)}")
         if self.nli not in NLI_MODES:
