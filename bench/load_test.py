@@ -49,7 +49,8 @@ def _pct(xs: list[float], q: float) -> float:
 def _health(client) -> dict:
     h = client.health()
     return {"prompts": h.reader_prompts, "cache_hits": h.reader_cache_hits,
-            "engine_calls": h.reader_engine_calls, "engine_prompts": h.reader_engine_prompts}
+            "engine_calls": h.reader_engine_calls, "engine_prompts": h.reader_engine_prompts,
+            "prompt_tokens": h.reader_prompt_tokens, "generated_tokens": h.reader_generated_tokens}
 
 
 def _reader_delta(before: dict, after: dict) -> dict:
@@ -112,8 +113,15 @@ def compare(client, questions: list[str], cold: int, single: str, concurrency: i
     h2 = _health(client)
     eor["reader"], one["reader"] = _reader_delta(h0, h1), _reader_delta(h1, h2)
     ratio = eor["mean_s"] / one["mean_s"] if eor.get("mean_s") and one.get("mean_s") else None
+    # the reader's work, which latency on a compute-bound (CPU) reader follows: tokens per question
+    work = {}
+    for kind in ("prompt_tokens", "generated_tokens"):
+        e, o = eor["reader"][kind] / cold, one["reader"][kind] / cold
+        work[kind] = {"eor16_per_question": round(e, 1), "single_per_question": round(o, 1),
+                      "ratio": round(e / o, 2) if o else None}
     return {"cold_questions": cold, "single": single, "eor16": eor, "single_retriever": one,
-            "ratio_eor16_over_single": round(ratio, 2) if ratio else None, "goal": "<= 2.5"}
+            "ratio_eor16_over_single": round(ratio, 2) if ratio else None, "goal": "<= 2.5",
+            "reader_work": work}
 
 
 def _group_processes(group: int) -> list[int]:

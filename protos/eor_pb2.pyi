@@ -128,7 +128,7 @@ class HealthRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class HealthReply(_message.Message):
-    __slots__ = ("status", "model", "retrievers", "reader_prompts", "reader_cache_hits", "reader_engine_calls", "reader_engine_prompts", "reader_mean_batch", "detail")
+    __slots__ = ("status", "model", "retrievers", "reader_prompts", "reader_cache_hits", "reader_engine_calls", "reader_engine_prompts", "reader_mean_batch", "detail", "reader_prompt_tokens", "reader_generated_tokens")
     class Status(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
         __slots__ = ()
         UNKNOWN: _ClassVar[HealthReply.Status]
@@ -146,6 +146,8 @@ class HealthReply(_message.Message):
     READER_ENGINE_PROMPTS_FIELD_NUMBER: _ClassVar[int]
     READER_MEAN_BATCH_FIELD_NUMBER: _ClassVar[int]
     DETAIL_FIELD_NUMBER: _ClassVar[int]
+    READER_PROMPT_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    READER_GENERATED_TOKENS_FIELD_NUMBER: _ClassVar[int]
     status: HealthReply.Status
     model: str
     retrievers: _containers.RepeatedScalarFieldContainer[str]
@@ -155,7 +157,9 @@ class HealthReply(_message.Message):
     reader_engine_prompts: int
     reader_mean_batch: float
     detail: str
-    def __init__(self, status: _Optional[_Union[HealthReply.Status, str]] = ..., model: _Optional[str] = ..., retrievers: _Optional[_Iterable[str]] = ..., reader_prompts: _Optional[int] = ..., reader_cache_hits: _Optional[int] = ..., reader_engine_calls: _Optional[int] = ..., reader_engine_prompts: _Optional[int] = ..., reader_mean_batch: _Optional[float] = ..., detail: _Optional[str] = ...) -> None: ...
+    reader_prompt_tokens: int
+    reader_generated_tokens: int
+    def __init__(self, status: _Optional[_Union[HealthReply.Status, str]] = ..., model: _Optional[str] = ..., retrievers: _Optional[_Iterable[str]] = ..., reader_prompts: _Optional[int] = ..., reader_cache_hits: _Optional[int] = ..., reader_engine_calls: _Optional[int] = ..., reader_engine_prompts: _Optional[int] = ..., reader_mean_batch: _Optional[float] = ..., detail: _Optional[str] = ..., reader_prompt_tokens: _Optional[int] = ..., reader_generated_tokens: _Optional[int] = ...) -> None: ...
 
 class RetrieveRequest(_message.Message):
     __slots__ = ("questions", "k", "sources")

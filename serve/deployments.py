@@ -60,13 +60,19 @@ def make_sources(settings: AppSettings) -> tuple[dict, Any]:
 
 
 class CountingEngine:
-    """Wraps the engine: records each engine batch's size and generated tokens."""
+    """Wraps the engine: records each engine batch's size, prompt and generated tokens.
+
+    Token counts come from the engine's own counters when it keeps them (VLLMEngine:
+    `prompt_tokens`, `generated_tokens`); otherwise generated tokens are re-tokenized and
+    prompt tokens are not counted."""
 
     def __init__(self, engine: ReaderEngine):
         self.engine = engine
         self.model_id = engine.model_id
         self.batches = 0
         self.batch_prompts = 0
+        self.prompt_tokens = 0
+        self.generated_tokens = 0
 
     def format(self, prompt):
         return self.engine.format(prompt)
@@ -80,11 +86,18 @@ class CountingEngine:
             return sum(len(o.split()) for o in outs)
 
     def generate(self, prompts: Sequence[str], params: SamplingParams) -> list[str]:
+        before = (getattr(self.engine, "prompt_tokens", None), getattr(self.engine, "generated_tokens", None))
         outs = self.engine.generate(prompts, params)
         self.batches += 1
         self.batch_prompts += len(prompts)
+        prompt_tokens = self.engine.prompt_tokens - before[0] if before[0] is not None else 0
+        generated = (self.engine.generated_tokens - before[1] if before[1] is not None
+                     else self._tokens(outs))
+        self.prompt_tokens += prompt_tokens
+        self.generated_tokens += generated
         metrics.observe("eor_reader_batch_size", len(prompts))
-        metrics.inc("eor_reader_tokens", self._tokens(outs))
+        metrics.inc("eor_reader_tokens", generated)
+        metrics.inc("eor_reader_prompt_tokens", prompt_tokens)
         return outs
 
 
@@ -121,7 +134,8 @@ class Reader:
         c = self.counting
         return {"model": self.reader.model_id, "prompts": st.prompts, "cache_hits": st.cache_hits,
                 "engine_calls": c.batches, "engine_prompts": c.batch_prompts,
-                "mean_batch": c.batch_prompts / c.batches if c.batches else 0.0}
+                "mean_batch": c.batch_prompts / c.batches if c.batches else 0.0,
+                "prompt_tokens": c.prompt_tokens, "generated_tokens": c.generated_tokens}
 
     async def model_id(self) -> str:
         return self.reader.model_id

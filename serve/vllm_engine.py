@@ -47,6 +47,8 @@ class VLLMEngine:
         self.chat = is_chat_model(self.path)
         self._llm = None
         self._tokenizer = None
+        self.prompt_tokens = 0  # since start: tokens prefilled (prompts; prefix-cache hits included)
+        self.generated_tokens = 0  # since start: tokens decoded
 
     def load(self) -> "VLLMEngine":
         if self._llm is not None:
@@ -103,4 +105,6 @@ class VLLMEngine:
                              stop=list(params.stop) or None, seed=self.config.seed,
                              repetition_penalty=params.repetition_penalty)
         outs = self._llm.generate(list(prompts), sp, use_tqdm=False)
+        self.prompt_tokens += sum(len(o.prompt_token_ids or ()) for o in outs)
+        self.generated_tokens += sum(len(o.outputs[0].token_ids or ()) for o in outs)
         return [o.outputs[0].text for o in outs]

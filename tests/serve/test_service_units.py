@@ -62,6 +62,35 @@ def test_batcher_caps_batches_and_reports_engine_errors():
     assert max(sizes) <= 3
 
 
+def test_counting_engine_reads_the_engines_token_counters_or_retokenizes():
+    from serve.deployments import CountingEngine
+
+    class Counted:
+        model_id = "counted"
+
+        def __init__(self):
+            self.prompt_tokens = self.generated_tokens = 0
+
+        def generate(self, prompts, params):
+            self.prompt_tokens += 10 * len(prompts)
+            self.generated_tokens += 3 * len(prompts)
+            return ["x y z"] * len(prompts)
+
+    class Plain:
+        model_id = "plain"
+
+        def generate(self, prompts, params):
+            return ["one two"] * len(prompts)
+
+    counted = CountingEngine(Counted())
+    counted.generate(["a", "b"], SamplingParams())
+    counted.generate(["c"], SamplingParams())
+    assert (counted.batches, counted.batch_prompts, counted.prompt_tokens, counted.generated_tokens) == (2, 3, 30, 9)
+    plain = CountingEngine(Plain())
+    plain.generate(["a", "b"], SamplingParams())
+    assert (plain.prompt_tokens, plain.generated_tokens) == (0, 4)  # words when the engine has no tokenizer
+
+
 def test_lenient_deserializer_turns_bad_bytes_into_bad_request():
     parse = lenient(eor_pb2.AskRequest)
     assert parse(eor_pb2.AskRequest(question="hi").SerializeToString()).question == "hi"

@@ -40,6 +40,15 @@ def test_batched_generation_answers_each_prompt(engine):
     assert "shakespeare" in outs[1].lower()
 
 
+def test_engine_counts_prompt_and_generated_tokens(engine):
+    prompt = engine.format(PromptText("Name a primary colour."))
+    before = (engine.prompt_tokens, engine.generated_tokens)
+    out = engine.generate([prompt, prompt], SamplingParams(max_tokens=4))
+    n_prompt = len(engine.tokenizer.encode(prompt, add_special_tokens=False))
+    assert engine.prompt_tokens - before[0] in (2 * n_prompt, 2 * n_prompt + 2)  # +BOS if the model adds one
+    assert 2 <= engine.generated_tokens - before[1] <= 8 and all(out)
+
+
 def test_cached_reader_never_pays_twice(engine, tmp_path):
     reader = CachedReader(engine, ReaderCache(tmp_path / "c.sqlite"))
     p = [PromptText("Name a primary colour.")]
