@@ -59,6 +59,7 @@ class DenseSource:
         path = Path(self.index_dir)
         if not (path / INDEX_FILE).exists():
             raise MissingIndexError(f"no Wiki (dense) index at {path}: build it with `eor index`")
+        self._check_encoder(path)
         self._index = faiss.read_index(str(path / INDEX_FILE))
         with open(path / PASSAGES_FILE, encoding="utf-8") as f:
             for line in f:
@@ -66,6 +67,19 @@ class DenseSource:
                 self._passages.append(Passage(r["id"], r["title"], r["text"], self.name))
         self.encoder.load()
         return self
+
+    def _check_encoder(self, path: Path) -> None:
+        """Query vectors from another encoder than the index's are silently meaningless
+        (or crash faiss on a dimension mismatch): refuse them, naming both encoders."""
+        meta_path = path / META_FILE
+        if not meta_path.exists():
+            return  # an index from before meta.json: nothing to compare
+        built_with = json.loads(meta_path.read_text(encoding="utf-8")).get("encoder")
+        asked = getattr(self.encoder, "name", None)
+        if built_with and asked and built_with != asked:
+            raise ValueError(f"the Wiki index at {path} was built with encoder {built_with!r} but this "
+                             f"configuration encodes queries with {asked!r}: set index.encoder: {built_with} "
+                             "or rebuild the index with `eor index`")
 
     def search(self, queries: Sequence[str], k: int) -> list[list[Passage]]:
         self.load()

@@ -60,6 +60,18 @@ def test_build_writes_index_passages_and_meta(tmp_path):
     assert src.search([], 5) == []
 
 
+def test_an_index_built_with_another_encoder_is_refused_naming_both(tmp_path):
+    build_dense_index([Document("a", "Alpha", "apple pie")], tmp_path / "idx", LetterEncoder())
+
+    class OtherEncoder(LetterEncoder):
+        name = "package:other"
+
+    with pytest.raises(ValueError, match="built with encoder 'letters'.*'package:other'"):
+        DenseSource(str(tmp_path / "idx"), OtherEncoder()).load()
+    (tmp_path / "idx" / META_FILE).unlink()  # an index without meta.json still loads
+    assert DenseSource(str(tmp_path / "idx"), OtherEncoder()).search(["apple"], 1)[0][0].pid == "a"
+
+
 def test_missing_index_names_the_command_that_builds_it(tmp_path):
     src = DenseSource(str(tmp_path / "nowhere"), LetterEncoder())
     with pytest.raises(MissingIndexError, match="eor index") as err:
