@@ -224,8 +224,8 @@ class EorIngress:
         reply.reader_engine_calls = st["engine_calls"]
         reply.reader_engine_prompts = st["engine_prompts"]
         reply.reader_mean_batch = st["mean_batch"]
-        reply.reader_prompt_tokens = st.get("prompt_tokens", 0)
-        reply.reader_generated_tokens = st.get("generated_tokens", 0)
+        reply.reader_prompt_tokens = st["prompt_tokens"]
+        reply.reader_generated_tokens = st["generated_tokens"]
         return reply
 
     async def _stats(self) -> dict:
