@@ -98,7 +98,24 @@ def markdown(metrics: dict, meta: dict) -> str:
     if metrics.get("doc_blind"):
         parts.append(f"\n† {', '.join(metrics['doc_blind'])} read no given document (the service leaves them "
                      "unchanged): their scores under document perturbations do not measure document robustness.\n")
+    if metrics.get("cost"):
+        parts.append(_md_cost(metrics["cost"]))
     return "".join(parts)
+
+
+def _secs(v: float | None) -> str:
+    return "–" if v is None else f"{v:.1f}"
+
+
+def _md_cost(cost: dict) -> str:
+    """Reader and wall seconds per perturbation. Reader seconds add up the waits of the
+    retriever groups, which run in parallel, so they exceed wall time."""
+    rows = [(p, c["instances"], c["asked"], f"{c['reader_s']:.0f}", _secs(c["reader_s_per_asked"]),
+             _secs(c["wall_s_per_asked"])) for p, c in [*cost["per_perturbation"].items(), ("**total**", cost["total"])]]
+    return ("\n## Cost: reader seconds per instance\n\n"
+            + _table(["perturbation", "instances", "asked", "reader s", "reader s / asked", "wall s / asked"], rows)
+            + "\nReader seconds add up the reader waits of the retriever groups, which run in parallel, so they "
+              "exceed wall time. Per-instance figures include the Generate time of dropped instances.\n")
 
 
 def _md_sure(m: dict) -> str:

@@ -92,6 +92,25 @@ def run_suite(suite: Suite, client: Any, store: ResultStore, batch_size: int = 8
     return stats
 
 
+def run_cost(records: Sequence[Mapping[str, Any]]) -> dict:
+    """What a run cost, per perturbation and in total: instances, how many were asked (kept),
+    reader seconds and wall seconds, and both per asked instance. A dropped instance was
+    never asked; it costs only its share of its batch's Generate time, which the per-asked
+    figures include, so they are what one more usable instance costs."""
+    def tally(recs: list[Mapping[str, Any]]) -> dict:
+        asked = sum(1 for r in recs if r.get("kept", True))
+        reader = sum(float(r.get("reader_s", 0.0)) for r in recs)
+        wall = sum(float(r.get("wall_s", 0.0)) for r in recs)
+        return {"instances": len(recs), "asked": asked, "reader_s": reader, "wall_s": wall,
+                "reader_s_per_asked": reader / asked if asked else None,
+                "wall_s_per_asked": wall / asked if asked else None}
+
+    groups: dict[str, list[Mapping[str, Any]]] = {}
+    for r in records:
+        groups.setdefault(str(r.get("perturbation", "")), []).append(r)
+    return {"per_perturbation": {p: tally(rs) for p, rs in groups.items()}, "total": tally(list(records))}
+
+
 # ---------------------------------------------------------------------------- perturbations
 def default_get(name: str, **kwargs: Any):
     from bench.robust.perturb import get

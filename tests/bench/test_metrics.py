@@ -6,6 +6,7 @@ import pytest
 from bench.robust import query_level, rare, sure
 from bench.robust.client import Hit
 from bench.robust.qa import exact_match, is_refusal, match, normalize_answer
+from bench.robust.runner import run_cost
 
 
 # ---------------------------------------------------------------------------- answers
@@ -153,3 +154,16 @@ def test_query_level_deltas_and_correlation():
     assert c["RET"] == pytest.approx(1.0) and c["CB"] == pytest.approx(1.0)
     assert c["OR"] is None  # oracle never changed
     assert c["n"] == 3
+
+
+def test_run_cost_per_asked_instance_includes_dropped_generate_time():
+    recs = [{"perturbation": "original", "kept": True, "reader_s": 2.0, "wall_s": 1.0},
+            {"perturbation": "style", "kept": True, "reader_s": 5.0, "wall_s": 3.0},
+            {"perturbation": "style", "kept": False, "reader_s": 1.0, "wall_s": 1.0},  # Generate share only
+            {"perturbation": "noop", "kept": False, "reader_s": 0.0, "wall_s": 0.0}]
+    c = run_cost(recs)
+    assert c["per_perturbation"]["style"] == {"instances": 2, "asked": 1, "reader_s": 6.0, "wall_s": 4.0,
+                                              "reader_s_per_asked": 6.0, "wall_s_per_asked": 4.0}
+    assert c["per_perturbation"]["noop"]["reader_s_per_asked"] is None  # nothing asked: no per-instance cost
+    assert c["total"]["instances"] == 4 and c["total"]["asked"] == 2 and c["total"]["reader_s"] == 8.0
+    assert c["total"]["reader_s_per_asked"] == 4.0
