@@ -188,7 +188,7 @@ class Exporter:
             self.score.labels(suite=suite, system=system, metric=metric).set(value)
         self.last.labels(suite=suite).set(time.time())
         self.instances.labels(suite=suite).set(metrics["instances"])
-        self.reader.labels(suite=suite).set(metrics["reader_s"])
+        self.reader.labels(suite=suite).set(metrics["cost"]["total"]["reader_s"])
 
 
 def round_dir(out: Path) -> Path:

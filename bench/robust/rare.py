@@ -218,12 +218,11 @@ def score(records: list[dict]) -> dict:
                          "refusal": _mean([is_refusal(a) and not match(a, r["gold"]) for r, a in answers])}
     singles = [s for s in systems if s != EOR and per_system[s]["overall"] is not None]
     best = max(singles, key=lambda s: (per_system[s]["overall"], s), default=None)
-    cost = run_cost(all_recs)
     return {"suite": NAME, "systems": list(systems), "per_system": per_system, "best_single": best,
             "questions": len({r["qid"] for r in all_recs}), "closed_book_correct": sum(cb.values()),
             "doc_blind": [s for s in DOC_BLIND if s in systems], "instances": len(all_recs),
             "dropped": {d: dict(v) for d, v in dropped.items()},
-            "reader_s": cost["total"]["reader_s"], "cost": cost}
+            "cost": run_cost(all_recs)}
 
 
 def gauges(metrics: dict) -> list[tuple[str, str, float]]:

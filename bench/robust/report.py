@@ -87,7 +87,7 @@ def markdown(metrics: dict, meta: dict) -> str:
              "query": "Query-level robustness"}[suite]
     parts = [f"# {title}\n"]
     facts = [f"{metrics['questions']} questions", f"{metrics['instances']} instances",
-             f"reader time {metrics['reader_s']:.0f} s"]
+             f"reader time {metrics['cost']['total']['reader_s']:.0f} s"]
     facts += [f"{k}: {v}" for k, v in meta.items() if k in ("server", "seed", "dataset", "started", "finished")]
     parts.append("; ".join(facts) + ". Scores in %.\n")
     parts.append({"sure": _md_sure, "rare": _md_rare, "query": _md_query}[suite](metrics))
@@ -98,8 +98,7 @@ def markdown(metrics: dict, meta: dict) -> str:
     if metrics.get("doc_blind"):
         parts.append(f"\n† {', '.join(metrics['doc_blind'])} read no given document (the service leaves them "
                      "unchanged): their scores under document perturbations do not measure document robustness.\n")
-    if metrics.get("cost"):
-        parts.append(_md_cost(metrics["cost"]))
+    parts.append(_md_cost(metrics["cost"]))
     return "".join(parts)
 
 
@@ -108,8 +107,7 @@ def _secs(v: float | None) -> str:
 
 
 def _md_cost(cost: dict) -> str:
-    """Reader and wall seconds per perturbation. Reader seconds add up the waits of the
-    retriever groups, which run in parallel, so they exceed wall time."""
+    """The run's cost table (`runner.run_cost`), per perturbation and in total."""
     rows = [(p, c["instances"], c["asked"], f"{c['reader_s']:.0f}", _secs(c["reader_s_per_asked"]),
              _secs(c["wall_s_per_asked"])) for p, c in [*cost["per_perturbation"].items(), ("**total**", cost["total"])]]
     return ("\n## Cost: reader seconds per instance\n\n"

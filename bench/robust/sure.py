@@ -232,15 +232,13 @@ def score(records: list[dict], types: Sequence[str] | None = None) -> dict:
     mean_rr = {s: _mean([per_system[s][t]["Total"]["RR"] for t in types]) for s in systems}
     singles = [s for s in systems if s != EOR and s not in DOC_BLIND and mean_rr[s] is not None]
     best = max(singles, key=lambda s: (mean_rr[s], s), default=None)
-    cost = run_cost(records)
     return {
         "suite": NAME, "types": types, "systems": systems, "per_system": per_system,
         "category_rr": category_rr, "mean_rr": mean_rr, "accuracy_original": accuracy,
         "preservation": kept, "questions": len({r["qid"] for r in records}),
         "known": sum(known.values()), "unknown": sum(not v for v in known.values()),
         "best_single": best, "doc_blind": [s for s in DOC_BLIND if s in systems],
-        "reader_s": cost["total"]["reader_s"], "instances": len(records),
-        "cost": cost,
+        "instances": len(records), "cost": run_cost(records),
     }
 
 
