@@ -130,6 +130,12 @@ def _md_sure(m: dict) -> str:
         rows.append((t, _pct(e.get("RR")), _pct(b.get("RR")), _delta(e.get("RR"), b.get("RR")),
                      e.get("n", 0), f"{pres.get('kept', 0)}/{pres.get('kept', 0) + pres.get('dropped', 0)}"))
     out.append(_table(["perturbation", "EoR RR", f"{best or 'best single'} RR", "EoR − best (pts)", "pairs", "kept"], rows))
+    same, compared = m.get("same_source_docs", (0, 0))
+    if compared and same == compared:
+        out.append(f"\nsource_llm and source_self gave the same document in all {compared} instances: one model "
+                   "wrote both (SURE means two different LLMs), so the two rows measure one perturbation.\n")
+    elif same:
+        out.append(f"\nsource_llm and source_self gave the same document in {same} of {compared} instances.\n")
     for sysname in (EOR, best):
         if not sysname or sysname not in ps:
             continue

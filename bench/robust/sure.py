@@ -202,6 +202,16 @@ def known_by_qid(records: list[dict]) -> dict[str, bool]:
     return known
 
 
+def same_source_docs(records: list[dict]) -> tuple[int, int]:
+    """(identical, compared): how many instances got the same document from `source_llm` as
+    from `source_self`. SURE means two different LLMs; with one model behind `Generate` (no
+    separate paraphraser) the two types coincide, and the report says so."""
+    docs = {t: {(r["qid"], r["variant"]): r.get("doc") for r in records if r["perturbation"] == t}
+            for t in ("source_llm", "source_self")}
+    both = docs["source_llm"].keys() & docs["source_self"].keys()
+    return sum(docs["source_llm"][k] == docs["source_self"][k] for k in both), len(both)
+
+
 def score(records: list[dict], types: Sequence[str] | None = None) -> dict:
     records = [r for r in records if r.get("suite", NAME) == NAME]
     types = list(types) if types is not None else sorted({r["perturbation"] for r in records} - {"original"})
@@ -238,7 +248,7 @@ def score(records: list[dict], types: Sequence[str] | None = None) -> dict:
         "preservation": kept, "questions": len({r["qid"] for r in records}),
         "known": sum(known.values()), "unknown": sum(not v for v in known.values()),
         "best_single": best, "doc_blind": [s for s in DOC_BLIND if s in systems],
-        "instances": len(records), "cost": run_cost(records),
+        "instances": len(records), "cost": run_cost(records), "same_source_docs": same_source_docs(records),
     }
 
 

@@ -167,3 +167,22 @@ def test_run_cost_per_asked_instance_includes_dropped_generate_time():
     assert c["per_perturbation"]["noop"]["reader_s_per_asked"] is None  # nothing asked: no per-instance cost
     assert c["total"]["instances"] == 4 and c["total"]["asked"] == 2 and c["total"]["reader_s"] == 8.0
     assert c["total"]["reader_s_per_asked"] == 4.0
+
+
+def test_sure_flags_source_llm_and_source_self_written_by_one_model():
+    from bench.robust.report import _md_sure
+
+    def rec(t, q, doc):
+        return {"perturbation": t, "qid": q, "variant": "golden", "doc": doc}
+
+    same = [rec("source_llm", "q1", "a"), rec("source_self", "q1", "a"),
+            rec("source_llm", "q2", "b"), rec("source_self", "q2", "b")]
+    assert sure.same_source_docs(same) == (2, 2)
+    differ = same[:3] + [rec("source_self", "q2", "c"), rec("source_llm", "q3", "only one type")]
+    assert sure.same_source_docs(differ) == (1, 2)
+    assert sure.same_source_docs([rec("style_simple", "q1", "a")]) == (0, 0)
+    m = {"best_single": None, "per_system": {}, "types": [], "preservation": {}, "known": 0, "unknown": 0,
+         "category_rr": {}, "systems": []}
+    assert "the two rows measure one perturbation" in _md_sure({**m, "same_source_docs": (2, 2)})
+    assert "in 1 of 2 instances" in _md_sure({**m, "same_source_docs": (1, 2)})
+    assert "source_llm and source_self" not in _md_sure({**m, "same_source_docs": (0, 2)})
