@@ -80,6 +80,18 @@ def _delta(a: float | None, b: float | None) -> str:
     return "–" if a is None or b is None else f"{100 * (a - b):+.1f}"
 
 
+def _row_best(values: dict[str, float | None], exclude: Sequence[str] = ()) -> str:
+    """The best single system on one row ("SE@1 36.7", "+2 tied" when others score the same):
+    the run-wide best single can lose a row that another retriever wins."""
+    scored = sorted(((v, s) for s, v in values.items() if s != EOR and s not in exclude and v is not None),
+                    key=lambda vs: (-vs[0], vs[1]))
+    if not scored:
+        return "–"
+    top, name = scored[0]
+    ties = sum(1 for v, _ in scored[1:] if math.isclose(v, top))
+    return f"{name} {_pct(top)}" + (f" (+{ties} tied)" if ties else "")
+
+
 def markdown(metrics: dict, meta: dict) -> str:
     suite = metrics["suite"]
     title = {"sure": "SURE — spurious features in grounding documents",
@@ -127,9 +139,12 @@ def _md_sure(m: dict) -> str:
         e = ps.get(EOR, {}).get(t, {}).get("Total", {})
         b = ps.get(best, {}).get(t, {}).get("Total", {}) if best else {}
         pres = m["preservation"].get(t, {})
+        row_rr = {s: ps[s].get(t, {}).get("Total", {}).get("RR") for s in ps}
         rows.append((t, _pct(e.get("RR")), _pct(b.get("RR")), _delta(e.get("RR"), b.get("RR")),
+                     _row_best(row_rr, m.get("doc_blind", ())),
                      e.get("n", 0), f"{pres.get('kept', 0)}/{pres.get('kept', 0) + pres.get('dropped', 0)}"))
-    out.append(_table(["perturbation", "EoR RR", f"{best or 'best single'} RR", "EoR − best (pts)", "pairs", "kept"], rows))
+    out.append(_table(["perturbation", "EoR RR", f"{best or 'best single'} RR", "EoR − best (pts)",
+                       "best single on this row", "pairs", "kept"], rows))
     same, compared = m.get("same_source_docs", (0, 0))
     if compared and same == compared:
         out.append(f"\nsource_llm and source_self gave the same document in all {compared} instances: one model "
@@ -193,9 +208,10 @@ def _md_query(m: dict) -> str:
     for p in m["perturbations"]:
         e, b = bp[p]["rag"].get(EOR), bp[p]["rag"].get(best) if best else None
         rows.append((p, _pct(bp[p]["closed_book"]), _pct(bp[p]["oracle"].get(EOR)), _pct(e),
-                     _pct(bp[p]["oracle"].get(best)) if best else "–", _pct(b), _delta(e, b)))
+                     _pct(bp[p]["oracle"].get(best)) if best else "–", _pct(b), _delta(e, b),
+                     _row_best(bp[p]["rag"])))
     out.append(_table(["perturbation", "closed-book", "EoR oracle", "EoR RAG", f"{best or 'best'} oracle",
-                       f"{best or 'best'} RAG", "EoR − best RAG (pts)"], rows))
+                       f"{best or 'best'} RAG", "EoR − best RAG (pts)", "best single RAG on this row"], rows))
     for sysname in (EOR, best):
         if not sysname:
             continue

@@ -186,3 +186,12 @@ def test_sure_flags_source_llm_and_source_self_written_by_one_model():
     assert "the two rows measure one perturbation" in _md_sure({**m, "same_source_docs": (2, 2)})
     assert "in 1 of 2 instances" in _md_sure({**m, "same_source_docs": (1, 2)})
     assert "source_llm and source_self" not in _md_sure({**m, "same_source_docs": (0, 2)})
+
+
+def test_row_best_names_the_top_single_system_and_its_ties():
+    from bench.robust.report import _row_best
+
+    row = {"EoR": 0.9, "SE@1": 0.5, "Wiki@10": 0.7, "HB@RR@10": 0.7, "PK": 1.0, "SE@4": None}
+    assert _row_best(row, exclude=("PK",)) == "HB@RR@10 70.0 (+1 tied)"  # EoR and excluded PK never count
+    assert _row_best(row) == "PK 100.0"
+    assert _row_best({"EoR": 0.4, "SE@1": None}) == "–"
