@@ -5,7 +5,10 @@ Protocol, as the paper's §3-§5 maps onto this service:
   service's reader) and QWERTY typos in 10% and 25% of the words (TextAttack, stop words
   kept); 5 perturbed variants per question and type (variant v is perturbed with seed
   `seed * 100 + v`), plus the original query. A variant the perturbation could not change
-  is recorded (`kept: false`) and not asked: it is no perturbed sample.
+  is recorded (`kept: false`) and not asked: it is no perturbed sample; nor is a variant whose
+  query equals an earlier variant's of the same question (an LLM that wrote fewer than 5
+  rewrites gives seed s line s mod n, so its variants repeat; counting a repeat twice would
+  weight that question double).
 - Retriever (§5.2): the `Retrieve` rpc gives each knowledge source's ranking on its own (Wiki
   and SE; "Any" = the union of both); Recall@k = |gold passages in the top k| / |gold| (BEIR's
   recall), k in `KS`. A hit is a gold passage when its id, less a chunk suffix `#n`, is a gold
@@ -35,6 +38,7 @@ NAME = "query"
 CLOSED_BOOK = "ReFree"
 KS = (1, 3, 5, 10, 20)
 CORR_K = 5  # the paper's end-to-end k
+REPEAT_REASON = "same query as variant"
 
 #: label -> (registry name, kwargs)
 PERTURBATIONS: dict[str, tuple[str, dict]] = {
@@ -135,11 +139,13 @@ class QueryLevelSuite:
             queries, same = perturber.apply_flagged(
                 label, questions, self.seed * 100 + variant,
                 [{"question": q, "answers": list(it.answers)} for q, it in zip(questions, items)])
+        repeats = self._repeated_variant(perturber, label, variant, questions, items, queries, same)
         todo = [n for n, inst in enumerate(batch) if inst.id in pending]
-        asked = [n for n in todo if not same[n]]  # an unchanged query is no perturbed sample
+        asked = [n for n in todo if not same[n] and repeats[n] is None]  # neither is a new perturbed sample
         records = [{**batch[n].key(), "question": queries[n], "original_question": items[n].question,
-                    "gold": list(items[n].answers), "kept": False, "reason": "query unchanged (not applicable)"}
-                   for n in todo if same[n]]
+                    "gold": list(items[n].answers), "kept": False,
+                    "reason": "query unchanged (not applicable)" if same[n] else f"{REPEAT_REASON} {repeats[n]}"}
+                   for n in todo if n not in asked]
         if not asked:
             return records
         qs = [queries[n] for n in asked]
@@ -161,6 +167,21 @@ class QueryLevelSuite:
                 "ask_reader_s": rag[j].reader_s + oracle[j].reader_s})
         return records
 
+    def _repeated_variant(self, perturber: Perturber, label: str, variant: int, questions: list[str],
+                          items: list[Item], queries: list[str], same: list[bool]) -> list[int | None]:
+        """Per query, the earlier variant that gave the same perturbed text (None: a new one).
+        The earlier variants are re-derived: seeded, and their Generate calls hit the reader cache."""
+        repeats: list[int | None] = [None] * len(queries)
+        if label == "original":
+            return repeats
+        contexts = [{"question": q, "answers": list(it.answers)} for q, it in zip(questions, items)]
+        for u in range(variant):
+            prev, prev_same = perturber.apply_flagged(label, questions, self.seed * 100 + u, contexts)
+            for n, q in enumerate(queries):
+                if repeats[n] is None and not same[n] and not prev_same[n] and prev[n].strip() == q.strip():
+                    repeats[n] = u
+        return repeats
+
     def score(self, records: list[dict]) -> dict:
         return score(records)
 
@@ -181,12 +202,36 @@ def _ok(answers: dict, missing, system: str, gold) -> float | None:
     return float(match(answers[system], gold))
 
 
+def repeated_variants(records: Sequence[dict]) -> set[str]:
+    """Ids of kept records whose query repeats a lower variant's of the same question and
+    perturbation (runs recorded before repeats were caught at run time kept and asked them)."""
+    seen: set[tuple[str, str, str]] = set()
+    out = set()
+    for r in sorted(records, key=lambda r: int(r["variant"])):
+        query = str(r.get("question", "")).strip()
+        if r["perturbation"] == "original" or not r.get("kept", True) or not query:
+            continue
+        key = (r["qid"], r["perturbation"], query)
+        if key in seen:
+            out.add(record_id(r))
+        seen.add(key)
+    return out
+
+
+def record_id(r: dict) -> str:
+    return r.get("id") or f"{r['qid']}/{r['perturbation']}/{r['variant']}"
+
+
 def score(records: list[dict]) -> dict:
     all_recs = [r for r in records if r.get("suite", NAME) == NAME]
-    records = [r for r in all_recs if r.get("kept", True)]
+    repeats = repeated_variants(all_recs)
+    records = [r for r in all_recs if r.get("kept", True) and record_id(r) not in repeats]
     unchanged: dict[str, int] = {}
+    repeated: dict[str, int] = {}
     for r in all_recs:
-        if not r.get("kept", True):
+        if record_id(r) in repeats or str(r.get("reason", "")).startswith(REPEAT_REASON):
+            repeated[r["perturbation"]] = repeated.get(r["perturbation"], 0) + 1
+        elif not r.get("kept", True):
             unchanged[r["perturbation"]] = unchanged.get(r["perturbation"], 0) + 1
     systems: dict[str, None] = {EOR: None}
     for r in records:
@@ -239,7 +284,7 @@ def score(records: list[dict]) -> dict:
     return {"suite": NAME, "perturbations": perts, "systems": list(systems), "sources": sources, "ks": list(KS),
             "by_perturbation": by_pert, "correlations": correlations, "mean_rag_perturbed": mean_rag,
             "best_single": best, "questions": len(originals), "instances": len(all_recs),
-            "unchanged": unchanged, "cost": run_cost(all_recs)}
+            "unchanged": unchanged, "repeated": repeated, "cost": run_cost(all_recs)}
 
 
 def gauges(metrics: dict) -> list[tuple[str, str, float]]:

@@ -196,9 +196,10 @@ def _md_query(m: dict) -> str:
     srcs = m["sources"]
     out = [f"Best single retriever (mean RAG Match over perturbed queries): **{best or '–'}**.\n\n",
            "## Retrieval Recall@5 per perturbation\n\n"]
-    out.append(_table(["perturbation", *srcs, "n", "unchanged (dropped)"],
+    out.append(_table(["perturbation", *srcs, "n", "unchanged (dropped)", "repeated variant (dropped)"],
                       [(p, *(_pct(bp[p]["recall"][s].get("@5")) for s in srcs), bp[p]["n"],
-                        m.get("unchanged", {}).get(p, 0)) for p in m["perturbations"]]))
+                        m.get("unchanged", {}).get(p, 0), m.get("repeated", {}).get(p, 0))
+                       for p in m["perturbations"]]))
     for s in srcs:
         out.append(f"\n### {s}: Recall@k\n\n")
         out.append(_table(["perturbation", *(f"@{k}" for k in m["ks"])],

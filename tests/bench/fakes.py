@@ -116,7 +116,7 @@ class Suffix(Perturbation):
     name = "suffix"
 
     def perturb_one(self, text, rng, context):
-        return f"{text} x{rng.randint(1, 9)}"
+        return f"{text} x{rng.randint(1, 9999)}"
 
 
 class SuffixSome(Suffix):

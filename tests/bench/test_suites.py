@@ -191,3 +191,30 @@ def test_suites_with_the_registered_rule_based_perturbations(tmp_path):
     run_suite(r, client, ResultStore(tmp_path / "r"), progress=False)
     na = [x for x in ResultStore(tmp_path / "r").records() if x["variant"] == "no_answer"]
     assert len(na) == 4 and all(x["kept"] and "Shakespeare" not in " ".join(x["docs"]) for x in na)
+
+
+def test_a_variant_repeating_an_earlier_one_is_no_new_sample(tmp_path):
+    """An LLM that wrote one rewrite gives every seed that line: variants 1.. repeat variant 0."""
+    client = FakeClient()
+    p = perturber({"shout": "shout"}, client)  # deterministic: every seed gives the same query
+    suite = query_level.QueryLevelSuite(ITEMS, perturbations=("shout",), variants=3, perturber=p)
+    stats = run_suite(suite, client, ResultStore(tmp_path), progress=False)
+    assert stats.ran == 4 * (1 + 3)
+    assert len(client.asked) == 2 * (4 + 4)  # RAG + oracle for the originals and variant 0 only
+    recs = {(r["qid"], r["variant"]): r for r in ResultStore(tmp_path).records() if r["perturbation"] == "shout"}
+    assert recs[("q1", "0")]["kept"] and not recs[("q1", "2")]["kept"]
+    assert recs[("q1", "2")]["reason"] == "same query as variant 0"
+    m = suite.score(ResultStore(tmp_path).records())
+    assert m["by_perturbation"]["shout"]["n"] == 4 and m["repeated"] == {"shout": 8} and m["unchanged"] == {}
+
+
+def test_scoring_drops_repeats_recorded_as_kept_by_older_runs():
+    base = {"suite": "query", "qid": "q1", "perturbation": "formal", "kept": True, "gold": ["x"], "gold_pids": ["p"],
+            "hits": {}, "rag": {"EoR": "x"}, "rag_missing": [], "oracle": {"EoR": "x"}, "oracle_missing": []}
+    recs = [{**base, "id": "o", "perturbation": "original", "variant": "0", "question": "who"},
+            {**base, "id": "a", "variant": "0", "question": "Who, formally?"},
+            {**base, "id": "b", "variant": "1", "question": "Who, formally? "},
+            {**base, "id": "c", "variant": "2", "question": "Who, most formally?"}]
+    assert query_level.repeated_variants(recs) == {"b"}
+    m = query_level.score(recs)
+    assert m["by_perturbation"]["formal"]["n"] == 2 and m["repeated"] == {"formal": 1}
