@@ -134,12 +134,11 @@ class QueryLevelSuite:
         label, variant = batch[0].perturbation, int(batch[0].variant)
         items = [self._by_qid[i.qid] for i in batch]
         questions = [it.question for it in items]
+        contexts = [{"question": q, "answers": list(it.answers)} for q, it in zip(questions, items)]
         queries, same = questions, [False] * len(items)
         if label != "original":
-            queries, same = perturber.apply_flagged(
-                label, questions, self.seed * 100 + variant,
-                [{"question": q, "answers": list(it.answers)} for q, it in zip(questions, items)])
-        repeats = self._repeated_variant(perturber, label, variant, questions, items, queries, same)
+            queries, same = perturber.apply_flagged(label, questions, self.seed * 100 + variant, contexts)
+        repeats = self._repeated_variant(perturber, label, variant, questions, contexts, queries, same)
         todo = [n for n, inst in enumerate(batch) if inst.id in pending]
         asked = [n for n in todo if not same[n] and repeats[n] is None]  # neither is a new perturbed sample
         records = [{**batch[n].key(), "question": queries[n], "original_question": items[n].question,
@@ -168,13 +167,12 @@ class QueryLevelSuite:
         return records
 
     def _repeated_variant(self, perturber: Perturber, label: str, variant: int, questions: list[str],
-                          items: list[Item], queries: list[str], same: list[bool]) -> list[int | None]:
+                          contexts: list[dict], queries: list[str], same: list[bool]) -> list[int | None]:
         """Per query, the earlier variant that gave the same perturbed text (None: a new one).
         The earlier variants are re-derived: seeded, and their Generate calls hit the reader cache."""
         repeats: list[int | None] = [None] * len(queries)
         if label == "original":
             return repeats
-        contexts = [{"question": q, "answers": list(it.answers)} for q, it in zip(questions, items)]
         for u in range(variant):
             prev, prev_same = perturber.apply_flagged(label, questions, self.seed * 100 + u, contexts)
             for n, q in enumerate(queries):
