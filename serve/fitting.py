@@ -18,6 +18,7 @@ from retrievers.types import QuestionResult
 from serve.dataset import Question
 from serve.voting import (DEFAULT_POOLING, MetricOptions, answer_grid, equal_weights,
                           similarity_inputs)
+from voter.cascade import DEFAULT_TARGET, Cascade, build_trace, evaluate_rule, fit_thresholds, order_stages
 from voter.estimator import EoRVoter, chosen_correctness
 from voter.qa_metrics import match
 from voter.similarity import PairSimilarity
@@ -38,6 +39,8 @@ class FitConfig:
     upper_bound: float = 0.6
     n_restarts: int = 6
     seed: int = 0
+    cascade_target: float = DEFAULT_TARGET  # adaptive stop rule: agreement with the all-kept vote
+    first_stage: int = 2  # retrievers in the cascade's first stage (a vote needs two answers)
 
     def __post_init__(self) -> None:
         self.voter().config  # validates pooling, bounds, threshold now, not after the pool ran
@@ -88,10 +91,34 @@ def fit_weights(scored: Scored, pool: Sequence[str], metrics: Sequence[PairSimil
                "voter": {"n_restarts": config.n_restarts, "seed": config.seed}, "seconds": seconds},
     )
     saved = SavedWeights.from_voter(voter, pool, config.metrics.names, prov)
+    results = [r for _, r in scored]
+    saved = saved.with_cascade(fit_cascade(voter, X, pool, results, saved.kept_specs(), config))
     base = equal_weights(pool, config.metrics.names, config.pooling, config.upper_bound, config.threshold)
     base_acc = float(chosen_correctness(base.voter().predict(X), y).mean())
     return FitReport(saved, float(voter.objective_), base_acc,
                      {spec: float(y[:, m].mean()) for m, spec in enumerate(pool)}, seconds)
+
+
+def retriever_costs(results: Sequence[QuestionResult], specs: Sequence[str]) -> dict[str, float]:
+    """Mean reader tokens per question of each retriever alone (its shared documents included)."""
+    n = max(len(results), 1)
+    return {s: sum(r.reader_tokens({s}).total for r in results) / n for s in specs}
+
+
+def fit_cascade(voter: EoRVoter, X: tuple[np.ndarray, np.ndarray], pool: Sequence[str],
+                results: Sequence[QuestionResult], kept: Sequence[str], config: FitConfig) -> Cascade:
+    """Stages of the kept retrievers by measured cost and the stop thresholds (voter/cascade.py)."""
+    stages = order_stages(kept, retriever_costs(results, kept), config.first_stage)
+    sim, mask = X
+    grid = answer_grid(results, pool)
+    upto = [set(s for st in stages[: k + 1] for s in st) for k in range(len(stages))]
+    cum = np.array([[r.reader_tokens(u).total for u in upto] for r in results], dtype=np.float64)
+    trace = build_trace(voter, sim, mask, pool, grid, stages, cum)
+    tau = fit_thresholds(trace, config.cascade_target)
+    agree, _, stop = evaluate_rule(trace, tau)
+    rates = tuple(float((stop == k).mean()) for k in range(len(stages)))
+    added = np.diff(np.concatenate([np.zeros((len(results), 1)), cum], axis=1), axis=1).mean(axis=0)
+    return Cascade(stages, tau, config.cascade_target, agree, rates, tuple(float(x) for x in added))
 
 
 def format_report(report: FitReport) -> str:
@@ -110,5 +137,16 @@ def format_report(report: FitReport) -> str:
     best = max(report.single_accuracy.items(), key=lambda kv: kv[1])
     lines.append(f"train Match: EoR {report.train_accuracy:.3f}; equal weights {report.equal_weights_accuracy:.3f}; "
                  f"best single {best[0]} {best[1]:.3f}")
+    c = s.stages
+    lines.append(f"cascade ({len(c.stages)} stages, cheapest first; stop when the answer margin reaches the "
+                 f"stage's threshold):")
+    for k, stage in enumerate(c.stages):
+        tau = c.thresholds[k] if k < len(c.thresholds) else None
+        rule = "last stage" if tau is None else ("never stops here" if tau == float("inf") else f"stop if margin >= {tau:.4f}")
+        rate = f", stops {c.fit_stop_rate[k]:.0%}" if k < len(c.fit_stop_rate) else ""
+        toks = f", +{c.stage_tokens[k]:.0f} tokens" if k < len(c.stage_tokens) else ""
+        lines.append(f"  {k + 1}. {' + '.join(stage)}: {rule}{rate}{toks}")
+    if c.fit_agreement is not None:
+        lines.append(f"  adaptive answer = all-kept vote on {c.fit_agreement:.1%} of fit questions (target {c.target:.0%})")
     lines.append("time: " + ", ".join(f"{k} {v:.1f} s" for k, v in report.seconds.items()))
     return "\n".join(lines)

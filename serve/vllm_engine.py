@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Sequence
 
 from retrievers.reader import PromptText, SamplingParams
@@ -19,13 +20,14 @@ class VLLMConfig:
 
     model: str = "smollm2-135m"  # packaged model name or a HF folder
     device: str = "auto"  # "cpu", "cuda" or "auto" (what the installed vLLM build targets)
-    dtype: str = "auto"  # auto: float32 on CPU (bf16 is 4x slower on AVX2), bfloat16 on GPU
+    dtype: str = "auto"  # auto: bfloat16 on GPU and on CPUs with AVX512-BF16/AMX, else float32 (AVX2: bf16 is 4x slower)
     max_model_len: int = 4096
     gpu_memory_utilization: float = 0.2  # on CPU: the share of RAM for the KV cache
     enable_prefix_caching: bool = True
     cpu_threads: str = "auto"  # VLLM_CPU_OMP_THREADS_BIND; auto = all cores
     cpu_kv_cache_gib: float = 2.0  # VLLM_CPU_KVCACHE_SPACE: ~45k tokens of SmolLM2-135M in fp32
     seed: int = 0
+    enforce_eager: bool = False  # True: no torch.compile (faster start, see bench/engine_settings.py)
 
 
 def _cpu_build() -> bool:
@@ -37,38 +39,55 @@ def _cpu_build() -> bool:
         return True
 
 
+def _cpu_has_bf16() -> bool:
+    """AVX512-BF16 or AMX: bf16 matmuls in hardware (measured here: 1.6x faster prefill than fp32,
+    same answers; bench/engine_settings.py). Without them bf16 is emulated and 4x slower."""
+    try:
+        flags = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return False
+    return "avx512_bf16" in flags or "amx_bf16" in flags
+
+
+def resolve_dtype(config: VLLMConfig) -> tuple[bool, str]:
+    """(on CPU?, dtype) for a config; "auto" picks per machine."""
+    on_cpu = config.device == "cpu" or (config.device == "auto" and _cpu_build())
+    if config.dtype != "auto":
+        return on_cpu, config.dtype
+    return on_cpu, ("bfloat16" if _cpu_has_bf16() else "float32") if on_cpu else "bfloat16"
+
+
 class VLLMEngine:
     """Implements retrievers.reader.ReaderEngine. Heavy work happens in load()."""
 
     def __init__(self, config: VLLMConfig = VLLMConfig()):
         self.config = config
         self.path = resolve_model(config.model)  # fails early and clearly on a missing model
-        self.model_id = f"{config.model}:{self.path.name}"
+        self.on_cpu, self.dtype = resolve_dtype(config)
+        # the dtype changes outputs a little: cached outputs of another dtype are not reused
+        self.model_id = f"{config.model}:{self.path.name}:{self.dtype}"
         self.chat = is_chat_model(self.path)
         self._llm = None
         self._tokenizer = None
         self.prompt_tokens = 0  # since start: tokens prefilled (prompts; prefix-cache hits included)
         self.generated_tokens = 0  # since start: tokens decoded
+        self.cached_tokens = 0  # since start: prompt tokens served by the prefix cache (vLLM's count)
 
     def load(self) -> "VLLMEngine":
         if self._llm is not None:
             return self
-        on_cpu = self.config.device == "cpu" or (self.config.device == "auto" and _cpu_build())
-        if on_cpu:
+        if self.on_cpu:
             cores = os.cpu_count() or 1
             bind = self.config.cpu_threads if self.config.cpu_threads != "auto" else f"0-{cores - 1}"
             os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", bind)
             os.environ.setdefault("VLLM_CPU_NUM_OF_RESERVED_CPU", "0")
             os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", f"{self.config.cpu_kv_cache_gib:g}")
-        dtype = self.config.dtype
-        if dtype == "auto":
-            dtype = "float32" if on_cpu else "bfloat16"
         from vllm import LLM
 
-        self._llm = LLM(model=str(self.path), dtype=dtype, max_model_len=self.config.max_model_len,
+        self._llm = LLM(model=str(self.path), dtype=self.dtype, max_model_len=self.config.max_model_len,
                         gpu_memory_utilization=self.config.gpu_memory_utilization,
                         enable_prefix_caching=self.config.enable_prefix_caching,
-                        seed=self.config.seed)
+                        seed=self.config.seed, enforce_eager=self.config.enforce_eager)
         return self
 
     def close(self) -> None:
@@ -90,6 +109,11 @@ class VLLMEngine:
             self._tokenizer = AutoTokenizer.from_pretrained(str(self.path))
         return self._tokenizer
 
+    def token_ids(self, texts: Sequence[str]) -> list[list[int]]:
+        """As vLLM tokenizes a prompt: the tokenizer's default special tokens (none beyond the
+        chat template for these models)."""
+        return list(self.tokenizer(list(texts))["input_ids"]) if texts else []
+
     def format(self, prompt: PromptText) -> str:
         """Chat models get their chat template; base models a completion prompt ending in the cue."""
         if self.chat:
@@ -106,5 +130,6 @@ class VLLMEngine:
                              repetition_penalty=params.repetition_penalty)
         outs = self._llm.generate(list(prompts), sp, use_tqdm=False)
         self.prompt_tokens += sum(len(o.prompt_token_ids or ()) for o in outs)
+        self.cached_tokens += sum(o.num_cached_tokens or 0 for o in outs)
         self.generated_tokens += sum(len(o.outputs[0].token_ids or ()) for o in outs)
         return [o.outputs[0].text for o in outs]

@@ -18,17 +18,21 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Sequence
 
 import numpy as np
 
 from retrievers.types import QuestionResult
+from voter.cascade import settle_stat
 from voter.normalize import is_non_answer, normalize_answer
 from voter.similarity import PairSimilarity, available_metrics, create_metric, similarity_tensor
 from voter.voting import VoteRule, VoterWeights, answer_margin, choose
-from voter.weights_io import Provenance, SavedWeights
+from voter.weights_io import SHIPPED_VOTER, Provenance, SavedWeights, load_weights
 
-DEFAULT_METRICS: tuple[str, ...] = ("em", "bertscore", "nli")
+# NLI judged by the reader costs about two prompts per distinct answer pair (~110 for one
+# question through 16 retrievers): a voter uses it only when it was fitted with it.
+DEFAULT_METRICS: tuple[str, ...] = ("em", "bertscore")
 DEFAULT_POOLING = "mean"
 
 
@@ -138,6 +142,61 @@ def votes_from_scores(scores: np.ndarray, grid: Sequence[Sequence[str | None]], 
 
 def vote(results: Sequence[QuestionResult], saved: SavedWeights, metrics: Sequence[PairSimilarity]) -> list[Vote]:
     """Vote every question with the given weights (any subset of the pool may have run)."""
+    return vote_with_stats(results, saved, metrics)[0]
+
+
+def vote_with_stats(results: Sequence[QuestionResult], saved: SavedWeights,
+                    metrics: Sequence[PairSimilarity]) -> tuple[list[Vote], list[float]]:
+    """The votes and each vote's settle statistic (voter/cascade.py: is the vote settled?)."""
     grid = answer_grid(results, saved.pool)
     scores = saved.voter().decision_scores(similarity_inputs(results, grid, metrics))
-    return votes_from_scores(scores, grid, saved.pool)
+    return votes_from_scores(scores, grid, saved.pool), [settle_stat(row, g) for row, g in zip(scores, grid)]
+
+
+@dataclass(frozen=True)
+class VoterChoice:
+    """The voter an entry point runs with, where it came from, and what a user should know."""
+
+    saved: SavedWeights
+    options: MetricOptions
+    source: str  # "shipped", "pushed", a file path, or "equal weights"
+    warnings: tuple[str, ...] = ()
+
+    def describe(self) -> str:
+        return self.saved.describe() if self.source == "equal weights" else f"{self.saved.describe()} [{self.source}]"
+
+
+def metric_options(saved: SavedWeights, nli_model: str | None = None) -> MetricOptions:
+    """The metrics a fitted voter votes with (an HF NLI model path travels in its provenance)."""
+    backend = str(saved.provenance.extra.get("nli_backend", "llm"))
+    return MetricOptions(saved.metrics, nli_model or (backend[3:] if backend.startswith("hf:") else None))
+
+
+def choose_voter(pool: Sequence[str], reader_model: str, *, weights: str | None = None, equal: bool = False,
+                 metrics: str | None = None, nli_model: str | None = None, pooling: str = DEFAULT_POOLING,
+                 fallback: str | None = None) -> VoterChoice:
+    """One rule for `eor ask`, `eor eval` and the service: equal weights only when asked;
+    else the given file, else `fallback` (a pushed voter the service persisted), else the
+    shipped voter. A voter for another pool or metric list is refused (ValueError naming
+    both); one fitted with another reader is used with a warning naming both."""
+    if equal:
+        options = MetricOptions.parse(metrics, nli_model)
+        return VoterChoice(equal_weights(pool, options.names, pooling), options, "equal weights")
+    if weights:
+        path, source = weights, weights
+    elif fallback and Path(fallback).exists():
+        path, source = fallback, "pushed"
+    elif SHIPPED_VOTER.exists():
+        path, source = str(SHIPPED_VOTER), "shipped"
+    else:
+        options = MetricOptions.parse(metrics, nli_model)
+        return VoterChoice(equal_weights(pool, options.names, pooling), options, "equal weights",
+                           (f"no shipped voter at {SHIPPED_VOTER}: voting with equal weights",))
+    names = MetricOptions.parse(metrics).names if metrics else None
+    saved = load_weights(path, pool=pool, metrics=names)
+    warnings = []
+    fitted_with = saved.provenance.reader_model
+    if fitted_with and fitted_with != reader_model:
+        warnings.append(f"the voter was fitted with reader {fitted_with!r}, this system reads with {reader_model!r}: "
+                        "refit it (eor fit) for this reader")
+    return VoterChoice(saved, metric_options(saved, nli_model), source, tuple(warnings))

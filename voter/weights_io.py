@@ -1,4 +1,10 @@
-"""Fitted voter weights as JSON, with the pool they belong to and where they came from.
+"""The voter file: everything the live ensemble needs, as one versioned JSON document.
+
+`eor-voter/2`: w_s per metric, w_r per retriever with the kept ones (w_r >= t; the others
+never run), pooling, the metric list, the cascade (kept retrievers in stages and the fitted
+stop thresholds, voter/cascade.py), the reader it was fitted with, and what it was fitted on
+(question file and its sha256, split, seed, n). `eor-voter-weights/1` files (no cascade)
+still load: their kept retrievers run as one stage.
 
 Weights are positional (omega_r[m] belongs to the m-th retriever spec), so a file records
 the pool's spec strings in order and loading it for another pool is refused: silently
@@ -7,16 +13,23 @@ what `eor fit` pushes into the voter deployment's `user_config`.
 """
 from __future__ import annotations
 
+import hashlib
 import json
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Sequence
 
+from voter.cascade import Cascade
 from voter.estimator import EoRVoter
 from voter.voting import VoterWeights
 
-FORMAT = "eor-voter-weights/1"
+# The voter the repository ships: fitted on ../shared/data's NQ dev rows (fit split) with the
+# default reader, by `eor fit` (README, "The shipped voter"). Every entry point uses it by default.
+SHIPPED_VOTER = Path(__file__).resolve().parent / "data" / "voter.json"
+
+FORMAT = "eor-voter/2"
+FORMATS = (FORMAT, "eor-voter-weights/1")
 
 
 def _now() -> str:
@@ -48,8 +61,14 @@ class SavedWeights:
     sim_threshold: float = 0.5
     dropped_vote: bool = False
     upper_bound: float = 0.6
+    cascade: Cascade | None = None  # None: the kept retrievers in one stage
 
     def __post_init__(self) -> None:
+        if self.cascade is not None:
+            kept = set(self.kept_specs())
+            if set(self.cascade.specs) != kept:
+                raise ValueError(f"the cascade's retrievers {sorted(self.cascade.specs)} are not the kept "
+                                 f"retrievers {sorted(kept)}")
         if len(set(self.pool)) != len(self.pool):
             raise ValueError(f"duplicate retriever specs in pool: {list(self.pool)}")
         if self.weights.n_retrievers != len(self.pool):
@@ -79,6 +98,31 @@ class SavedWeights:
     def dropped_specs(self) -> list[str]:
         return [s for s, k in zip(self.pool, self.weights.kept) if not k]
 
+    @property
+    def stages(self) -> Cascade:
+        """The cascade to run: the fitted one, or every kept retriever in one stage."""
+        return self.cascade or Cascade.single_stage(self.kept_specs())
+
+    def with_cascade(self, cascade: Cascade | None) -> "SavedWeights":
+        return replace(self, cascade=cascade)
+
+    @property
+    def digest(self) -> str:
+        """Short content hash: names this voter in replies, logs and metrics."""
+        return hashlib.sha256(json.dumps(self.to_dict(), sort_keys=True).encode()).hexdigest()[:12]
+
+    @property
+    def fitted(self) -> bool:
+        return self.provenance.n_questions > 0
+
+    def describe(self) -> str:
+        """One line a user reads: which voter answered."""
+        if not self.fitted:
+            return f"equal weights ({len(self.pool)} retrievers, no fit)"
+        p = self.provenance
+        stages = len(self.stages.stages)
+        return (f"fitted voter {self.digest} (reader {p.reader_model}, {p.n_questions} questions; "
+                f"{len(self.kept_specs())} of {len(self.pool)} retrievers in {stages} stage{'s' * (stages > 1)})")
     def voter(self) -> EoRVoter:
         """A ready-to-vote EoRVoter carrying these weights."""
         return EoRVoter.from_weights(
@@ -105,14 +149,26 @@ class SavedWeights:
                 "retriever_weights": list(self.weights.retriever_weights),
                 "kept": list(self.weights.kept),
             },
+            "cascade": self.cascade.to_dict() if self.cascade else None,
             "provenance": asdict(self.provenance),
         }
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "SavedWeights":
-        if d.get("format") != FORMAT:
-            raise ValueError(f"not a voter weights file (format {d.get('format')!r}, expected {FORMAT!r})")
+    def from_dict(cls, d: Any) -> "SavedWeights":
+        """A voter dict, checked: anything that is not one is a ValueError naming what is wrong."""
+        if not isinstance(d, dict):
+            raise ValueError(f"a voter file is a JSON object, got {type(d).__name__}")
+        if d.get("format") not in FORMATS:
+            raise ValueError(f"not a voter file (format {d.get('format')!r}, expected one of {list(FORMATS)})")
+        try:
+            return cls._from_dict(d)
+        except (KeyError, TypeError, AttributeError) as exc:
+            raise ValueError(f"malformed voter file: {type(exc).__name__}: {exc}") from None
+
+    @classmethod
+    def _from_dict(cls, d: dict[str, Any]) -> "SavedWeights":
         w = d["weights"]
+        cascade = d.get("cascade")
         return cls(
             pool=tuple(d["pool"]),
             metrics=tuple(d["metrics"]),
@@ -127,6 +183,7 @@ class SavedWeights:
             sim_threshold=float(d.get("sim_threshold", 0.5)),
             dropped_vote=bool(d.get("dropped_vote", False)),
             upper_bound=float(d.get("upper_bound", 0.6)),
+            cascade=Cascade.from_dict(cascade) if cascade is not None else None,
         )
 
 
@@ -172,6 +229,23 @@ def load_weights(
     path: str | Path, pool: Sequence[str] | None = None, metrics: Sequence[str] | None = None
 ) -> SavedWeights:
     """Load weights; with `pool` / `metrics` given, refuse (ValueError) if they differ."""
-    saved = SavedWeights.from_dict(json.loads(Path(path).read_text()))
+    path = Path(path)
+    try:
+        data = json.loads(path.read_text())
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"{path}: not JSON ({exc})") from None
+    try:
+        saved = SavedWeights.from_dict(data)
+    except ValueError as exc:
+        raise ValueError(f"{path}: {exc}") from None
     check_compatible(saved, pool, metrics)
     return saved
+
+
+def file_sha256(path: str | Path) -> str:
+    """What a voter records of the question file it was fitted on."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(1 << 20):
+            h.update(chunk)
+    return h.hexdigest()

@@ -70,7 +70,7 @@ class FakeEngine:
             m = re.search(r"given question\. (.*)\.\nDocument:$", prompt, re.S)
             query = m.group(1) if m else "unknown"
             return f"  {fill(query, PK_WORDS)}  "
-        if prompt.startswith("Please truthfully summarize"):
+        if "Please truthfully summarize" in prompt:
             return f" summary-{digest(prompt)} of the document \n"
         return f" ans-{digest(prompt)}\nand then a second line"
 
@@ -84,7 +84,7 @@ class FakeEngine:
         out = []
         for prompts, params in self.calls:
             first = prompts[0]
-            stage = next((k for k, s in starts.items() if first.startswith(s)), "answer")
+            stage = next((k for k, s in starts.items() if s in first), "answer")
             if stage == kind:
                 out.append((prompts, params))
         return out

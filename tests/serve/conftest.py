@@ -55,6 +55,7 @@ class FakePool:
         self.answers = answers
         self.fail_after = fail_after
         self.calls: list[list[str]] = []
+        self.spec_calls: list[list[str]] = []  # the specs each run was asked for
         self.loads = 0
 
     @property
@@ -70,6 +71,7 @@ class FakePool:
         if self.fail_after is not None and answered + len(questions) > self.fail_after:
             raise RuntimeError("simulated crash")
         self.calls.append(list(questions))
+        self.spec_calls.append(list(specs or self.specs))
         out = []
         for q in questions:
             given = self.answers(q)
@@ -116,3 +118,17 @@ def use_pool(monkeypatch):
 
     return install
 
+
+
+@pytest.fixture
+def shipped_voter(tmp_path, monkeypatch):
+    """shipped_voter(saved): the voter `eor ask` / `eor eval` use by default, for this test."""
+    import serve.voting
+    from voter.weights_io import save_weights
+
+    def install(saved):
+        path = save_weights(tmp_path / "shipped_voter.json", saved)
+        monkeypatch.setattr(serve.voting, "SHIPPED_VOTER", path)
+        return path
+
+    return install

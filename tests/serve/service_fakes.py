@@ -38,7 +38,7 @@ class FakeServiceEngine:
     def respond(p: str) -> str:
         if p.startswith("Generate a background document"):
             return "A background document about the question. " * 5
-        if p.startswith("Please truthfully summarize"):
+        if "Please truthfully summarize" in p:
             return "A short summary of the document."
         if p.startswith("Consider the two passages"):
             a = re.search(r"Premise: (.*)\n", p)

@@ -37,7 +37,8 @@ def qfile(tmp_path):
 
 
 def run_eval(capsys, *args):
-    rc = main(["eval", *args, "--split", "all", "--metrics", "em", "--no-progress", "--json"])
+    rc = main(["eval", *args, "--split", "all", "--metrics", "em", "--no-progress", "--json",
+              *([] if "--weights" in args else ["--equal-weights"])])
     out = capsys.readouterr()
     assert rc == 0, out.err
     return json.loads(out.out)
@@ -52,7 +53,10 @@ def test_eval_numbers_by_hand_and_plots(qfile, tmp_path, eor_home, use_pool, cap
 
     a = doc["datasets"]["a"]
     s = a["systems"]
-    assert a["n"] == 4 and list(s) == ["EoR", *SPECS]
+    # equal weights: adaptive = pruned = all retrievers, one stage
+    assert a["n"] == 4 and list(s) == ["EoR", "EoR pruned", "EoR-16 equal", *SPECS]
+    assert s["EoR"] == s["EoR pruned"] and s["EoR"]["match"] == s["EoR-16 equal"]["match"]
+    s = {k: v for k, v in s.items() if k in ("EoR", *SPECS)}
     assert {k: v["match"] for k, v in s.items()} == {"EoR": 0.25, "Wiki@10": 0.5, "SE@1": 0.5, "ReFree": 0.25}
     assert {k: v["em"] for k, v in s.items()} == {"EoR": 0.25, "Wiki@10": 0.5, "SE@1": 0.25, "ReFree": 0.25}
     assert s["SE@1"]["f1"] == pytest.approx((1 + 2 / 3) / 4, abs=1e-6)  # "in 1990" vs "1990": F1 2/3
@@ -75,7 +79,8 @@ def test_eval_numbers_by_hand_and_plots(qfile, tmp_path, eor_home, use_pool, cap
     assert doc["datasets"]["all"]["n"] == 6 and doc["datasets"]["all"]["systems"]["EoR"]["match"] == 0.5
 
     pngs = {p.split("/")[-1] for p in doc["plots"]}
-    assert pngs == {"rwr_a.png", "rwr_b.png", "rwr_all.png", "retriever_weights.png"}
+    assert pngs == {"rwr_a.png", "rwr_b.png", "rwr_all.png", "retriever_weights.png", "match_vs_tokens.png"}
+    assert doc["cascade"]["stop_rate"] == [1.0] and doc["cascade"]["stages"] == [SPECS]
     for name in pngs:
         assert (out_dir / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert json.loads((out_dir / "eval.json").read_text())["datasets"]["a"]["oracle"] == 0.75

@@ -3,6 +3,8 @@ wrong answers (so plain similarity voting follows them); the fit must learn to f
 right one and write weights with provenance."""
 import json
 
+import pytest
+
 from serve.cli import main
 from serve.dataset import Selection, select_questions
 from serve.voting import build_metrics, vote
@@ -49,7 +51,13 @@ def test_fit_follows_the_always_right_retriever_and_records_provenance(tmp_path,
     assert p.extra["split"] == "all" and p.extra["split_seed"] == 5 and p.extra["correctness"] == "match"
     assert p.extra["nli_backend"] == "llm" and len(p.extra["qids_sha256"]) == 16
     assert set(p.extra["seconds"]) == {"pool", "similarity", "fit"}
-    assert json.loads(out.read_text())["format"] == "eor-voter-weights/1"
+    doc = json.loads(out.read_text())
+    assert doc["format"] == "eor-voter/2" and len(p.extra["questions_sha256"]) == 64
+    # the cascade: the kept retrievers, cheapest first, thresholds fitted to >= 98% agreement
+    c = saved.stages
+    assert sorted(c.specs) == sorted(saved.kept_specs()) and len(c.thresholds) == len(c.stages) - 1
+    assert c.fit_agreement >= 0.98 and sum(c.fit_stop_rate) == pytest.approx(1.0)
+    assert "cascade (" in printed and "adaptive answer = all-kept vote on" in printed
 
     # the fitted voter picks the always-right answer on every training question
     qs = select_questions(Selection(str(qfile)))

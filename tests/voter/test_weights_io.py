@@ -61,5 +61,46 @@ def test_inconsistent_files_are_rejected(fitted):
         SavedWeights.from_voter(voter, POOL[:3], METRICS, provenance(0.9))
     with pytest.raises(ValueError, match="duplicate"):
         SavedWeights.from_voter(voter, ["PK"] * 4, METRICS, provenance(0.9))
-    with pytest.raises(ValueError, match="not a voter weights file"):
+    with pytest.raises(ValueError, match="not a voter file"):
         SavedWeights.from_dict({"format": "something-else"})
+
+
+def test_voter_file_round_trip_with_its_cascade_and_old_files(tmp_path, fitted):
+    import math
+
+    from voter.cascade import Cascade
+
+    voter, _ = fitted
+    saved = SavedWeights.from_voter(voter, POOL, METRICS, provenance(0.9))
+    kept = saved.kept_specs()
+    stages = (tuple(kept[:2]), *((s,) for s in kept[2:]))
+    cascade = Cascade(stages, tuple([0.05] * (len(stages) - 1)), 0.98, 0.99)
+    with_cascade = saved.with_cascade(cascade)
+    path = save_weights(tmp_path / "voter.json", with_cascade)
+    loaded = load_weights(path, pool=POOL)
+    assert loaded == with_cascade and loaded.stages == cascade and loaded.digest == with_cascade.digest
+    assert "fitted voter" in loaded.describe() and "SmolLM2-135M" in loaded.describe()
+    # a v1 file (no cascade) loads: its kept retrievers are one stage
+    raw = json.loads(path.read_text())
+    raw["format"], raw["cascade"] = "eor-voter-weights/1", None
+    raw.pop("cascade")
+    (tmp_path / "v1.json").write_text(json.dumps(raw))
+    old = load_weights(tmp_path / "v1.json", pool=POOL)
+    assert old.cascade is None and old.stages.stages == (tuple(kept),)
+    # a cascade over other retrievers than the kept ones is refused
+    raw = json.loads(path.read_text())
+    raw["cascade"]["stages"] = [["Wiki@10", "SE@1", "PK", "ReFree"]]
+    raw["cascade"]["thresholds"] = []
+    (tmp_path / "bad.json").write_text(json.dumps(raw))
+    if sorted(kept) != sorted(POOL):
+        with pytest.raises(ValueError, match="kept retrievers"):
+            load_weights(tmp_path / "bad.json")
+
+
+@pytest.mark.parametrize("text", ["[]", "null", "1", '"x"', '{"format": "eor-voter/2"}',
+                                  '{"format": "eor-voter/2", "weights": []}', "{oops"])
+def test_anything_that_is_not_a_voter_is_a_clear_value_error(tmp_path, text):
+    (tmp_path / "v.json").write_text(text)
+    with pytest.raises(ValueError) as e:
+        load_weights(tmp_path / "v.json")
+    assert "v.json" in str(e.value)

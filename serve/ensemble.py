@@ -1,0 +1,70 @@
+"""Adaptive EoR for a batch of questions: run the voter's stages in order, vote after each,
+stop a question as soon as its vote is settled (voter/cascade.py).
+
+One orchestration for every entry point: `eor ask` passes the in-process pool's `run`, the
+service passes its fan-out over the retriever actors. Retrievers the voter dropped are not in
+any stage, so they never run; the dropped ones reach the reader only when a caller names them
+explicitly (`--retrievers`, `AskRequest.retrievers`), and then they run as one stage.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Sequence
+
+from retrievers.types import QuestionResult
+from serve.voting import Vote, VoterChoice, vote_with_stats
+from voter.cascade import Cascade
+from voter.similarity import PairSimilarity
+
+RunStage = Callable[[list[str], list[str]], list[QuestionResult]]  # (questions, specs) -> results
+
+
+@dataclass(frozen=True)
+class EnsembleAnswer:
+    """One question's answer and how the cascade got there."""
+
+    result: QuestionResult  # the candidates of every stage that ran, in run order
+    vote: Vote
+    stopped_at: int  # 1-based stage after which the vote was settled
+    stages: int  # stages in the cascade
+    settle: float  # the settle statistic at the stop
+
+    @property
+    def ran(self) -> list[str]:
+        return [c.retriever for c in self.result.candidates]
+
+
+def merge(a: QuestionResult | None, b: QuestionResult) -> QuestionResult:
+    if a is None:
+        return b
+    return QuestionResult(a.question, a.candidates + b.candidates, {**a.shared_tokens, **b.shared_tokens})
+
+
+def cascade_for(choice: VoterChoice, specs: Sequence[str] | None = None) -> Cascade:
+    """The voter's cascade, or the caller's explicit retrievers as one stage."""
+    return Cascade.single_stage(list(specs)) if specs else choice.saved.stages
+
+
+def answer(questions: Sequence[str], choice: VoterChoice, run_stage: RunStage,
+           metrics: Sequence[PairSimilarity], specs: Sequence[str] | None = None) -> list[EnsembleAnswer]:
+    """Every question through the cascade; each stage is one `run_stage` call for the questions
+    still open, so the reader batches their prompts together."""
+    cascade = cascade_for(choice, specs)
+    qs = list(questions)
+    merged: list[QuestionResult | None] = [None] * len(qs)
+    done: dict[int, EnsembleAnswer] = {}
+    n_stages = len(cascade.stages)
+    for k, stage in enumerate(cascade.stages):
+        todo = [i for i in range(len(qs)) if i not in done]
+        if not todo:
+            break
+        results = run_stage([qs[i] for i in todo], list(stage))
+        if len(results) != len(todo):
+            raise RuntimeError(f"stage {k + 1} returned {len(results)} results for {len(todo)} questions")
+        for i, r in zip(todo, results):
+            merged[i] = merge(merged[i], r)
+        votes, stats = vote_with_stats([merged[i] for i in todo], choice.saved, metrics)
+        for i, v, stat in zip(todo, votes, stats):
+            if cascade.settled(k, stat):
+                done[i] = EnsembleAnswer(merged[i], v, k + 1, n_stages, stat)
+    return [done[i] for i in range(len(qs))]

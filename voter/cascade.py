@@ -1,0 +1,184 @@
+"""Adaptive EoR: the kept retrievers in stages, cheapest first, and a stop rule fitted on data.
+
+After each stage the voter votes over every answer so far. The vote is *settled* at stage k
+when its settle statistic reaches the stage's threshold tau_k; the last stage always ends
+the question. The statistic is the answer margin of the weighted vote (the winner's score
+minus the best score of a different normalised answer): +inf when at least two retrievers
+answered and all agree, -inf when fewer than two answered (one answer is no vote).
+
+Why calibrated thresholds rather than a prior alone (Adaptive-Consistency's Beta posterior,
+ESC's window): our retrievers are correlated and unequal in cost, so, as FrugalGPT does, the
+thresholds are learned on the fit split: the cheapest per-stage thresholds (mean reader tokens
+per question) whose final answer equals the all-kept-retrievers vote on >= `target` of the
+fit questions. The search is greedy coordinate descent over the observed statistics (each
+move lowers one tau_k to the value that saves the most tokens while agreement holds).
+
+Pure numpy; the similarity tensor and per-retriever token counts come from the fit run.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+import numpy as np
+
+from voter.normalize import normalize_answer
+from voter.voting import answer_margin, choose
+
+DEFAULT_TARGET = 0.98
+
+
+@dataclass(frozen=True)
+class Cascade:
+    """Stages of retriever specs and the stop threshold after each stage but the last."""
+
+    stages: tuple[tuple[str, ...], ...]
+    thresholds: tuple[float, ...] = ()  # len(stages) - 1; +inf: never stop after that stage
+    target: float = DEFAULT_TARGET
+    fit_agreement: float | None = None  # share of fit questions answered as the all-kept vote
+    fit_stop_rate: tuple[float, ...] = ()  # share of fit questions that stopped at each stage
+    stage_tokens: tuple[float, ...] = ()  # mean reader tokens per question each stage adds (fit)
+
+    def __post_init__(self) -> None:
+        if not self.stages or any(not s for s in self.stages):
+            raise ValueError("a cascade needs at least one stage and no empty stage")
+        flat = [s for st in self.stages for s in st]
+        if len(set(flat)) != len(flat):
+            raise ValueError(f"a retriever appears in two stages: {flat}")
+        if len(self.thresholds) != len(self.stages) - 1:
+            raise ValueError(f"{len(self.thresholds)} thresholds for {len(self.stages)} stages "
+                             f"(one per stage but the last)")
+        if any(math.isnan(t) for t in self.thresholds):
+            raise ValueError("a stop threshold is NaN")
+        if not 0.0 < self.target <= 1.0:
+            raise ValueError(f"target agreement must lie in (0, 1], got {self.target}")
+
+    @classmethod
+    def single_stage(cls, specs: Sequence[str]) -> "Cascade":
+        """Every retriever at once, no early stop (the pruned ensemble)."""
+        return cls((tuple(specs),))
+
+    @property
+    def specs(self) -> list[str]:
+        return [s for st in self.stages for s in st]
+
+    def settled(self, stage: int, stat: float) -> bool:
+        """Stop after `stage` (0-based)? Always at the last stage."""
+        return stage >= len(self.stages) - 1 or stat >= self.thresholds[stage]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"stages": [list(s) for s in self.stages],
+                "thresholds": [None if math.isinf(t) else t for t in self.thresholds],
+                "target": self.target, "fit_agreement": self.fit_agreement,
+                "fit_stop_rate": list(self.fit_stop_rate), "stage_tokens": list(self.stage_tokens)}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "Cascade":
+        if not isinstance(d, dict) or not isinstance(d.get("stages"), list):
+            raise ValueError("cascade: expected an object with a 'stages' list")
+        try:
+            return cls(stages=tuple(tuple(str(s) for s in st) for st in d["stages"]),
+                       thresholds=tuple(math.inf if t is None else float(t) for t in d.get("thresholds", ())),
+                       target=float(d.get("target", DEFAULT_TARGET)),
+                       fit_agreement=None if d.get("fit_agreement") is None else float(d["fit_agreement"]),
+                       fit_stop_rate=tuple(float(x) for x in d.get("fit_stop_rate", ())),
+                       stage_tokens=tuple(float(x) for x in d.get("stage_tokens", ())))
+        except (TypeError, ValueError) as exc:
+            raise ValueError(f"cascade: {exc}") from None
+
+
+def settle_stat(scores: np.ndarray, answers: Sequence[str | None]) -> float:
+    """The settle statistic of one question's vote (scores [M], -inf where it cannot win)."""
+    finite = np.isfinite(scores)
+    if finite.sum() < 2:
+        return -math.inf
+    winner = int(choose(scores[None, :])[0])
+    margin = answer_margin(scores, answers, winner)
+    return math.inf if margin is None else float(margin)
+
+
+def order_stages(specs: Sequence[str], cost: dict[str, float], first: int = 2) -> tuple[tuple[str, ...], ...]:
+    """Cheapest first: the `first` cheapest retrievers make stage 1 (a vote needs two answers),
+    then one retriever per stage, so the rule can stop as soon as the vote settles."""
+    ranked = sorted(specs, key=lambda s: (cost.get(s, math.inf), list(specs).index(s)))
+    if len(ranked) <= first:
+        return (tuple(ranked),)
+    return (tuple(ranked[:first]), *((s,) for s in ranked[first:]))
+
+
+@dataclass
+class StageTrace:
+    """What each fit question looks like after each stage: [N, S] arrays."""
+
+    stats: np.ndarray  # settle statistic of the vote so far
+    same: np.ndarray  # bool: the vote so far picks the all-kept answer (normalised)
+    cum_tokens: np.ndarray  # reader tokens spent up to and including the stage
+    answers: list[list[str]] = field(default_factory=list)  # [N][S] voted answer after each stage
+
+
+def stop_stages(stats: np.ndarray, thresholds: Sequence[float]) -> np.ndarray:
+    """[N] 0-based stage at which each question stops."""
+    n, s = stats.shape
+    stop = np.full(n, s - 1)
+    for k in range(s - 2, -1, -1):  # earliest stage wins: fill from the back
+        stop = np.where(stats[:, k] >= thresholds[k], k, stop)
+    return stop
+
+
+def evaluate_rule(trace: StageTrace, thresholds: Sequence[float]) -> tuple[float, float, np.ndarray]:
+    """(agreement with the all-kept vote, mean tokens per question, stop stage per question)."""
+    stop = stop_stages(trace.stats, thresholds)
+    rows = np.arange(len(stop))
+    return float(trace.same[rows, stop].mean()), float(trace.cum_tokens[rows, stop].mean()), stop
+
+
+def fit_thresholds(trace: StageTrace, target: float = DEFAULT_TARGET) -> tuple[float, ...]:
+    """Greedy: start never stopping early (agreement 1), then repeatedly lower the one stage
+    threshold that saves the most tokens while agreement stays >= target."""
+    n, s = trace.stats.shape
+    tau = [math.inf] * (s - 1)
+    if n == 0 or s < 2:
+        return tuple(tau)
+    candidates = [sorted({float(x) for x in trace.stats[:, k] if x > -math.inf}) for k in range(s - 1)]
+    _, best_cost, _ = evaluate_rule(trace, tau)
+    while True:
+        move = None
+        for k in range(s - 1):
+            for c in candidates[k]:
+                if c >= tau[k]:
+                    continue
+                trial = tau[:k] + [c] + tau[k + 1:]
+                agree, cost, _ = evaluate_rule(trace, trial)
+                if agree >= target and cost < best_cost - 1e-9:
+                    best_cost, move = cost, (k, c)
+        if move is None:
+            return tuple(tau)
+        tau[move[0]] = move[1]
+
+
+def same_answer(a: str | None, b: str | None) -> bool:
+    """Two votes agree when their normalised answers do (no answer agrees with no answer)."""
+    return normalize_answer(a or "") == normalize_answer(b or "")
+
+
+def build_trace(voter: Any, sim: np.ndarray, mask: np.ndarray, pool: Sequence[str],
+                grid: Sequence[Sequence[str | None]], stages: Sequence[Sequence[str]],
+                cum_tokens: np.ndarray) -> StageTrace:
+    """Vote over the answers of stages 1..k for every k (the voter's `decision_scores` on the
+    mask restricted to those retrievers) and compare with the last stage's vote.
+
+    `cum_tokens` [N, S]: reader tokens of stages 1..k per question (shared documents once)."""
+    n, s = len(grid), len(stages)
+    stats = np.full((n, s), -math.inf)
+    answers: list[list[str]] = [[""] * s for _ in range(n)]
+    index = {spec: m for m, spec in enumerate(pool)}
+    cols = np.zeros(len(pool), dtype=bool)
+    for k, stage in enumerate(stages):
+        cols[[index[x] for x in stage]] = True
+        scores = voter.decision_scores((sim, mask & cols[None, :]))
+        for i, w in enumerate(choose(scores)):
+            answers[i][k] = (grid[i][w] or "") if w >= 0 else ""
+            stats[i, k] = settle_stat(scores[i], grid[i])
+    same = np.array([[same_answer(a, row[-1]) for a in row] for row in answers], dtype=bool).reshape(n, s)
+    return StageTrace(stats, same, np.asarray(cum_tokens, dtype=np.float64).reshape(n, s), answers)
