@@ -68,7 +68,7 @@ class Candidate(_message.Message):
     def __init__(self, retriever: _Optional[str] = ..., answer: _Optional[str] = ..., score: _Optional[float] = ..., error: _Optional[str] = ...) -> None: ...
 
 class AskReply(_message.Message):
-    __slots__ = ("question", "answer", "retriever", "score", "margin", "candidates", "passages", "document", "missing", "latency_s", "reader_s")
+    __slots__ = ("question", "answer", "retriever", "score", "margin", "candidates", "passages", "document", "missing", "latency_s", "reader_s", "voter", "ran", "stopped_at_stage", "stages")
     QUESTION_FIELD_NUMBER: _ClassVar[int]
     ANSWER_FIELD_NUMBER: _ClassVar[int]
     RETRIEVER_FIELD_NUMBER: _ClassVar[int]
@@ -80,6 +80,10 @@ class AskReply(_message.Message):
     MISSING_FIELD_NUMBER: _ClassVar[int]
     LATENCY_S_FIELD_NUMBER: _ClassVar[int]
     READER_S_FIELD_NUMBER: _ClassVar[int]
+    VOTER_FIELD_NUMBER: _ClassVar[int]
+    RAN_FIELD_NUMBER: _ClassVar[int]
+    STOPPED_AT_STAGE_FIELD_NUMBER: _ClassVar[int]
+    STAGES_FIELD_NUMBER: _ClassVar[int]
     question: str
     answer: str
     retriever: str
@@ -91,7 +95,11 @@ class AskReply(_message.Message):
     missing: _containers.RepeatedScalarFieldContainer[str]
     latency_s: float
     reader_s: float
-    def __init__(self, question: _Optional[str] = ..., answer: _Optional[str] = ..., retriever: _Optional[str] = ..., score: _Optional[float] = ..., margin: _Optional[float] = ..., candidates: _Optional[_Iterable[_Union[Candidate, _Mapping]]] = ..., passages: _Optional[_Iterable[_Union[Passage, _Mapping]]] = ..., document: _Optional[str] = ..., missing: _Optional[_Iterable[str]] = ..., latency_s: _Optional[float] = ..., reader_s: _Optional[float] = ...) -> None: ...
+    voter: str
+    ran: _containers.RepeatedScalarFieldContainer[str]
+    stopped_at_stage: int
+    stages: int
+    def __init__(self, question: _Optional[str] = ..., answer: _Optional[str] = ..., retriever: _Optional[str] = ..., score: _Optional[float] = ..., margin: _Optional[float] = ..., candidates: _Optional[_Iterable[_Union[Candidate, _Mapping]]] = ..., passages: _Optional[_Iterable[_Union[Passage, _Mapping]]] = ..., document: _Optional[str] = ..., missing: _Optional[_Iterable[str]] = ..., latency_s: _Optional[float] = ..., reader_s: _Optional[float] = ..., voter: _Optional[str] = ..., ran: _Optional[_Iterable[str]] = ..., stopped_at_stage: _Optional[int] = ..., stages: _Optional[int] = ...) -> None: ...
 
 class AskBatchReply(_message.Message):
     __slots__ = ("replies",)
@@ -128,7 +136,7 @@ class HealthRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class HealthReply(_message.Message):
-    __slots__ = ("status", "model", "retrievers", "reader_prompts", "reader_cache_hits", "reader_engine_calls", "reader_engine_prompts", "reader_mean_batch", "detail", "reader_prompt_tokens", "reader_generated_tokens")
+    __slots__ = ("status", "model", "retrievers", "reader_prompts", "reader_cache_hits", "reader_engine_calls", "reader_engine_prompts", "reader_mean_batch", "detail", "reader_prompt_tokens", "reader_generated_tokens", "reader_cached_tokens", "voter", "generator_model")
     class Status(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
         __slots__ = ()
         UNKNOWN: _ClassVar[HealthReply.Status]
@@ -148,6 +156,9 @@ class HealthReply(_message.Message):
     DETAIL_FIELD_NUMBER: _ClassVar[int]
     READER_PROMPT_TOKENS_FIELD_NUMBER: _ClassVar[int]
     READER_GENERATED_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    READER_CACHED_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    VOTER_FIELD_NUMBER: _ClassVar[int]
+    GENERATOR_MODEL_FIELD_NUMBER: _ClassVar[int]
     status: HealthReply.Status
     model: str
     retrievers: _containers.RepeatedScalarFieldContainer[str]
@@ -159,7 +170,10 @@ class HealthReply(_message.Message):
     detail: str
     reader_prompt_tokens: int
     reader_generated_tokens: int
-    def __init__(self, status: _Optional[_Union[HealthReply.Status, str]] = ..., model: _Optional[str] = ..., retrievers: _Optional[_Iterable[str]] = ..., reader_prompts: _Optional[int] = ..., reader_cache_hits: _Optional[int] = ..., reader_engine_calls: _Optional[int] = ..., reader_engine_prompts: _Optional[int] = ..., reader_mean_batch: _Optional[float] = ..., detail: _Optional[str] = ..., reader_prompt_tokens: _Optional[int] = ..., reader_generated_tokens: _Optional[int] = ...) -> None: ...
+    reader_cached_tokens: int
+    voter: str
+    generator_model: str
+    def __init__(self, status: _Optional[_Union[HealthReply.Status, str]] = ..., model: _Optional[str] = ..., retrievers: _Optional[_Iterable[str]] = ..., reader_prompts: _Optional[int] = ..., reader_cache_hits: _Optional[int] = ..., reader_engine_calls: _Optional[int] = ..., reader_engine_prompts: _Optional[int] = ..., reader_mean_batch: _Optional[float] = ..., detail: _Optional[str] = ..., reader_prompt_tokens: _Optional[int] = ..., reader_generated_tokens: _Optional[int] = ..., reader_cached_tokens: _Optional[int] = ..., voter: _Optional[str] = ..., generator_model: _Optional[str] = ...) -> None: ...
 
 class RetrieveRequest(_message.Message):
     __slots__ = ("questions", "k", "sources")

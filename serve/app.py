@@ -57,6 +57,13 @@ def build_app(settings: AppSettings, voter_config: dict | None = None):
         reader_opts["memory"] = int(svc.reader_memory_gib * 2**30)
     pin = lambda dep: _pin_version(dep, version)  # noqa: E731
     reader = pin(Reader.options(name="Reader", ray_actor_options=reader_opts)).bind(d)
+    from dataclasses import asdict
+
+    from serve.config import generator_reader
+
+    own = generator_reader(settings.eor)  # None: the reader's engine serves Generate too
+    generator = reader if own is None else pin(Reader.options(name="Generator", ray_actor_options=reader_opts)).bind(
+        {**d, "reader": asdict(own)})
     wiki = pin(Source.options(name="Source_Wiki")).bind(d, "Wiki")
     se = pin(Source.options(name="Source_SE")).bind(d, "SE")
     group_specs = settings.groups()
@@ -66,7 +73,7 @@ def build_app(settings: AppSettings, voter_config: dict | None = None):
         voter_config = {"weights_file": svc.weights} if svc.weights else {}
     voter = pin(Voter.options(name="Voter", user_config=voter_config)).bind(d, reader)
     return pin(EorIngress.options(name=INGRESS)).bind(d, groups, [list(g) for g in group_specs], voter, reader,
-                                                      {"Wiki": wiki, "SE": se})
+                                                      {"Wiki": wiki, "SE": se}, generator)
 
 
 def app_builder(args: dict[str, Any]):

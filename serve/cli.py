@@ -299,9 +299,13 @@ def _run_pool(args, config, pool, selection, questions):
     key = RunKey.create(selection.path, pool.reader.model_id, pool.specs,
                         {"pool": pool_config, "index": asdict(config.index)})
     t = time.perf_counter()
-    scored = run_questions(pool, questions, RunLog(key), args.batch_size, progress=not args.no_progress)
+    log = RunLog(key)
+    scored = run_questions(pool, questions, log, args.batch_size, progress=not args.no_progress)
     if not scored:
         raise ValueError("the pool accepted none of the selected questions")
+    seconds = log.seconds()
+    timed = [seconds[q.qid] for q, _ in scored if q.qid in seconds]
+    args.seconds_per_question = sum(timed) / len(timed) if timed else None  # cold pool seconds, from the run log
     return scored, time.perf_counter() - t
 
 
@@ -401,6 +405,10 @@ def cmd_eval(args) -> int:
                                         out_dir / "match_vs_tokens.png")))
     doc = report_dict(reports, saved, source, plots, selection.describe())
     doc["voter"] = choice.describe()
+    doc["reader"] = pool.reader.model_id
+    doc["pool_seconds_per_question"] = args.seconds_per_question
+    said = [a for a in runs.answers["EoR"] if a]
+    doc["words_per_answer"] = round(sum(len(a.split()) for a in said) / len(said), 2) if said else None
     doc["cascade"] = {"stages": runs.stages, "thresholds": [None if not math.isfinite(t) else t
                                                             for t in saved.stages.thresholds],
                       "stop_rate": runs.stop_rate, "threshold_sweep": [

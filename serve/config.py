@@ -9,6 +9,7 @@ import yaml
 
 from retrievers.encoder import DEFAULT_ENCODER
 from retrievers.pool import PoolConfig
+from serve.models import DEFAULT_GENERATOR
 from serve.vllm_engine import VLLMConfig
 
 
@@ -28,8 +29,18 @@ class CacheConfig:
 
 
 @dataclass(frozen=True)
+class GeneratorConfig:
+    """The model behind the service's `Generate` rpc (the bench's rewrites, back-translation,
+    SURE's entailment filter). The same model as the reader shares the reader's engine; another
+    model gets an engine of its own with the reader's engine settings."""
+
+    model: str = DEFAULT_GENERATOR  # packaged model name or HF folder; "" = the reader's model
+
+
+@dataclass(frozen=True)
 class EorConfig:
     reader: VLLMConfig = field(default_factory=VLLMConfig)
+    generator: GeneratorConfig = field(default_factory=GeneratorConfig)
     pool: PoolConfig = field(default_factory=PoolConfig)
     index: IndexConfig = field(default_factory=IndexConfig)
     cache: CacheConfig = field(default_factory=CacheConfig)
@@ -68,3 +79,13 @@ def load_config(path: str | Path | None = None, overrides: dict[str, dict[str, A
     for section, values in (overrides or {}).items():
         data.setdefault(section, {}).update({k: v for k, v in values.items() if v is not None})
     return _build(EorConfig, data, "config")
+
+
+def generator_reader(config: EorConfig) -> VLLMConfig | None:
+    """The generator's engine settings, or None when the reader's engine serves `Generate`."""
+    model = config.generator.model or config.reader.model
+    if model == config.reader.model:
+        return None
+    from dataclasses import replace
+
+    return replace(config.reader, model=model)

@@ -73,6 +73,7 @@ class CountingEngine:
         self.batch_prompts = 0
         self.prompt_tokens = 0
         self.generated_tokens = 0
+        self.cached_tokens = 0
 
     def format(self, prompt):
         return self.engine.format(prompt)
@@ -87,7 +88,11 @@ class CountingEngine:
 
     def generate(self, prompts: Sequence[str], params: SamplingParams) -> list[str]:
         before = (getattr(self.engine, "prompt_tokens", None), getattr(self.engine, "generated_tokens", None))
+        cached_before = getattr(self.engine, "cached_tokens", 0)
         outs = self.engine.generate(prompts, params)
+        cached = getattr(self.engine, "cached_tokens", 0) - cached_before
+        self.cached_tokens += cached
+        metrics.inc("eor_reader_cached_tokens", cached)
         self.batches += 1
         self.batch_prompts += len(prompts)
         prompt_tokens = self.engine.prompt_tokens - before[0] if before[0] is not None else 0
@@ -135,7 +140,8 @@ class Reader:
         return {"model": self.reader.model_id, "prompts": st.prompts, "cache_hits": st.cache_hits,
                 "engine_calls": c.batches, "engine_prompts": c.batch_prompts,
                 "mean_batch": c.batch_prompts / c.batches if c.batches else 0.0,
-                "prompt_tokens": c.prompt_tokens, "generated_tokens": c.generated_tokens}
+                "prompt_tokens": c.prompt_tokens, "generated_tokens": c.generated_tokens,
+                "cached_tokens": c.cached_tokens}
 
     async def model_id(self) -> str:
         return self.reader.model_id
@@ -224,34 +230,43 @@ class RetrieverGroup:
 
 @serve.deployment(ray_actor_options=THIN, max_ongoing_requests=64)
 class Voter:
-    """EoR voting over any subset of the pool; weights from user_config:
-    {"weights": <SavedWeights dict>} or {"weights_file": PATH}; neither: equal weights."""
+    """EoR voting over any subset of the pool, and the cascade the ingress runs.
+
+    Which voter (serve/voting.py: choose_voter): a pushed one (user_config {"weights": dict},
+    from `eor fit --push`; persisted under $EOR_HOME so it survives a restart), else
+    user_config {"weights_file": PATH} or `service.weights` ("equal": equal weights), else the
+    last pushed voter on disk, else the shipped voter."""
 
     def __init__(self, settings: dict, reader: Any):
         self.settings = settings_from_dict(settings)
         self.pool = list(self.settings.eor.pool.specs)
         self.reader_client = CachedReader(RemoteEngine(reader, timeout_s=self.settings.service.retriever_timeout_s))
-        self.saved = None
-        self.source = "equal weights"
+        self.reader_model = self.settings.eor.reader.model
+        self.choice = None
         self._metrics = None
         self._set_weights(None, self.settings.service.weights)
 
     def _set_weights(self, weights: dict | None, path: str) -> None:
-        from serve.voting import MetricOptions, equal_weights
-        from voter.weights_io import SavedWeights, check_compatible, load_weights
+        from serve.paths import pushed_voter_path
+        from serve.voting import MetricOptions, VoterChoice, choose_voter, metric_options
+        from voter.weights_io import SavedWeights, check_compatible, save_weights
 
         svc = self.settings.service
         if weights:
-            saved, source = SavedWeights.from_dict(weights), "user_config weights"
+            saved = SavedWeights.from_dict(weights)
             check_compatible(saved, pool=self.pool)
-        elif path:
-            saved, source = load_weights(path, pool=self.pool), path
+            save_weights(pushed_voter_path(), saved)  # survives a restart
+            choice = VoterChoice(saved, metric_options(saved), "pushed")
+        elif path == "equal":
+            choice = choose_voter(self.pool, self.reader_model, equal=True,
+                                  metrics=",".join(svc.voter_metrics), pooling=svc.voter_pooling)
         else:
-            saved, source = equal_weights(self.pool, svc.voter_metrics, svc.voter_pooling), "equal weights"
-        backend = str(saved.provenance.extra.get("nli_backend", "llm"))
-        options = MetricOptions(saved.metrics, backend[3:] if backend.startswith("hf:") else None)
-        self.saved, self.source, self.options, self._metrics = saved, source, options, None
-        log.info("voter weights: %s", source)
+            choice = choose_voter(self.pool, self.reader_model, weights=path or None,
+                                  fallback=str(pushed_voter_path()))
+        for w in choice.warnings:
+            log.warning("voter: %s", w)
+        self.choice, self._metrics = choice, None
+        log.info("voter: %s", choice.describe())
 
     def reconfigure(self, user_config: dict) -> None:
         user_config = user_config or {}
@@ -259,14 +274,20 @@ class Voter:
                           or self.settings.service.weights)
 
     def _vote(self, results: list[QuestionResult]):
-        from serve.voting import build_metrics, vote
+        from serve.voting import build_metrics, vote_with_stats
 
         if self._metrics is None:
-            self._metrics = build_metrics(self.options, self.reader_client)
-        return vote(results, self.saved, self._metrics)
+            self._metrics = build_metrics(self.choice.options, self.reader_client)
+        return vote_with_stats(results, self.choice.saved, self._metrics)
 
-    async def vote(self, results: list[QuestionResult]):
+    async def vote_with_stats(self, results: list[QuestionResult]):
         return await asyncio.to_thread(self._vote, results)
 
+    async def vote(self, results: list[QuestionResult]):
+        return (await self.vote_with_stats(results))[0]
+
+    async def cascade(self):
+        return self.choice.saved.stages
+
     async def weights_source(self) -> str:
-        return self.source
+        return self.choice.describe()

@@ -8,8 +8,9 @@ explicitly (`--retrievers`, `AskRequest.retrievers`), and then they run as one s
 """
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass
-from typing import Callable, Sequence
+from typing import Awaitable, Callable, Sequence
 
 from retrievers.types import QuestionResult
 from serve.voting import Vote, VoterChoice, vote_with_stats
@@ -45,11 +46,16 @@ def cascade_for(choice: VoterChoice, specs: Sequence[str] | None = None) -> Casc
     return Cascade.single_stage(list(specs)) if specs else choice.saved.stages
 
 
-def answer(questions: Sequence[str], choice: VoterChoice, run_stage: RunStage,
-           metrics: Sequence[PairSimilarity], specs: Sequence[str] | None = None) -> list[EnsembleAnswer]:
-    """Every question through the cascade; each stage is one `run_stage` call for the questions
-    still open, so the reader batches their prompts together."""
-    cascade = cascade_for(choice, specs)
+# (positions of the open questions in the batch, specs) -> their results
+AsyncRunStage = Callable[[list[int], list[str]], Awaitable[list[QuestionResult]]]
+AsyncVote = Callable[[list[QuestionResult]], Awaitable[tuple[list[Vote], list[float]]]]
+
+
+async def answer_async(questions: Sequence[str], cascade: Cascade, run_stage: AsyncRunStage,
+                       vote: AsyncVote) -> list[EnsembleAnswer]:
+    """The orchestration: every question through the cascade; each stage is one `run_stage`
+    call for the questions still open (so the reader batches their prompts together), then
+    one vote over everything each open question has so far."""
     qs = list(questions)
     merged: list[QuestionResult | None] = [None] * len(qs)
     done: dict[int, EnsembleAnswer] = {}
@@ -58,13 +64,27 @@ def answer(questions: Sequence[str], choice: VoterChoice, run_stage: RunStage,
         todo = [i for i in range(len(qs)) if i not in done]
         if not todo:
             break
-        results = run_stage([qs[i] for i in todo], list(stage))
+        results = await run_stage(todo, list(stage))
         if len(results) != len(todo):
             raise RuntimeError(f"stage {k + 1} returned {len(results)} results for {len(todo)} questions")
         for i, r in zip(todo, results):
             merged[i] = merge(merged[i], r)
-        votes, stats = vote_with_stats([merged[i] for i in todo], choice.saved, metrics)
+        votes, stats = await vote([merged[i] for i in todo])
         for i, v, stat in zip(todo, votes, stats):
             if cascade.settled(k, stat):
                 done[i] = EnsembleAnswer(merged[i], v, k + 1, n_stages, stat)
     return [done[i] for i in range(len(qs))]
+
+
+def answer(questions: Sequence[str], choice: VoterChoice, run_stage: RunStage,
+           metrics: Sequence[PairSimilarity], specs: Sequence[str] | None = None) -> list[EnsembleAnswer]:
+    """In-process: `run_stage` is the pool's `run`, the vote runs here."""
+    qs = list(questions)
+
+    async def run(open_: list[int], sp: list[str]) -> list[QuestionResult]:
+        return run_stage([qs[i] for i in open_], sp)
+
+    async def vote(results: list[QuestionResult]) -> tuple[list[Vote], list[float]]:
+        return vote_with_stats(results, choice.saved, metrics)
+
+    return asyncio.run(answer_async(qs, cascade_for(choice, specs), run, vote))

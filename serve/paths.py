@@ -21,3 +21,8 @@ def indexes_dir() -> Path:
 
 def cache_path() -> Path:
     return eor_home() / "cache" / "reader.sqlite"
+
+
+def pushed_voter_path() -> Path:
+    """The last voter pushed to the live service (eor fit --push): loaded again after a restart."""
+    return eor_home() / "voter" / "pushed.json"

@@ -15,6 +15,7 @@ import hashlib
 import json
 import logging
 import sys
+import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Iterator, Protocol, Sequence
@@ -97,7 +98,23 @@ class RunLog:
                     log.warning("%s:%d: unreadable run-log line skipped (will be redone)", self.path, lineno)
         return done
 
-    def append(self, items: Sequence[tuple[Question, QuestionResult]]) -> None:
+    def seconds(self) -> dict[str, float]:
+        """qid -> wall seconds the pool spent on it (its batch's time shared equally; cold
+        questions only: a question answered from the reader cache costs less)."""
+        out: dict[str, float] = {}
+        if self.path.exists():
+            with self.path.open(encoding="utf-8") as f:
+                for line in f:
+                    try:
+                        rec = json.loads(line)
+                        if "seconds" in rec:
+                            out[rec["qid"]] = float(rec["seconds"])
+                    except (json.JSONDecodeError, KeyError, TypeError, ValueError):
+                        continue
+        return out
+
+    def append(self, items: Sequence[tuple[Question, QuestionResult]], seconds: float | None = None) -> None:
+        """`seconds`: wall time of the batch, recorded per question."""
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._write_meta()
         torn = False  # a torn last line (crash mid-write) must not swallow the next record
@@ -108,8 +125,9 @@ class RunLog:
         with self.path.open("a", encoding="utf-8") as f:
             if torn:
                 f.write("\n")
+            per = {"seconds": round(seconds / len(items), 3)} if seconds is not None and items else {}
             for q, r in items:
-                f.write(json.dumps({"qid": q.qid, "result": result_to_record(r)}, ensure_ascii=False) + "\n")
+                f.write(json.dumps({"qid": q.qid, **per, "result": result_to_record(r)}, ensure_ascii=False) + "\n")
             f.flush()
 
 
@@ -145,10 +163,11 @@ def run_questions(pool: Pool, questions: Sequence[Question], runlog: RunLog,
                    file=sys.stderr, disable=not progress)
         try:
             for batch in _batches(todo, batch_size):
+                t = time.perf_counter()
                 results = pool.run([q.question for q in batch])
                 if len(results) != len(batch):
                     raise RuntimeError(f"pool returned {len(results)} results for {len(batch)} questions")
-                runlog.append(list(zip(batch, results)))
+                runlog.append(list(zip(batch, results)), time.perf_counter() - t)
                 done.update({q.qid: r for q, r in zip(batch, results)})
                 bar.update(len(batch))
         finally:

@@ -45,9 +45,9 @@ class ServiceConfig:
     max_document_chars: int = 20000  # characters per grounding document
     reader_batch_wait_s: float = 0.02  # the reader waits this long for concurrent calls to merge
     reader_max_batch: int = 256  # prompts per engine call at most
-    voter_metrics: tuple[str, ...] = ("em", "bertscore", "nli")
+    voter_metrics: tuple[str, ...] = ("em", "bertscore")  # equal weights only: a fitted voter brings its own
     voter_pooling: str = "mean"
-    weights: str = ""  # fitted voter weights file; empty: equal weights
+    weights: str = ""  # a voter file; "equal": equal weights; empty: the last pushed voter, else the shipped one
     token_env: str = "EOR_SERVE_TOKEN"  # bearer token from this env var; unset/empty: no auth
     tls_cert: str = ""  # PEM paths; both set: the front serves TLS
     tls_key: str = ""

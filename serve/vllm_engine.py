@@ -11,14 +11,14 @@ from pathlib import Path
 from typing import Sequence
 
 from retrievers.reader import PromptText, SamplingParams
-from serve.models import is_chat_model, resolve_model
+from serve.models import DEFAULT_READER, is_chat_model, resolve_model
 
 
 @dataclass(frozen=True)
 class VLLMConfig:
     """Engine settings; the CPU defaults are the measured ones from ARCHITECTURE.md."""
 
-    model: str = "smollm2-135m"  # packaged model name or a HF folder
+    model: str = DEFAULT_READER  # packaged model name or a HF folder
     device: str = "auto"  # "cpu", "cuda" or "auto" (what the installed vLLM build targets)
     dtype: str = "auto"  # auto: bfloat16 on GPU and on CPUs with AVX512-BF16/AMX, else float32 (AVX2: bf16 is 4x slower)
     max_model_len: int = 4096

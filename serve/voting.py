@@ -178,7 +178,8 @@ def choose_voter(pool: Sequence[str], reader_model: str, *, weights: str | None 
     """One rule for `eor ask`, `eor eval` and the service: equal weights only when asked;
     else the given file, else `fallback` (a pushed voter the service persisted), else the
     shipped voter. A voter for another pool or metric list is refused (ValueError naming
-    both); one fitted with another reader is used with a warning naming both."""
+    both); one fitted with another reader is used with a warning naming both (readers compare
+    by model name: "qwen2.5-coder-0.5b:...:bfloat16" and "qwen2.5-coder-0.5b" are one reader)."""
     if equal:
         options = MetricOptions.parse(metrics, nli_model)
         return VoterChoice(equal_weights(pool, options.names, pooling), options, "equal weights")
@@ -196,7 +197,7 @@ def choose_voter(pool: Sequence[str], reader_model: str, *, weights: str | None 
     saved = load_weights(path, pool=pool, metrics=names)
     warnings = []
     fitted_with = saved.provenance.reader_model
-    if fitted_with and fitted_with != reader_model:
+    if fitted_with and fitted_with.split(":")[0] != reader_model.split(":")[0]:
         warnings.append(f"the voter was fitted with reader {fitted_with!r}, this system reads with {reader_model!r}: "
                         "refit it (eor fit) for this reader")
     return VoterChoice(saved, metric_options(saved, nli_model), source, tuple(warnings))

@@ -79,6 +79,7 @@ class AskSpec:
     top_k: int  # 0: the pool default
     deadline_s: float  # 0: none
     documents: tuple[tuple[Passage, ...], ...] | None = None  # per question; () for "search"
+    explicit: bool = False  # the request named its retrievers: they run, as one stage
 
 
 def parse_documents(docs: Sequence[Any], limits: ServiceConfig, where: str) -> tuple[Passage, ...]:
@@ -120,7 +121,7 @@ def parse_ask(request: Any, pool: Sequence[str], limits: ServiceConfig, batch: b
     d = float(request.deadline_s)
     if not math.isfinite(d) or d < 0 or d > MAX_DEADLINE_S:
         raise InvalidArgument(f"deadline_s must be in [0, {MAX_DEADLINE_S}] (0: the server default), got {d}")
-    return AskSpec(questions, retrievers, int(request.top_k), d, documents)
+    return AskSpec(questions, retrievers, int(request.top_k), d, documents, bool(request.retrievers))
 
 
 @dataclass(frozen=True)
@@ -181,11 +182,13 @@ def parse_generate(request: Any, limits: ServiceConfig) -> eor_pb2.GenerateReque
 
 
 def ask_reply(result: QuestionResult, vote: Any, missing: Sequence[str], latency_s: float,
-              reader_s: float = 0.0) -> eor_pb2.AskReply:
-    """One question's reply: the vote, every candidate with its score, the winner's evidence."""
+              reader_s: float = 0.0, voter: str = "", stopped_at: int = 0, stages: int = 0) -> eor_pb2.AskReply:
+    """One question's reply: the vote, every candidate with its score, the winner's evidence,
+    the voter, what ran and where the cascade stopped."""
     reply = eor_pb2.AskReply(question=result.question, answer=vote.answer if vote else "",
                              retriever=(vote.retriever or "") if vote else "", latency_s=latency_s,
-                             reader_s=reader_s)
+                             reader_s=reader_s, voter=voter, stopped_at_stage=stopped_at, stages=stages)
+    reply.ran.extend(c.retriever for c in result.candidates)
     if vote is not None and vote.score is not None:
         reply.score = vote.score
     if vote is not None and vote.margin is not None:

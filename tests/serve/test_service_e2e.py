@@ -51,9 +51,9 @@ def live(tmp_path_factory):
 
     build_indexes(corpus, "t", Encoder(), show_progress=False)
     settings = settings_from_dict({
-        "reader": {"model": str(model)}, "index": {"name": "t"},
+        "reader": {"model": str(model)}, "generator": {"model": ""}, "index": {"name": "t"},
         "cache": {"path": str(home / "reader.sqlite")},
-        "service": {"port": 0, "metrics_port": 0, "voter_metrics": ["em", "bertscore"],
+        "service": {"port": 0, "metrics_port": 0, "voter_metrics": ["em", "bertscore"], "weights": "equal",
                     "retriever_timeout_s": 600}})
     svc = LocalService(settings).start()
     yield svc

@@ -29,7 +29,7 @@ def service(tmp_path_factory):
 
     mp = pytest.MonkeyPatch()
     mp.setenv("EOR_HOME", str(tmp_path_factory.mktemp("home")))
-    settings = settings_from_dict({"cache": {"enabled": False}, "service": {
+    settings = settings_from_dict({"cache": {"enabled": False}, "generator": {"model": ""}, "service": {"weights": "equal",
         "port": 0, "ray_grpc_port": _free_port(), "metrics_port": _free_port(),
         "engine_factory": f"{FAKES}:make_engine", "sources_factory": f"{FAKES}:make_sources",
         "voter_metrics": ["em"], "retriever_timeout_s": 2.0, "max_batch": 16}})

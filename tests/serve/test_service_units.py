@@ -129,18 +129,25 @@ def test_bearer_token_is_checked_on_every_rpc(monkeypatch):
     assert code == "OK" and reply.status == eor_pb2.HealthReply.NOT_SERVING  # no reader in this unit test
 
 
-def test_voter_weights_come_from_user_config():
+def test_voter_weights_come_from_user_config_and_a_push_survives_a_restart(tmp_path, monkeypatch):
     from serve.deployments import Voter
+    from serve.paths import pushed_voter_path
     from serve.voting import equal_weights
 
-    settings = settings_from_dict({"service": {"voter_metrics": ["em"]}})
+    monkeypatch.setenv("EOR_HOME", str(tmp_path))
+    settings = settings_from_dict({"service": {"voter_metrics": ["em"], "weights": "equal"}})
     voter = Voter.func_or_class(settings.to_dict(), None)
-    assert voter.source == "equal weights"
+    assert voter.choice.source == "equal weights"
     saved = equal_weights(list(settings.eor.pool.specs), ["em"], "max")
     voter.reconfigure({"weights": saved.to_dict()})
-    assert voter.source == "user_config weights" and voter.saved.pooling == "max"
+    assert voter.choice.source == "pushed" and voter.choice.saved.pooling == "max"
+    assert pushed_voter_path().exists()
     with pytest.raises(ValueError):
         voter.reconfigure({"weights": equal_weights(["ReFree"], ["em"]).to_dict()})  # another pool
+    assert voter.choice.saved.pooling == "max"  # the refused push changed nothing
+    # a restarted service (no user_config, no weights file) votes with the last pushed voter
+    restarted = Voter.func_or_class(settings_from_dict({"service": {"voter_metrics": ["em"]}}).to_dict(), None)
+    assert restarted.choice.source == "pushed" and restarted.choice.saved.digest == voter.choice.saved.digest
 
 
 def test_settings_groups_cover_the_pool_and_yaml_round_trips(tmp_path):
