@@ -68,7 +68,8 @@ class _Work:
 
     pk_docs: list[str] = field(default_factory=list)
     pk_tokens: list[ReaderTokens] = field(default_factory=list)
-    earlier: dict[int, list[list[int]]] = field(default_factory=dict)  # per question: prompts of earlier engine calls
+    earlier: dict[int, list[tuple[list[int], str]]] = field(default_factory=dict)  # per question: (prompt ids,
+    # owner spec) of earlier engine calls
     hits: dict[str, list[list[Passage]]] = field(default_factory=dict)
     source_errors: dict[str, str] = field(default_factory=dict)
     reranked: dict[tuple[int, str], list[Passage]] = field(default_factory=dict)
@@ -117,7 +118,7 @@ class RetrieverPool:
             work.pk_docs = [o.strip() for o, _, _ in outs]
             work.pk_tokens = [ReaderTokens(len(ids), g) for _, ids, g in outs]
             for qi, (_, ids, _) in enumerate(outs):
-                work.earlier.setdefault(qi, []).append(ids)
+                work.earlier.setdefault(qi, []).append((ids, "PK"))
         self._search(qs, plans, work, given)
         contexts: list[list[Context | str]] = []  # Context, or an error message
         for qi, q in enumerate(qs):
@@ -224,20 +225,20 @@ class RetrieverPool:
     def _document(self, ctx: Context) -> str:
         return truncate_words(ctx.render(), self.config.max_context_words)
 
-    def _counted(self, slots: list[tuple[int, int]], outs: list[tuple[str, list[int], int]],
-                 work: _Work) -> dict[tuple[int, int], ReaderTokens]:
-        """Tokens per slot; prefix-cache hits estimated against the question's earlier engine
-        calls (prompts of the same call are not counted: they prefill side by side)."""
+    def _counted(self, slots: list[tuple[int, int]], outs: list[tuple[str, list[int], int]], work: _Work,
+                 plans: list[RetrieverPlan]) -> dict[tuple[int, int], tuple[ReaderTokens, str | None]]:
+        """Tokens per slot and whose prompt its prefix-cache hits come from, estimated against the
+        question's earlier engine calls (prompts of the same call prefill side by side)."""
         before = {qi: list(p) for qi, p in work.earlier.items()}
         tokens = {}
         for slot, (_, ids, gen) in zip(slots, outs):
-            hit = shared_prefix_blocks(ids, before.get(slot[0], ()), self.config.prefix_block_tokens)
-            tokens[slot] = ReaderTokens(len(ids), gen, hit)
-            work.earlier.setdefault(slot[0], []).append(ids)
+            hit, owner = shared_prefix_blocks(ids, before.get(slot[0], ()), self.config.prefix_block_tokens)
+            tokens[slot] = (ReaderTokens(len(ids), gen, hit), owner)
+            work.earlier.setdefault(slot[0], []).append((ids, plans[slot[1]].spec))
         return tokens
 
     def _compress(self, qs: list[str], plans: list[RetrieverPlan], contexts: list[list[Context | str]],
-                  work: _Work) -> dict[tuple[int, int], ReaderTokens]:
+                  work: _Work) -> dict[tuple[int, int], tuple[ReaderTokens, str | None]]:
         """Replace each @CP context by its summary; the tokens each summary cost."""
         slots = [(qi, pi) for qi in range(len(qs)) for pi, p in enumerate(plans)
                  if p.compress and isinstance(contexts[qi][pi], Context)]
@@ -249,10 +250,11 @@ class RetrieverPool:
         for (qi, pi), (summary, _, _) in zip(slots, outs):
             ctx = contexts[qi][pi]
             contexts[qi][pi] = Context(ctx.spec, ctx.passages, summary.strip())
-        return self._counted(slots, outs, work)
+        return self._counted(slots, outs, work, plans)
 
     def _answer(self, qs: list[str], plans: list[RetrieverPlan], contexts: list[list[Context | str]],
-                cp_tokens: dict[tuple[int, int], ReaderTokens], work: _Work) -> list[QuestionResult]:
+                cp_tokens: dict[tuple[int, int], tuple[ReaderTokens, str | None]],
+                work: _Work) -> list[QuestionResult]:
         slots = [(qi, pi) for qi in range(len(qs)) for pi in range(len(plans))
                  if isinstance(contexts[qi][pi], Context)]
         prompts = []
@@ -261,7 +263,11 @@ class RetrieverPool:
             prompts.append(answer_prompt(qs[qi], None if plans[pi].retrieval_free else self._document(ctx)))
         outs = self.reader.generate_counted(prompts, SamplingParams(max_tokens=self.config.answer_tokens))
         answers = {slot: o for slot, (o, _, _) in zip(slots, outs)}
-        tokens = {slot: t + cp_tokens.get(slot, ReaderTokens()) for slot, t in self._counted(slots, outs, work).items()}
+        tokens = {}
+        for slot, (t, owner) in self._counted(slots, outs, work, plans).items():
+            cp, cp_owner = cp_tokens.get(slot, (ReaderTokens(), None))
+            # a retriever's hits come from one other retriever's prompt: its answer prompt's, else its summary prompt's
+            tokens[slot] = (t + cp, owner if t.cached else cp_owner)
         results = []
         for qi, q in enumerate(qs):
             cands = []
@@ -269,8 +275,9 @@ class RetrieverPool:
                 ctx = contexts[qi][pi]
                 if isinstance(ctx, Context):
                     shared = ("PK",) if plan.sources & {"PK", "HB"} else ()
+                    t, owner = tokens[(qi, pi)]
                     cands.append(Candidate(plan.spec, clean_answer(answers[(qi, pi)]), ctx,
-                                           tokens=tokens[(qi, pi)], shared=shared))
+                                           tokens=t, shared=shared, cached_from=owner))
                 else:
                     cands.append(Candidate(plan.spec, "", Context(plan.spec), error=ctx))
             results.append(QuestionResult(q, tuple(cands)))

@@ -149,14 +149,18 @@ class CachedReader:
         return [known[k] for k in keys]
 
 
-def shared_prefix_blocks(ids: Sequence[int], earlier: Sequence[Sequence[int]], block: int) -> int:
-    """Tokens of `ids` a prefix cache can serve after `earlier` prompts ran: the longest common
-    prefix with any of them, in whole blocks (vLLM reuses only full KV blocks)."""
-    best = 0
-    for other in earlier:
+def shared_prefix_blocks(ids: Sequence[int], earlier: Sequence[tuple[Sequence[int], str]],
+                         block: int) -> tuple[int, str | None]:
+    """(tokens of `ids` a prefix cache can serve after the `earlier` (prompt ids, owner) ran,
+    whose prompt it shares them with): the longest common prefix with any of them, in whole
+    blocks (vLLM reuses only full KV blocks)."""
+    best, owner = 0, None
+    for other, who in earlier:
         n = min(len(ids), len(other))
         i = 0
         while i < n and ids[i] == other[i]:
             i += 1
-        best = max(best, i)
-    return (best // block) * block
+        if i > best:
+            best, owner = i, who
+    hit = (best // block) * block
+    return hit, (owner if hit else None)

@@ -68,6 +68,7 @@ class Candidate:
     error: str | None = None  # set when the retriever failed; answer is then ""
     tokens: ReaderTokens = ReaderTokens()  # its own prompts: the @CP summary and the answer
     shared: tuple[str, ...] = ()  # generated documents it reads that others share ("PK")
+    cached_from: str | None = None  # the retriever whose prompt shares `tokens.cached` with its own
 
 
 @dataclass(frozen=True)
@@ -77,11 +78,16 @@ class QuestionResult:
     shared_tokens: dict[str, ReaderTokens] = field(default_factory=dict)  # "PK": writing the PK document
 
     def reader_tokens(self, specs: "set[str] | None" = None) -> ReaderTokens:
-        """Reader work of the candidates in `specs` (all without), each shared document once."""
+        """Reader work of the candidates in `specs` (all without), each shared document once;
+        prefix-cache hits count only where the retriever they share a prefix with is in `specs`."""
         total, shared = ReaderTokens(), set()
+        ran = {c.retriever for c in self.candidates} if specs is None else set(specs)
         for c in self.candidates:
-            if specs is None or c.retriever in specs:
-                total += c.tokens
+            if c.retriever in ran:
+                t = c.tokens
+                if c.cached_from not in ran:  # the prefix it shares was paid by a retriever that did not run
+                    t = ReaderTokens(t.prompt, t.generated, 0)
+                total += t
                 shared |= set(c.shared)
         for name in sorted(shared):
             total += self.shared_tokens.get(name, ReaderTokens())

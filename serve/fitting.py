@@ -100,7 +100,8 @@ def fit_weights(scored: Scored, pool: Sequence[str], metrics: Sequence[PairSimil
 
 
 def retriever_costs(results: Sequence[QuestionResult], specs: Sequence[str]) -> dict[str, float]:
-    """Mean reader tokens per question of each retriever alone (its shared documents included)."""
+    """Mean reader tokens per question of each retriever alone (its shared documents included;
+    alone it has no prefix-cache partner, so this is what it computes)."""
     n = max(len(results), 1)
     return {s: sum(r.reader_tokens({s}).total for r in results) / n for s in specs}
 
@@ -112,7 +113,7 @@ def fit_cascade(voter: EoRVoter, X: tuple[np.ndarray, np.ndarray], pool: Sequenc
     sim, mask = X
     grid = answer_grid(results, pool)
     upto = [set(s for st in stages[: k + 1] for s in st) for k in range(len(stages))]
-    cum = np.array([[r.reader_tokens(u).total for u in upto] for r in results], dtype=np.float64)
+    cum = np.array([[r.reader_tokens(u).computed for u in upto] for r in results], dtype=np.float64)
     trace = build_trace(voter, sim, mask, pool, grid, stages, cum)
     tau = fit_thresholds(trace, config.cascade_target)
     agree, _, stop = evaluate_rule(trace, tau)

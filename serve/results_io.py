@@ -27,14 +27,19 @@ def candidate_to_dict(c: Candidate, **extra: Any) -> dict[str, Any]:
         "error": c.error,
         "tokens": {"prompt": c.tokens.prompt, "generated": c.tokens.generated, "cached": c.tokens.cached},
         "shared": list(c.shared),
+        "cached_from": c.cached_from,
     }
 
 
 def candidate_from_dict(d: dict[str, Any]) -> Candidate:
     passages = tuple(Passage(p["id"], p.get("title", ""), "", p.get("source", "")) for p in d.get("passages", ()))
     ctx = Context(d["retriever"], passages, d.get("document"))
-    return Candidate(d["retriever"], d.get("answer", ""), ctx, d.get("error"),
-                     _tokens(d.get("tokens")), tuple(d.get("shared", ())))
+    tokens = _tokens(d.get("tokens"))
+    owner = d.get("cached_from")
+    if owner is None and tokens.cached and not d["retriever"].endswith("@CP"):
+        owner = d["retriever"] + "@CP"  # records before cached_from: the hit came from its own @CP prompt
+    return Candidate(d["retriever"], d.get("answer", ""), ctx, d.get("error"), tokens,
+                     tuple(d.get("shared", ())), owner)
 
 
 def _tokens(d: dict[str, Any] | None) -> ReaderTokens:

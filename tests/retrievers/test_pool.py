@@ -384,3 +384,24 @@ def test_given_documents_are_chunked_and_reranked_by_rr(setup, memo_encoder):
 def test_documents_must_match_the_questions(setup):
     with pytest.raises(ValueError, match="1 questions but 2 document lists"):
         setup.pool.run([QUESTION], documents=[GIVEN, GIVEN])
+
+
+def test_reader_tokens_per_retriever_with_shared_prefixes_and_the_pk_document_once(one_run):
+    """Every candidate carries its reader work (the fake engine counts words as tokens); an
+    answer prompt that shares its document prefix with its @CP prompt counts whole 128-token
+    blocks as prefix-cache hits, and only when that @CP retriever is in the set."""
+    setup, result = one_run
+    cands = by_spec(result)
+    for c in cands.values():
+        assert c.tokens.prompt > 0 and c.tokens.generated > 0, c.retriever
+    wiki = cands["Wiki@10"]
+    assert wiki.cached_from == "Wiki@10@CP" and wiki.tokens.cached > 0 and wiki.tokens.cached % 128 == 0
+    assert cands["ReFree"].tokens.cached == 0 and cands["ReFree"].cached_from is None
+    assert result.reader_tokens({"Wiki@10"}).cached == 0  # its twin did not run: nothing to hit
+    both = result.reader_tokens({"Wiki@10", "Wiki@10@CP"})
+    assert both.cached == wiki.tokens.cached + cands["Wiki@10@CP"].tokens.cached
+    assert both.computed == both.prompt - both.cached + both.generated
+    pk = result.shared_tokens["PK"]
+    assert pk.prompt > 0 and cands["PK"].shared == ("PK",) and cands["HB@RR@10"].shared == ("PK",)
+    alone = result.reader_tokens({"PK"}).total + result.reader_tokens({"HB@RR@10"}).total
+    assert result.reader_tokens({"PK", "HB@RR@10"}).total == alone - pk.total  # the PK document is written once

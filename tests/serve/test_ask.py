@@ -40,7 +40,8 @@ def test_ask_json_with_default_metrics_and_a_failed_retriever(eor_home, use_pool
     cands = {c["retriever"]: c for c in d["candidates"]}
     assert list(cands) == SPECS
     for c in d["candidates"]:
-        assert list(c) == ["retriever", "answer", "score", "passages", "document", "error", "tokens", "shared"]
+        assert list(c) == ["retriever", "answer", "score", "passages", "document", "error", "tokens", "shared",
+                           "cached_from"]
     assert cands["ReFree"]["score"] is None and cands["ReFree"]["error"] == "TimeoutError: deadline exceeded"
     assert cands["Wiki@10"]["passages"] == [{"id": "Wiki@10-p1", "title": "Title for Wiki@10", "source": "Wiki"}]
     assert cands["PK"]["document"] == f"background on {Q}" and cands["PK"]["passages"] == []
