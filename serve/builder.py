@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import TextIO
 
 from retrievers.corpus import Document
 from retrievers.encoder import Encoder
@@ -22,10 +23,12 @@ def index_path(name: str) -> Path:
     return indexes_dir() / name
 
 
-def build_indexes(docs: list[Document], name: str, encoder: Encoder, show_progress: bool = True) -> dict:
+def build_indexes(docs: list[Document], name: str, encoder: Encoder, show_progress: bool = True,
+                  progress: TextIO | None = None) -> dict:
     """Both sources over one corpus: dense passages (Wiki) and Lucene pages (SE)."""
     root = index_path(name)
-    n_passages = build_dense_index(docs, root / WIKI_DIR, encoder, show_progress=show_progress)
+    n_passages = build_dense_index(docs, root / WIKI_DIR, encoder, show_progress=show_progress and progress is None,
+                                   progress=progress)
     n_pages = build_lucene_index(docs, root / SE_DIR)
     info = {"documents": len(docs), "wiki_passages": n_passages, "se_pages": n_pages}
     (root / "index.json").write_text(json.dumps(info, indent=2))

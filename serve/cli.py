@@ -68,13 +68,19 @@ def cmd_index(args) -> int:
     from retrievers.corpus import read_corpus
     from retrievers.encoder import Encoder
     from serve.builder import build_indexes, index_path
+    from serve.console import Console
 
     config = _config(args)
     t = time.time()
-    docs = list(read_corpus(args.corpus))
-    if not docs:
-        raise ValueError(f"corpus {args.corpus or '(embedded)'} has no documents")
-    info = build_indexes(docs, config.index.name, Encoder(config.index.encoder))
+    with Console(verbose=args.verbose) as con:
+        con.step("reading the corpus")
+        docs = list(read_corpus(args.corpus))
+        if not docs:
+            raise ValueError(f"corpus {args.corpus or '(embedded)'} has no documents")
+        con.step("loading the encoder")
+        encoder = Encoder(config.index.encoder).load()
+        con.done()
+        info = build_indexes(docs, config.index.name, encoder, progress=con.out)
     print(f"index {config.index.name!r} at {index_path(config.index.name)}: {info['documents']} documents, "
           f"{info['wiki_passages']} Wiki passages, {info['se_pages']} SE pages ({time.time() - t:.0f} s)")
     return 0
@@ -118,7 +124,7 @@ def print_result(result: QuestionResult, vote: "Vote | None" = None) -> None:
 
 
 # ---- the voter, shared by ask / fit / eval ------------------------------------------
-def _voter_choice(args, pool):
+def _voter_choice(args, pool, con=None):
     """The voter for this command (serve/voting.py: choose_voter); warnings go to stderr."""
     from serve.voting import choose_voter
 
@@ -126,7 +132,10 @@ def _voter_choice(args, pool):
                           equal=getattr(args, "equal_weights", False), metrics=args.metrics,
                           nli_model=args.nli_model, pooling=args.pooling)
     for w in choice.warnings:
-        print(f"eor: warning: {w}", file=sys.stderr)
+        if con is not None:
+            con.warn(w)
+        else:
+            print(f"eor: warning: {w}", file=sys.stderr)
     return choice
 
 
@@ -249,36 +258,52 @@ def print_answer(ans, verbose: bool) -> None:
 def cmd_ask(args) -> int:
     if getattr(args, "server", None):
         return _ask_remote(args)
-    from serve.builder import make_pool
-    from serve.ensemble import answer
-    from serve.voting import build_metrics
+    from serve.console import Console, log_path
 
     from retrievers.pool import check_question
 
     questions = [check_question(q) for q in args.question]  # refuse bad input before loading models
+    with Console(verbose=args.verbose or args.json) as con:
+        answers, choice, pool, elapsed = _ask_local(args, questions, con)
+    if args.json:
+        out = [answer_to_dict(a, choice) for a in answers]
+        print(json.dumps(out[0] if len(out) == 1 else out, indent=2, ensure_ascii=False))
+        return 0
+    for a in answers:
+        print_answer(a, args.verbose)
+    s = pool.reader.stats
+    print(f"voter: {choice.describe()}; metrics {','.join(choice.options.names)}")
+    print(f"({elapsed:.1f} s; reader: {s.calls} engine calls, {s.engine_prompts} prompts generated, "
+          f"{s.cache_hits} cache hits{'' if args.verbose else f'; library logs in {log_path()}'})")
+    return 0
+
+
+def _ask_local(args, questions, con):
+    """The in-process ask, with a progress line per step on the console."""
+    from serve.builder import make_pool
+    from serve.ensemble import answer
+    from serve.voting import build_metrics
+
+    con.step("loading the voter, the indexes and the encoder")
     config = _config(args)
     pool = make_pool(config)
-    choice = _voter_choice(args, pool)
+    choice = _voter_choice(args, pool, con)
     specs = args.retrievers.split(",") if args.retrievers else None
     for s in specs or ():  # a bad or unknown spec fails before the models load
         parse_spec(s)
         if s not in pool.specs:
             raise KeyError(f"retriever {s!r} is not in the pool; pool: {', '.join(pool.specs)}")
     pool.load()
+    engine = getattr(pool.reader, "engine", None)
+    if engine is not None and hasattr(engine, "on_start"):
+        engine.on_start = lambda: con.step(f"starting the reader engine ({config.reader.model}, vLLM)")
     t = time.time()
-    answers = answer(questions, choice, pool.run, build_metrics(choice.options, pool.reader), specs)
-    elapsed = time.time() - t
-    if args.json:
-        out = [answer_to_dict(a, choice) for a in answers]
-        print(json.dumps(out[0] if len(out) == 1 else out, indent=2, ensure_ascii=False))
-    else:
-        for a in answers:
-            print_answer(a, args.verbose)
-        s = pool.reader.stats
-        print(f"voter: {choice.describe()}; metrics {','.join(choice.options.names)}")
-        print(f"({elapsed:.1f} s; reader: {s.calls} engine calls, {s.engine_prompts} prompts generated, "
-              f"{s.cache_hits} cache hits)")
-    return 0
+
+    def on_stage(k: int, n: int, specs: list[str]) -> None:
+        con.step(f"stage {k}/{n}: {', '.join(specs)}")
+    answers = answer(questions, choice, pool.run, build_metrics(choice.options, pool.reader), specs, on_stage)
+    con.done()
+    return answers, choice, pool, time.time() - t
 
 
 # ---- fit / eval over a question file -----------------------------------------------
@@ -448,6 +473,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     i = sub.add_parser("index", help="build the Wiki (faiss) and SE (Lucene) indexes")
     i.add_argument("--corpus", help='JSONL corpus of {"id","title","text"} (default: embedded corpus)')
+    i.add_argument("--verbose", action="store_true", help="library logs on the terminal, not in $EOR_HOME/logs")
     common(i, reader=False)
     i.set_defaults(func=cmd_index)
 

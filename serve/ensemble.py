@@ -52,7 +52,8 @@ AsyncVote = Callable[[list[QuestionResult]], Awaitable[tuple[list[Vote], list[fl
 
 
 async def answer_async(questions: Sequence[str], cascade: Cascade, run_stage: AsyncRunStage,
-                       vote: AsyncVote) -> list[EnsembleAnswer]:
+                       vote: AsyncVote, on_stage: Callable[[int, int, list[str]], None] | None = None
+                       ) -> list[EnsembleAnswer]:
     """The orchestration: every question through the cascade; each stage is one `run_stage`
     call for the questions still open (so the reader batches their prompts together), then
     one vote over everything each open question has so far."""
@@ -64,6 +65,8 @@ async def answer_async(questions: Sequence[str], cascade: Cascade, run_stage: As
         todo = [i for i in range(len(qs)) if i not in done]
         if not todo:
             break
+        if on_stage is not None:
+            on_stage(k + 1, n_stages, list(stage))
         results = await run_stage(todo, list(stage))
         if len(results) != len(todo):
             raise RuntimeError(f"stage {k + 1} returned {len(results)} results for {len(todo)} questions")
@@ -77,7 +80,8 @@ async def answer_async(questions: Sequence[str], cascade: Cascade, run_stage: As
 
 
 def answer(questions: Sequence[str], choice: VoterChoice, run_stage: RunStage,
-           metrics: Sequence[PairSimilarity], specs: Sequence[str] | None = None) -> list[EnsembleAnswer]:
+           metrics: Sequence[PairSimilarity], specs: Sequence[str] | None = None,
+           on_stage: Callable[[int, int, list[str]], None] | None = None) -> list[EnsembleAnswer]:
     """In-process: `run_stage` is the pool's `run`, the vote runs here."""
     qs = list(questions)
 
@@ -87,4 +91,4 @@ def answer(questions: Sequence[str], choice: VoterChoice, run_stage: RunStage,
     async def vote(results: list[QuestionResult]) -> tuple[list[Vote], list[float]]:
         return vote_with_stats(results, choice.saved, metrics)
 
-    return asyncio.run(answer_async(qs, cascade_for(choice, specs), run, vote))
+    return asyncio.run(answer_async(qs, cascade_for(choice, specs), run, vote, on_stage))

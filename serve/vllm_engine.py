@@ -72,10 +72,14 @@ class VLLMEngine:
         self.prompt_tokens = 0  # since start: tokens prefilled (prompts; prefix-cache hits included)
         self.generated_tokens = 0  # since start: tokens decoded
         self.cached_tokens = 0  # since start: prompt tokens served by the prefix cache (vLLM's count)
+        self.on_start = None  # called once when the engine starts (a progress line), then cleared
 
     def load(self) -> "VLLMEngine":
         if self._llm is not None:
             return self
+        if self.on_start is not None:
+            self.on_start()
+            self.on_start = None
         if self.on_cpu:
             cores = os.cpu_count() or 1
             bind = self.config.cpu_threads if self.config.cpu_threads != "auto" else f"0-{cores - 1}"

@@ -4,7 +4,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Sequence
+from typing import Iterable, Sequence, TextIO
 
 import numpy as np
 
@@ -19,15 +19,29 @@ META_FILE = "meta.json"
 
 
 def build_dense_index(docs: Iterable[Document], out_dir: str | Path, encoder: Encoder,
-                      passage_words: int = 100, show_progress: bool = False) -> int:
-    """Split into passages, embed, write an exact inner-product faiss index. Returns the count."""
+                      passage_words: int = 100, show_progress: bool = False, progress: TextIO | None = None) -> int:
+    """Split into passages, embed, write an exact inner-product faiss index. Returns the count.
+
+    `progress`: a stream for one progress bar of the embedding (the long part), drawn in
+    chunks, so the encoder's own bars and logs can go elsewhere."""
     import faiss
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     passages = list(to_passages(docs, passage_words))
     texts = [f"{p.title}. {p.text}" if p.title else p.text for p in passages]
-    vecs = encoder.encode(texts, show_progress=show_progress)
+    if progress is not None:
+        from tqdm import tqdm
+
+        chunk = 1024
+        parts = []
+        with tqdm(total=len(texts), desc="embedding passages", unit="passage", file=progress) as bar:
+            for i in range(0, len(texts), chunk):
+                parts.append(encoder.encode(texts[i : i + chunk]))
+                bar.update(len(texts[i : i + chunk]))
+        vecs = np.concatenate(parts) if parts else encoder.encode([])
+    else:
+        vecs = encoder.encode(texts, show_progress=show_progress)
     index = faiss.IndexFlatIP(vecs.shape[1])
     index.add(vecs)
     faiss.write_index(index, str(out / INDEX_FILE))

@@ -1,0 +1,78 @@
+"""What a person sees on the terminal: one line per step, with its time; library noise (vLLM,
+torch, transformers warnings and progress bars, from this process and its children) goes to
+$EOR_HOME/logs/eor.log instead, unless --verbose.
+
+It works on file descriptor 2, not on `sys.stderr`, because the engine's worker processes and
+C++ libraries write there directly.
+"""
+from __future__ import annotations
+
+import os
+import sys
+import time
+from pathlib import Path
+from typing import TextIO
+
+from serve.paths import eor_home
+
+
+def log_path() -> Path:
+    return eor_home() / "logs" / "eor.log"
+
+
+class Console:
+    """`with Console(verbose) as con:` ... `con.step("starting the reader")` ... `con.done()`."""
+
+    def __init__(self, verbose: bool = False, stream: TextIO | None = None):
+        self.verbose = verbose
+        self._stream = stream
+        self._saved_fd: int | None = None
+        self.out: TextIO = stream or sys.stderr
+        self._t0 = time.perf_counter()
+        self._open: tuple[str, float] | None = None
+
+    def __enter__(self) -> "Console":
+        if self.verbose or self._stream is not None:
+            return self
+        path = log_path()
+        path.parent.mkdir(parents=True, exist_ok=True)
+        sys.stderr.flush()
+        self._saved_fd = os.dup(2)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        os.dup2(fd, 2)
+        os.close(fd)
+        self.out = os.fdopen(os.dup(self._saved_fd), "w", buffering=1)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.done()
+        if self._saved_fd is not None:
+            sys.stderr.flush()
+            os.dup2(self._saved_fd, 2)
+            os.close(self._saved_fd)
+            self._saved_fd = None
+            self.out.close()
+            self.out = sys.stderr
+
+    def step(self, what: str) -> None:
+        """Start a step; the previous one is closed with its time."""
+        self.done()
+        self._open = (what, time.perf_counter())
+        interactive = getattr(self.out, "isatty", lambda: False)()
+        self.out.write(f"{what}..." + ("" if interactive else "\n"))
+        self.out.flush()
+
+    def done(self) -> None:
+        if self._open is None:
+            return
+        what, t = self._open
+        self._open = None
+        interactive = getattr(self.out, "isatty", lambda: False)()
+        took = f"{time.perf_counter() - t:.1f} s"
+        self.out.write(f" {took}\n" if interactive else f"  {what}: {took}\n")
+        self.out.flush()
+
+    def warn(self, message: str) -> None:
+        self.done()
+        self.out.write(f"eor: warning: {message}\n")
+        self.out.flush()
