@@ -11,8 +11,11 @@
 load:    N Ask calls at concurrency C cycling over D distinct questions (repeats may hit the
          reader cache); throughput, p50/p95, failures, and from Health deltas the reader's cache
          hit rate and mean batch size (prompts per engine call).
-compare: cold EoR-16 vs one retriever, in the same run, over disjoint sets of never-asked
-         questions (so both are cold); the headline is the ratio of mean latencies.
+compare: cold adaptive EoR (the service's voter: its retrievers, its stages, its early stop)
+         vs one retriever, with EoR-16 (all 16 retrievers) as a third row, in the same run,
+         over disjoint sets of never-asked questions (so all are cold); the headline is the
+         ratio of mean latencies, beside the ratio of reader tokens computed (prompt tokens
+         minus prefix-cache hits, plus generated; the service's Health counters).
 fault:   during a load (`--fault-n` calls over the load's distinct questions), kill one
          retriever-group actor; expect no failed request, affected replies listing its
          retrievers as missing, Ray restarting it, later replies complete.
@@ -50,11 +53,13 @@ def _health(client) -> dict:
     h = client.health()
     return {"prompts": h.reader_prompts, "cache_hits": h.reader_cache_hits,
             "engine_calls": h.reader_engine_calls, "engine_prompts": h.reader_engine_prompts,
-            "prompt_tokens": h.reader_prompt_tokens, "generated_tokens": h.reader_generated_tokens}
+            "prompt_tokens": h.reader_prompt_tokens, "generated_tokens": h.reader_generated_tokens,
+            "cached_tokens": h.reader_cached_tokens}
 
 
 def _reader_delta(before: dict, after: dict) -> dict:
     d = {k: after[k] - before[k] for k in before}
+    d["computed_tokens"] = d["prompt_tokens"] - d["cached_tokens"] + d["generated_tokens"]
     return {**d, "cache_hit_rate": d["cache_hits"] / d["prompts"] if d["prompts"] else None,
             "mean_batch": d["engine_prompts"] / d["engine_calls"] if d["engine_calls"] else None}
 
@@ -101,27 +106,36 @@ def load_test(client, questions: list[str], n: int, concurrency: int, distinct: 
     return out
 
 
-def compare(client, questions: list[str], cold: int, single: str, concurrency: int = 1) -> dict:
-    """EoR-16 and one retriever over two disjoint sets of `cold` questions, in one run."""
-    if len(questions) < 2 * cold:
-        raise SystemExit(f"need {2 * cold} questions for a cold comparison, have {len(questions)}")
-    a, b = questions[:cold], questions[cold:2 * cold]
-    h0 = _health(client)
-    eor = run_calls(client, a, concurrency)
-    h1 = _health(client)
-    one = run_calls(client, b, concurrency, retrievers=[single])
-    h2 = _health(client)
-    eor["reader"], one["reader"] = _reader_delta(h0, h1), _reader_delta(h1, h2)
-    ratio = eor["mean_s"] / one["mean_s"] if eor.get("mean_s") and one.get("mean_s") else None
-    # the reader's work, which latency on a compute-bound (CPU) reader follows: tokens per question
+def compare(client, questions: list[str], cold: int, single: str, concurrency: int = 1,
+            pool: tuple[str, ...] = ()) -> dict:
+    """Adaptive EoR, one retriever and EoR-16 over three disjoint sets of `cold` questions, in
+    one run. `pool`: the 16 specs EoR-16 names explicitly (empty: skip that row)."""
+    n_sets = 3 if pool else 2
+    if len(questions) < n_sets * cold:
+        raise SystemExit(f"need {n_sets * cold} questions for a cold comparison, have {len(questions)}")
+    sets = [questions[i * cold:(i + 1) * cold] for i in range(n_sets)]
+    rows: dict[str, dict] = {}
+    stops: dict[str, int] = {}
+
+    def note_stop(i, when, reply):
+        stops[str(reply.stopped_at_stage)] = stops.get(str(reply.stopped_at_stage), 0) + 1
+    for name, qs, specs, hook in (("adaptive", sets[0], (), note_stop), ("single", sets[1], [single], None),
+                                  *((("eor16", sets[2], list(pool), None),) if pool else ())):
+        h0 = _health(client)
+        rows[name] = run_calls(client, qs, concurrency, retrievers=specs, on_reply=hook)
+        rows[name]["reader"] = _reader_delta(h0, _health(client))
+    rows["adaptive"]["stopped_at_stage"] = dict(sorted(stops.items()))
+
+    def ratio(a: float | None, b: float | None) -> float | None:
+        return round(a / b, 2) if a and b else None
     work = {}
-    for kind in ("prompt_tokens", "generated_tokens"):
-        e, o = eor["reader"][kind] / cold, one["reader"][kind] / cold
-        work[kind] = {"eor16_per_question": round(e, 1), "single_per_question": round(o, 1),
-                      "ratio": round(e / o, 2) if o else None}
-    return {"cold_questions": cold, "single": single, "eor16": eor, "single_retriever": one,
-            "ratio_eor16_over_single": round(ratio, 2) if ratio else None, "goal": "<= 2.5",
-            "reader_work": work}
+    for kind in ("prompt_tokens", "cached_tokens", "generated_tokens", "computed_tokens"):
+        work[kind] = {name: round(r["reader"][kind] / cold, 1) for name, r in rows.items()}
+        work[kind]["adaptive_over_single"] = ratio(work[kind]["adaptive"], work[kind]["single"])
+    return {"cold_questions": cold, "single": single, "rows": rows,
+            "latency_ratio_adaptive_over_single": ratio(rows["adaptive"]["mean_s"], rows["single"]["mean_s"]),
+            "latency_ratio_eor16_over_single": ratio(rows.get("eor16", {}).get("mean_s"), rows["single"]["mean_s"]),
+            "goal": "<= 2.5", "reader_work_per_question": work}
 
 
 def _group_processes(group: int) -> list[int]:
@@ -187,6 +201,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--distinct", type=int, default=30)
     ap.add_argument("--cold", type=int, default=20)
     ap.add_argument("--single", default="Wiki@10")
+    ap.add_argument("--offset", type=int, default=0, help="compare: skip this many more questions of the file "
+                    "(past the ones fits, evals or earlier runs asked, so every question is cold)")
     ap.add_argument("--fault-n", type=int, default=60, help="calls of the fault test's load")
     ap.add_argument("--kill-after", type=float, default=30.0)
     ap.add_argument("--kill-group", type=int, default=1, help="index of the retriever group whose actor dies")
@@ -213,7 +229,10 @@ def main(argv: list[str] | None = None) -> int:
             if args.mode in ("load", "all"):
                 report["load"] = load_test(client, qs, args.n, args.c, args.distinct)
             if args.mode in ("compare", "all"):
-                report["compare"] = compare(client, qs[args.distinct:], args.cold, args.single)
+                from retrievers.spec import PAPER_POOL
+
+                fresh = qs[args.distinct + args.offset:]
+                report["compare"] = compare(client, fresh, args.cold, args.single, pool=PAPER_POOL)
             if args.mode in ("fault", "all"):
                 specs = _group_specs(service, args.config, args.kill_group)
                 report["fault"] = fault_test(client, qs[:args.distinct], args.fault_n, args.c,

@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import importlib
 import logging
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
@@ -106,26 +107,92 @@ class CountingEngine:
         return outs
 
 
+class ReaderUnavailable(RuntimeError):
+    """The reader engine is down (and restarting): callers get UNAVAILABLE with this one line."""
+
+
+def engine_died(exc: BaseException) -> bool:
+    """vLLM's own signal that its engine core is gone (EngineDeadError; a worker killed under
+    it surfaces the same way), or the pipe to it broke."""
+    names = {t.__name__ for t in type(exc).__mro__}
+    return bool(names & {"EngineDeadError", "EngineGenerateError", "BrokenPipeError", "ConnectionResetError"})
+
+
+def one_line(exc: BaseException) -> str:
+    """A message a user can read: the first line, no terminal colour codes, no traceback."""
+    import re
+
+    text = re.sub(r"\x1b\[[0-9;]*m", "", str(exc)).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0] if text else ''}".strip()[:300]
+
+
 @serve.deployment(ray_actor_options=THIN, max_ongoing_requests=256)
 class Reader:
+    """The shared reader engine. A dead engine (EngineDeadError: its core or worker process
+    died) is noticed on the call that fails: that call and every call until the engine is
+    back get ReaderUnavailable, `stats()` reports it (Health turns NOT_SERVING), and a new
+    engine starts in this replica, with no operator."""
+
     def __init__(self, settings: dict):
-        s = settings_from_dict(settings)
-        engine = make_engine(s)
-        if hasattr(engine, "load"):
-            engine.load()  # vLLM starts here, inside this actor
+        self.settings = settings_from_dict(settings)
         from serve.builder import make_reader
 
-        self.counting = CountingEngine(engine)
-        self.reader: CachedReader = make_reader(self.counting, s.eor)
-        self.batcher = _batcher(self._run, s)
+        self.counting = CountingEngine(self._new_engine())
+        self.reader: CachedReader = make_reader(self.counting, self.settings.eor)
+        self.batcher = _batcher(self._run, self.settings)
+        self.down: str | None = None  # why the engine is down; None: serving
+        self.restarts = 0
+        self._restart_lock = threading.Lock()
+
+    def _new_engine(self) -> ReaderEngine:
+        engine = make_engine(self.settings)
+        if hasattr(engine, "load"):
+            engine.load()  # vLLM starts here, inside this actor
+        return engine
+
+    def _restart(self, old: ReaderEngine) -> None:
+        """Replace the dead engine (runs on its own thread; calls meanwhile get ReaderUnavailable)."""
+        try:
+            if hasattr(old, "close"):
+                old.close()
+        except Exception:  # the old engine is dead: closing it is best effort
+            log.warning("closing the dead reader engine failed", exc_info=True)
+        while True:
+            try:
+                self.counting.engine = self._new_engine()
+                break
+            except Exception as exc:
+                log.error("reader engine restart failed (%s); trying again in 10 s", one_line(exc))
+                time.sleep(10)
+        self.restarts += 1
+        self.down = None
+        log.warning("reader engine restarted (%d restarts)", self.restarts)
+
+    def _mark_down(self, exc: BaseException) -> str:
+        """Record why the engine is down and start its replacement (once); the message."""
+        with self._restart_lock:
+            if self.down is not None:
+                return self.down
+            self.down = why = f"reader engine down ({one_line(exc)}); restarting"
+            log.error(why)
+            threading.Thread(target=self._restart, args=(self.counting.engine,), name="engine-restart",
+                             daemon=True).start()
+            return why
 
     def _run(self, texts: list[str], params: SamplingParams, n_calls: int) -> list[str]:
+        if self.down is not None:
+            raise ReaderUnavailable(self.down)
         formatted = []
         for t in texts:
             p = unwrap_prompt(t)
             formatted.append(self.reader.engine.format(p) if p is not None else t)
         before = (self.reader.stats.prompts, self.reader.stats.cache_hits)
-        outs = self.reader.generate_raw(formatted, params)
+        try:
+            outs = self.reader.generate_raw(formatted, params)
+        except Exception as exc:
+            if engine_died(exc):
+                raise ReaderUnavailable(self._mark_down(exc)) from None
+            raise
         metrics.inc("eor_reader_prompts", self.reader.stats.prompts - before[0])
         metrics.inc("eor_reader_cache_hits", self.reader.stats.cache_hits - before[1])
         metrics.observe("eor_reader_merged_calls", n_calls)
@@ -141,7 +208,7 @@ class Reader:
                 "engine_calls": c.batches, "engine_prompts": c.batch_prompts,
                 "mean_batch": c.batch_prompts / c.batches if c.batches else 0.0,
                 "prompt_tokens": c.prompt_tokens, "generated_tokens": c.generated_tokens,
-                "cached_tokens": c.cached_tokens}
+                "cached_tokens": c.cached_tokens, "down": self.down, "restarts": self.restarts}
 
     async def model_id(self) -> str:
         return self.reader.model_id

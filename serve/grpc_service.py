@@ -90,6 +90,30 @@ class _Forward:
             await context.abort(grpc.StatusCode.INTERNAL, f"applying the weights failed: {type(exc).__name__}: {exc}"[:500])
 
 
+def _health_servicer(ingress: Any) -> Any:
+    """The standard grpc.health.v1 service (Kubernetes gRPC probes, grpc-health-probe): SERVING
+    exactly when eor's own Health says so (reader engine up, voter answering)."""
+    import asyncio
+
+    from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+    class Health(health_pb2_grpc.HealthServicer):
+        async def Check(self, request, context):  # noqa: N802 (the rpc's name)
+            if request.service not in ("", SERVICE):
+                await context.abort(grpc.StatusCode.NOT_FOUND, f"unknown service {request.service!r}")
+            try:
+                ok, _ = await asyncio.wait_for(ingress.serving.remote(), 10.0)
+            except Exception:
+                ok = False
+            status = health_pb2.HealthCheckResponse.SERVING if ok else health_pb2.HealthCheckResponse.NOT_SERVING
+            return health_pb2.HealthCheckResponse(status=status)
+
+        async def Watch(self, request, context):  # noqa: N802
+            await context.abort(grpc.StatusCode.UNIMPLEMENTED, "Watch is not served; poll Check")
+
+    return Health()
+
+
 class EorFront:
     """The standalone gRPC front: `await front.start()`, `front.address`, `await front.stop()`."""
 
@@ -105,9 +129,12 @@ class EorFront:
                 ("grpc.so_reuseport", 0)]
         self.server = grpc.aio.server(options=opts)
         add_eor_servicer(_Forward(ingress, apply_weights), self.server)
+        from grpc_health.v1 import health_pb2, health_pb2_grpc
         from grpc_reflection.v1alpha import reflection
 
-        reflection.enable_server_reflection([SERVICE, reflection.SERVICE_NAME], self.server)
+        health_pb2_grpc.add_HealthServicer_to_server(_health_servicer(ingress), self.server)
+        reflection.enable_server_reflection(
+            [SERVICE, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name, reflection.SERVICE_NAME], self.server)
 
     @property
     def address(self) -> str:

@@ -101,8 +101,13 @@ class EorIngress:
         except RpcError as exc:
             reply, code, details = None, exc.code, exc.details
         except Exception as exc:  # never leak a traceback to the client
-            log.exception("%s failed", method)
-            reply, code, details = None, grpc.StatusCode.INTERNAL, f"{type(exc).__name__}: {exc}"[:500]
+            from serve.deployments import one_line
+
+            if _reader_unavailable(exc):
+                reply, code, details = None, grpc.StatusCode.UNAVAILABLE, _cause_line(exc)
+            else:
+                log.exception("%s failed", method)
+                reply, code, details = None, grpc.StatusCode.INTERNAL, one_line(exc)
         metrics.inc("eor_requests", rpc=method, code=code.name)
         return reply, code.name, details
 
@@ -190,6 +195,8 @@ class EorIngress:
         shared: list[dict] = [{} for _ in qs]
         reader_s = 0.0
         for (sub, _), out in zip(calls, outcomes):
+            if isinstance(out, BaseException) and _reader_unavailable(out):
+                raise RpcError(grpc.StatusCode.UNAVAILABLE, _cause_line(out))  # nothing can be read: say so
             if isinstance(out, BaseException):
                 timed_out = isinstance(out, asyncio.TimeoutError)
                 why = f"timed out after {timeout:g} s" if timed_out else f"retriever actor failed: {type(out).__name__}"
@@ -251,6 +258,9 @@ class EorIngress:
             reply.detail = f"reader not answering: {type(exc).__name__}"
             return reply
         reply.status = eor_pb2.HealthReply.SERVING
+        if st.get("down"):
+            reply.status = eor_pb2.HealthReply.NOT_SERVING
+            reply.detail = st["down"]
         reply.model = st["model"]
         reply.reader_prompts = st["prompts"]
         reply.reader_cache_hits = st["cache_hits"]
@@ -269,5 +279,28 @@ class EorIngress:
             reply.detail = f"voter or generator not answering: {type(exc).__name__}"
         return reply
 
+    async def serving(self) -> tuple[bool, str]:
+        """For grpc.health.v1: (serving?, why not)."""
+        reply = await self._health(eor_pb2.HealthRequest())
+        return reply.status == eor_pb2.HealthReply.SERVING, reply.detail
+
     async def _stats(self) -> dict:
         return await self.reader.stats.remote()
+
+
+def _reader_unavailable(exc: BaseException) -> bool:
+    """A ReaderUnavailable, also when Ray wraps it (RayTaskError subclasses the cause's type)."""
+    seen = {t.__name__ for t in type(exc).__mro__}
+    cause = getattr(exc, "cause", None)
+    if cause is not None:
+        seen |= {t.__name__ for t in type(cause).__mro__}
+    return "ReaderUnavailable" in seen
+
+
+def _cause_line(exc: BaseException) -> str:
+    """The reader's own one-line message, without Ray's wrapping and traceback."""
+    from serve.deployments import one_line
+
+    cause = getattr(exc, "cause", None) or exc
+    line = one_line(cause)
+    return line.split(": ", 1)[1] if line.startswith("ReaderUnavailable: ") else line

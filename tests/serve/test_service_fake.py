@@ -75,6 +75,12 @@ def _raw_call(address: str, method: str, payload: bytes) -> grpc.RpcError | byte
             return exc
 
 
+def test_ask_reply_names_the_voter_and_what_ran(stub):
+    r = stub.Ask(eor_pb2.AskRequest(question="who painted the mona lisa"), timeout=60)
+    assert r.voter.startswith("equal weights") and list(r.ran) == list(PAPER_POOL)
+    assert (r.stopped_at_stage, r.stages) == (1, 1)
+
+
 def test_ask_returns_every_candidate_the_vote_and_the_evidence(stub):
     r = stub.Ask(eor_pb2.AskRequest(question="who painted the mona lisa"), timeout=60)
     assert [c.retriever for c in r.candidates] == list(PAPER_POOL)
@@ -142,10 +148,26 @@ def test_oversized_batch_and_bad_generate_are_invalid_argument(stub):
         assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT
 
 
-def test_health_after_bad_inputs(stub):
+def test_health_after_bad_inputs(stub, service):
     h = stub.Health(eor_pb2.HealthRequest(), timeout=30)
     assert h.status == eor_pb2.HealthReply.SERVING and h.model == "fake-service-reader"
     assert list(h.retrievers) == list(PAPER_POOL) and h.reader_engine_calls > 0
+    assert h.voter.startswith("equal weights") and h.generator_model == "fake-service-reader"
+    from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+    with grpc.insecure_channel(service.address) as ch:  # the standard health service answers too
+        probe = health_pb2_grpc.HealthStub(ch)
+        assert probe.Check(health_pb2.HealthCheckRequest(), timeout=30).status == \
+            health_pb2.HealthCheckResponse.SERVING
+        assert probe.Check(health_pb2.HealthCheckRequest(service="eor.v1.Eor"), timeout=30).status == \
+            health_pb2.HealthCheckResponse.SERVING
+
+
+@pytest.mark.parametrize("text", ["[]", "null", "1", '"w"', "{}", '{"format": "eor-voter/2", "pool": 3}'])
+def test_any_json_that_is_not_a_voter_is_invalid_argument(stub, text):
+    with pytest.raises(grpc.RpcError) as e:
+        stub.SetVoterWeights(eor_pb2.SetVoterWeightsRequest(weights_json=text), timeout=60)
+    assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "Traceback" not in e.value.details()
 
 
 def test_generate_formats_or_passes_raw(stub):

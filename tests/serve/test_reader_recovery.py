@@ -1,0 +1,139 @@
+"""A reader engine that dies is noticed, reported and replaced without an operator; callers get
+one line, never a traceback (the Reader deployment's class and the ingress, without Ray)."""
+from __future__ import annotations
+
+import asyncio
+import time
+
+import grpc
+import pytest
+
+from protos import eor_pb2
+from retrievers.reader import PromptText, SamplingParams
+from serve.service_config import settings_from_dict
+
+
+class EngineDeadError(RuntimeError):
+    """Named like vLLM's: what its LLM raises once the engine core is gone."""
+
+
+class DyingEngine:
+    """A fake engine; `DyingEngine.kill()` makes the live one die on its next call."""
+
+    model_id = "dying-reader"
+    started = 0
+    doomed = False
+
+    def __init__(self):
+        DyingEngine.started += 1
+        self.dead = False
+
+    @classmethod
+    def kill(cls):
+        cls.doomed = True
+
+    def format(self, prompt: PromptText) -> str:
+        return prompt.body
+
+    def generate(self, prompts, params):
+        if DyingEngine.doomed or self.dead:
+            DyingEngine.doomed, self.dead = False, True
+            raise EngineDeadError("\x1b[31mEngineCore encountered an issue.\x1b[0m\nTraceback (most recent call last):")
+        return [f"out:{p}" for p in prompts]
+
+
+def make_dying_engine(config):
+    return DyingEngine()
+
+
+def test_a_dead_engine_is_reported_and_restarted():
+    from serve.deployments import Reader, ReaderUnavailable
+
+    settings = settings_from_dict({"cache": {"enabled": False}, "service": {
+        "engine_factory": f"{__name__}:make_dying_engine", "reader_batch_wait_s": 0.0}})
+    reader = Reader.func_or_class(settings.to_dict())
+    params = SamplingParams(max_tokens=4)
+
+    async def scenario():
+        assert await reader.generate(["a"], params) == ["out:a"]
+        DyingEngine.kill()
+        with pytest.raises(ReaderUnavailable) as err:
+            await reader.generate(["b"], params)
+        msg = str(err.value)
+        assert msg.startswith("reader engine down (EngineDeadError: EngineCore encountered an issue.)")
+        assert "\x1b" not in msg and "Traceback" not in msg and "\n" not in msg
+        for _ in range(200):  # the replacement engine starts on its own thread
+            if reader.down is None:
+                break
+            await asyncio.sleep(0.01)
+        stats = await reader.stats()
+        assert stats["down"] is None and stats["restarts"] == 1
+        assert await reader.generate(["c"], params) == ["out:c"]
+
+    started = DyingEngine.started
+    asyncio.run(scenario())
+    assert DyingEngine.started == started + 1
+
+
+class _Remote:
+    def __init__(self, fn):
+        self._fn = fn
+
+    def remote(self, *args):
+        async def call():
+            value = self._fn(*args)
+            if isinstance(value, BaseException):
+                raise value
+            return value
+        return call()
+
+
+class _Handle:
+    def __init__(self, **methods):
+        for name, fn in methods.items():
+            setattr(self, name, _Remote(fn))
+
+
+class RayTaskError(Exception):
+    """Stands in for Ray's wrapper: the reader's error travels as `.cause`."""
+
+    def __init__(self, cause):
+        super().__init__(f"ray::Reader.generate() (pid=1)\nTraceback ...\n{cause}")
+        self.cause = cause
+
+
+def _ingress(reader, group, voter):
+    from serve.ingress import EorIngress
+
+    settings = settings_from_dict({"service": {"weights": "equal"}})
+    specs = list(settings.eor.pool.specs)
+    return EorIngress.func_or_class(settings.to_dict(), [group], [specs], voter, reader)
+
+
+def test_ask_while_the_reader_is_down_is_unavailable_and_health_says_why():
+    from serve.deployments import ReaderUnavailable
+    from voter.cascade import Cascade
+
+    down = "reader engine down (EngineDeadError: boom); restarting"
+    reader = _Handle(stats=lambda: {"model": "m", "prompts": 0, "cache_hits": 0, "engine_calls": 0,
+                                    "engine_prompts": 0, "mean_batch": 0.0, "prompt_tokens": 0,
+                                    "generated_tokens": 0, "cached_tokens": 0, "down": down, "restarts": 0},
+                     model_id=lambda: "m")
+    group = _Handle(run=lambda *a: RayTaskError(ReaderUnavailable(down)))
+    voter = _Handle(cascade=lambda: Cascade.single_stage(["ReFree"]), weights_source=lambda: "equal weights")
+    ing = _ingress(reader, group, voter)
+    reply, code, details = asyncio.run(ing.call("Ask", eor_pb2.AskRequest(question="who?")))
+    assert (reply, code, details) == (None, grpc.StatusCode.UNAVAILABLE.name, down)
+    health, code, _ = asyncio.run(ing.call("Health", eor_pb2.HealthRequest()))
+    assert code == "OK" and health.status == eor_pb2.HealthReply.NOT_SERVING and health.detail == down
+    assert asyncio.run(ing.serving()) == (False, down)
+
+
+def test_an_unexpected_error_is_internal_with_one_line():
+    from voter.cascade import Cascade
+
+    voter = _Handle(cascade=lambda: RuntimeError("\x1b[1mbad\x1b[0m thing\n  File \"x.py\", line 1"),
+                    weights_source=lambda: "equal weights")
+    ing = _ingress(_Handle(), _Handle(), voter)
+    reply, code, details = asyncio.run(ing.call("Ask", eor_pb2.AskRequest(question="who?")))
+    assert code == "INTERNAL" and details == "RuntimeError: bad thing"
