@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
+from retrievers.hardware import cpu_has_bf16
 from retrievers.reader import PromptText, SamplingParams
 from serve.models import DEFAULT_READER, is_chat_model, resolve_model
 
@@ -42,22 +43,12 @@ def _cpu_build() -> bool:
         return True
 
 
-def _cpu_has_bf16() -> bool:
-    """AVX512-BF16 or AMX: bf16 matmuls in hardware (measured here: 1.6x faster prefill than fp32,
-    same answers; bench/engine_settings.py). Without them bf16 is emulated and 4x slower."""
-    try:
-        flags = Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return False
-    return "avx512_bf16" in flags or "amx_bf16" in flags
-
-
 def resolve_dtype(config: VLLMConfig) -> tuple[bool, str]:
     """(on CPU?, dtype) for a config; "auto" picks per machine."""
     on_cpu = config.device == "cpu" or (config.device == "auto" and _cpu_build())
     if config.dtype != "auto":
         return on_cpu, config.dtype
-    return on_cpu, ("bfloat16" if _cpu_has_bf16() else "float32") if on_cpu else "bfloat16"
+    return on_cpu, ("bfloat16" if cpu_has_bf16() else "float32") if on_cpu else "bfloat16"
 
 
 class VLLMEngine:

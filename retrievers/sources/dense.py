@@ -30,6 +30,7 @@ def build_dense_index(docs: Iterable[Document], out_dir: str | Path, encoder: En
     out.mkdir(parents=True, exist_ok=True)
     passages = list(to_passages(docs, passage_words))
     texts = [f"{p.title}. {p.text}" if p.title else p.text for p in passages]
+    embed = getattr(encoder, "encode_corpus", encoder.encode)  # bulk embedding: bf16 where the CPU has it
     if progress is not None:
         from tqdm import tqdm
 
@@ -37,11 +38,11 @@ def build_dense_index(docs: Iterable[Document], out_dir: str | Path, encoder: En
         parts = []
         with tqdm(total=len(texts), desc="embedding passages", unit="passage", file=progress) as bar:
             for i in range(0, len(texts), chunk):
-                parts.append(encoder.encode(texts[i : i + chunk]))
+                parts.append(embed(texts[i : i + chunk]))
                 bar.update(len(texts[i : i + chunk]))
-        vecs = np.concatenate(parts) if parts else encoder.encode([])
+        vecs = np.concatenate(parts) if parts else embed([])
     else:
-        vecs = encoder.encode(texts, show_progress=show_progress)
+        vecs = embed(texts, show_progress=show_progress)
     index = faiss.IndexFlatIP(vecs.shape[1])
     index.add(vecs)
     faiss.write_index(index, str(out / INDEX_FILE))

@@ -39,3 +39,16 @@ def test_real_encoder_gives_normalised_vectors_and_meaningful_cosines(encoder):
     assert vecs[0] @ vecs[1] > vecs[0] @ vecs[2] + 0.2
     empty = encoder.encode([])
     assert empty.shape == (0, 384)
+
+
+@pytest.mark.slow
+def test_corpus_embeddings_in_bf16_match_float32_and_queries_do_not_depend_on_their_batch():
+    texts = ["The Mona Lisa is a portrait by Leonardo da Vinci.", "Jupiter is the largest planet.",
+             "A glacier is a persistent body of dense ice that moves slowly under its own weight, " * 4]
+    fp32 = Encoder(corpus_dtype="float32").encode_corpus(texts)
+    bf16 = Encoder(corpus_dtype="bfloat16").encode_corpus(texts)
+    assert ((fp32 * bf16).sum(1) > 0.999).all()
+    enc = Encoder()
+    alone = enc.encode([texts[0]])[0]
+    batched = enc.encode(texts)[0]
+    np.testing.assert_allclose(alone, batched, atol=1e-5)
