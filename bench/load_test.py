@@ -19,6 +19,10 @@ compare: cold adaptive EoR (the service's voter: its retrievers, its stages, its
 fault:   during a load (`--fault-n` calls over the load's distinct questions), kill one
          retriever-group actor; expect no failed request, affected replies listing its
          retrievers as missing, Ray restarting it, later replies complete.
+reader-fault: during a load at concurrency `-c`, SIGKILL the vLLM worker process; expect no
+         Ask OK with an empty answer, the affected ones UNAVAILABLE with one line, Health (and
+         grpc.health.v1) NOT_SERVING within 5 s, and correct answers again within 3 min with no
+         operator; the report is the timeline (every reply and every Health poll).
 """
 from __future__ import annotations
 
@@ -189,9 +193,99 @@ def fault_test(client, questions: list[str], n: int, concurrency: int, kill_afte
     return res
 
 
+def _engine_workers() -> list[int]:
+    """PIDs of vLLM's worker processes on this machine (titled `VLLM::Worker`)."""
+    import psutil
+
+    out = []
+    for p in psutil.process_iter(["pid", "name", "cmdline"]):
+        try:
+            title = " ".join(p.info["cmdline"] or ()) or p.info["name"] or ""
+            if title.startswith("VLLM::Worker"):
+                out.append(p.info["pid"])
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            continue
+    return sorted(out)
+
+
+def reader_fault_test(client, address: str, questions: list[str], n: int, concurrency: int,
+                      kill_after_s: float, limit_s: float = 600.0) -> dict:
+    """SIGKILL the reader's vLLM worker under load; the timeline of replies and Health, then
+    how long until an Ask is answered again (bounded by `limit_s`)."""
+    import os
+    import signal
+
+    import grpc
+    from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+    targets = _engine_workers()
+    if not targets:
+        raise SystemExit("reader fault test: no VLLM::Worker process on this machine")
+    events: list[dict] = []
+    lock = threading.Lock()
+    t0 = time.time()
+
+    def note(**e):
+        with lock:
+            events.append({"t": round(time.time() - t0, 2), **e})
+
+    def one(q: str) -> None:
+        try:
+            r = client.ask(q)
+            note(kind="ask", code="OK", empty=not r.answer, answer=r.answer[:40])
+        except grpc.RpcError as exc:
+            note(kind="ask", code=exc.code().name, details=exc.details()[:200])
+
+    stop = threading.Event()
+
+    def poll_health():
+        with grpc.insecure_channel(address) as ch:
+            probe = health_pb2_grpc.HealthStub(ch)
+            while not stop.is_set():
+                try:
+                    h = client.health()
+                    std = probe.Check(health_pb2.HealthCheckRequest(), timeout=10).status
+                    note(kind="health", status=h.status, detail=h.detail[:120], grpc_health=std)
+                except grpc.RpcError as exc:
+                    note(kind="health", status=-1, detail=exc.code().name)
+                stop.wait(0.5)
+
+    def killer():
+        time.sleep(kill_after_s)
+        for pid in targets:
+            os.kill(pid, signal.SIGKILL)
+        note(kind="kill", pids=targets)
+
+    threading.Thread(target=poll_health, daemon=True).start()
+    threading.Thread(target=killer, daemon=True).start()
+    with ThreadPoolExecutor(max_workers=concurrency) as pool:
+        list(pool.map(one, [questions[i % len(questions)] for i in range(n)]))
+    # then ask until an answer comes back (the engine restarting), at most limit_s after the kill
+    kill_t = next((e["t"] for e in events if e["kind"] == "kill"), None)
+    while kill_t is not None and time.time() - t0 < kill_t + limit_s:
+        one(questions[0])
+        last = events[-1]
+        if last["kind"] == "ask" and last["code"] == "OK" and not last["empty"]:
+            break
+        time.sleep(2)
+    stop.set()
+    asks = [e for e in events if e["kind"] == "ask"]
+    after = [e for e in asks if kill_t is not None and e["t"] >= kill_t]
+    not_serving = next((e["t"] for e in events if e["kind"] == "health" and kill_t is not None
+                        and e["t"] >= kill_t and e["status"] == 2), None)
+    back = next((e["t"] for e in after if e["code"] == "OK" and not e["empty"]
+                 and any(x["code"] != "OK" for x in after if x["t"] <= e["t"])), None)
+    return {"killed_pids": targets, "kill_at_s": kill_t, "asks": len(asks),
+            "ok_with_empty_answer": sum(1 for e in asks if e["code"] == "OK" and e["empty"]),
+            "codes_after_kill": {c: sum(1 for e in after if e["code"] == c) for c in {e["code"] for e in after}},
+            "health_not_serving_after_s": round(not_serving - kill_t, 2) if not_serving is not None else None,
+            "answered_again_after_s": round(back - kill_t, 2) if back is not None and kill_t is not None else None,
+            "workers_now": _engine_workers(), "timeline": events}
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("mode", choices=["load", "compare", "fault", "all"])
+    ap.add_argument("mode", choices=["load", "compare", "fault", "reader-fault", "all"])
     ap.add_argument("--server", default="127.0.0.1:50051")
     ap.add_argument("--start", action="store_true", help="start the service in this process (loopback)")
     ap.add_argument("--config", help="eor YAML for --start")
@@ -233,6 +327,9 @@ def main(argv: list[str] | None = None) -> int:
 
                 fresh = qs[args.distinct + args.offset:]
                 report["compare"] = compare(client, fresh, args.cold, args.single, pool=PAPER_POOL)
+            if args.mode == "reader-fault":
+                report["reader_fault"] = reader_fault_test(client, args.server, qs[:args.distinct], args.fault_n,
+                                                           args.c, args.kill_after)
             if args.mode in ("fault", "all"):
                 specs = _group_specs(service, args.config, args.kill_group)
                 report["fault"] = fault_test(client, qs[:args.distinct], args.fault_n, args.c,
@@ -251,6 +348,7 @@ def main(argv: list[str] | None = None) -> int:
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
         Path(args.out).write_text(text + "\n")
     failed = sum(report.get(k, {}).get("failed", 0) for k in ("load", "fault"))
+    failed += report.get("reader_fault", {}).get("ok_with_empty_answer", 0)
     return 1 if failed else 0
 
 
