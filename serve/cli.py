@@ -263,7 +263,7 @@ def cmd_ask(args) -> int:
     from retrievers.pool import check_question
 
     questions = [check_question(q) for q in args.question]  # refuse bad input before loading models
-    with Console(verbose=args.verbose or args.json) as con:
+    with Console(verbose=args.verbose) as con:
         answers, choice, pool, elapsed = _ask_local(args, questions, con)
     if args.json:
         out = [answer_to_dict(a, choice) for a in answers]

@@ -2,8 +2,9 @@
 torch, transformers warnings and progress bars, from this process and its children) goes to
 $EOR_HOME/logs/eor.log instead, unless --verbose.
 
-It works on file descriptor 2, not on `sys.stderr`, because the engine's worker processes and
-C++ libraries write there directly.
+It works on file descriptors 1 and 2, not on `sys.stdout`/`sys.stderr`: the engine's worker
+processes and C++ libraries write there directly, and vLLM logs to standard output (which
+would also corrupt `--json`). Results are printed after the `with` block, on the real stdout.
 """
 from __future__ import annotations
 
@@ -26,7 +27,7 @@ class Console:
     def __init__(self, verbose: bool = False, stream: TextIO | None = None):
         self.verbose = verbose
         self._stream = stream
-        self._saved_fd: int | None = None
+        self._saved_fds: tuple[int, int] | None = None
         self.out: TextIO = stream or sys.stderr
         self._t0 = time.perf_counter()
         self._open: tuple[str, float] | None = None
@@ -36,21 +37,25 @@ class Console:
             return self
         path = log_path()
         path.parent.mkdir(parents=True, exist_ok=True)
+        sys.stdout.flush()
         sys.stderr.flush()
-        self._saved_fd = os.dup(2)
+        self._saved_fds = (os.dup(1), os.dup(2))
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        os.dup2(fd, 1)
         os.dup2(fd, 2)
         os.close(fd)
-        self.out = os.fdopen(os.dup(self._saved_fd), "w", buffering=1)
+        self.out = os.fdopen(os.dup(self._saved_fds[1]), "w", buffering=1)
         return self
 
     def __exit__(self, *exc) -> None:
         self.done()
-        if self._saved_fd is not None:
+        if self._saved_fds is not None:
+            sys.stdout.flush()
             sys.stderr.flush()
-            os.dup2(self._saved_fd, 2)
-            os.close(self._saved_fd)
-            self._saved_fd = None
+            for target, saved in zip((1, 2), self._saved_fds):
+                os.dup2(saved, target)
+                os.close(saved)
+            self._saved_fds = None
             self.out.close()
             self.out = sys.stderr
 

@@ -52,7 +52,8 @@ def test_ask_json_with_default_metrics_and_a_failed_retriever(eor_home, use_pool
     assert "Michelangelo" in judged and "deadline" not in judged  # NLI went through the reader, not for ReFree
 
 
-def test_ask_prints_the_vote_first_and_uses_fitted_weights(tmp_path, eor_home, use_pool, capsys):
+def test_ask_prints_the_vote_first_and_uses_fitted_weights(tmp_path, eor_home, use_pool, capfd):
+    capsys = capfd  # progress and warnings go to the terminal's file descriptor 2
     use_pool(FakePool(SPECS, answers))
     text = ask(capsys, "--equal-weights", "--metrics", "em")
     lines = text.splitlines()
