@@ -306,8 +306,11 @@ def _ask_local(args, questions, con):
     def on_stage(k: int, n: int, specs: list[str]) -> None:
         con.step(f"stage {k}/{n}: {', '.join(specs)}")
     answers = answer(questions, choice, pool.run, build_metrics(choice.options, pool.reader), specs, on_stage)
+    elapsed = time.time() - t
     con.done()
-    return answers, choice, pool, time.time() - t
+    if engine is not None and hasattr(engine, "close"):
+        engine.close()  # its shutdown messages go to the log too, not after the answer
+    return answers, choice, pool, elapsed
 
 
 # ---- fit / eval over a question file -----------------------------------------------
