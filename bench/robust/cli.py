@@ -122,6 +122,10 @@ def connect(args: argparse.Namespace):
         raise SystemExit(f"--retrievers {unknown} are not in the service's pool: {', '.join(pool)}")
     if pool and "ReFree" not in pool:
         raise SystemExit("the suites need the ReFree retriever (closed-book answers); the pool has: " + ", ".join(pool))
+    if not args.retrievers:
+        # the whole pool, named: an Ask naming no retrievers runs only the voter's cascade, and the
+        # suites score every single retriever beside EoR (the voter's vote over all of them)
+        args.retrievers = list(pool)
     return client, health
 
 

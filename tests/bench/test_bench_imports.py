@@ -12,7 +12,8 @@ from pathlib import Path
 
 BENCH = Path(__file__).resolve().parents[2] / "bench"
 FORBIDDEN = {"serve", "retrievers", "voter"}
-IN_PROCESS = {"load_test.py", "model_compare.py", "reader_batching.py", "retrieval_recall.py", "voter_objective.py"}
+IN_PROCESS = {"engine_settings.py", "load_test.py", "model_compare.py", "reader_batching.py", "retrieval_recall.py",
+              "voter_objective.py"}
 
 
 def server_imports(path: Path) -> list[tuple[int, str]]:
