@@ -102,4 +102,8 @@ def reply_to_dict(r: eor_pb2.AskReply) -> dict:
         "failed": list(r.missing),
         "latency_s": r.latency_s,
         "reader_s": r.reader_s,
+        "voter": r.voter,
+        "ran": list(r.ran),
+        "stopped_at_stage": r.stopped_at_stage,
+        "stages": r.stages,
     }

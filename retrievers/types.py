@@ -82,13 +82,14 @@ class QuestionResult:
         prefix-cache hits count only where the retriever they share a prefix with is in `specs`."""
         total, shared = ReaderTokens(), set()
         ran = {c.retriever for c in self.candidates} if specs is None else set(specs)
-        for c in self.candidates:
-            if c.retriever in ran:
-                t = c.tokens
-                if c.cached_from not in ran:  # the prefix it shares was paid by a retriever that did not run
-                    t = ReaderTokens(t.prompt, t.generated, 0)
-                total += t
-                shared |= set(c.shared)
+        members = [c for c in self.candidates if c.retriever in ran]
+        for c in members:
+            shared |= set(c.shared)
+        for c in members:
+            t = c.tokens
+            if c.cached_from not in ran | shared:  # the prefix it shares was paid by a prompt that did not run
+                t = ReaderTokens(t.prompt, t.generated, 0)
+            total += t
         for name in sorted(shared):
             total += self.shared_tokens.get(name, ReaderTokens())
         return total

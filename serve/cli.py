@@ -72,7 +72,7 @@ def cmd_index(args) -> int:
 
     config = _config(args)
     t = time.time()
-    with Console(verbose=args.verbose) as con:
+    with Console(verbose=args.verbose and not args.json) as con:  # --json: stdout carries only the JSON
         con.step("reading the corpus")
         docs = list(read_corpus(args.corpus))
         if not docs:
@@ -145,6 +145,9 @@ def _ask_remote(args) -> int:
 
     import grpc
 
+    if args.weights or args.equal_weights:
+        raise ValueError("--weights / --equal-weights choose the voter of an in-process ask; a server votes with "
+                         "its own voter (change it with `eor fit --push`)")
     specs = args.retrievers.split(",") if args.retrievers else ()
     with EorClient(args.server, tls_ca=args.tls_ca) as client:
         try:
@@ -165,12 +168,14 @@ def _ask_remote(args) -> int:
             print("A: (no retriever answered)")
         else:
             margin = "none (no other answer)" if d["margin"] is None else f"{d['margin']:.3f}"
-            print(f"A: {d['answer']}\n   from {d['retriever']}, score {_fmt_score(d['score'])}, margin {margin}")
+            print(f"A: {d['answer']}\n   from {d['retriever']}, score {_fmt_score(d['score'])}, margin {margin}; "
+                  f"settled after stage {d['stopped_at_stage']} of {d['stages']}")
         for c in d["candidates"]:
             if c["error"]:
                 print(f"  {c['retriever']:<20} FAILED: {c['error']}")
             else:
                 print(f"  {c['retriever']:<20} {_fmt_score(c['score']):>6}  {c['answer']}")
+        print(f"   ran: {', '.join(d['ran'])}\nvoter: {d['voter']}")
         print(f"({d['latency_s']:.1f} s on {args.server}; missing: {', '.join(d['failed']) or 'none'})")
     return 0
 
@@ -263,7 +268,7 @@ def cmd_ask(args) -> int:
     from retrievers.pool import check_question
 
     questions = [check_question(q) for q in args.question]  # refuse bad input before loading models
-    with Console(verbose=args.verbose) as con:
+    with Console(verbose=args.verbose and not args.json) as con:  # --json: stdout carries only the JSON
         answers, choice, pool, elapsed = _ask_local(args, questions, con)
     if args.json:
         out = [answer_to_dict(a, choice) for a in answers]

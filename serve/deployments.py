@@ -113,9 +113,15 @@ class ReaderUnavailable(RuntimeError):
 
 def engine_died(exc: BaseException) -> bool:
     """vLLM's own signal that its engine core is gone (EngineDeadError; a worker killed under
-    it surfaces the same way), or the pipe to it broke."""
-    names = {t.__name__ for t in type(exc).__mro__}
-    return bool(names & {"EngineDeadError", "EngineGenerateError", "BrokenPipeError", "ConnectionResetError"})
+    it surfaces the same way), or the pipe to it broke. EngineGenerateError is not: vLLM calls
+    it recoverable (one bad request), and it must not restart the engine for everyone."""
+    seen: set[int] = set()
+    while exc is not None and id(exc) not in seen:  # the error itself, or what it wraps
+        seen.add(id(exc))
+        if {t.__name__ for t in type(exc).__mro__} & {"EngineDeadError", "BrokenPipeError", "ConnectionResetError"}:
+            return True
+        exc = exc.__cause__ or exc.__context__
+    return False
 
 
 def one_line(exc: BaseException) -> str:
@@ -322,14 +328,22 @@ class Voter:
         if weights:
             saved = SavedWeights.from_dict(weights)
             check_compatible(saved, pool=self.pool)
-            save_weights(pushed_voter_path(), saved)  # survives a restart
             choice = VoterChoice(saved, metric_options(saved), "pushed")
+            choice.describe()  # everything that can fail, before it is kept
+            save_weights(pushed_voter_path(), saved)  # survives a restart
         elif path == "equal":
             choice = choose_voter(self.pool, self.reader_model, equal=True,
                                   metrics=",".join(svc.voter_metrics), pooling=svc.voter_pooling)
         else:
-            choice = choose_voter(self.pool, self.reader_model, weights=path or None,
-                                  fallback=str(pushed_voter_path()))
+            try:
+                choice = choose_voter(self.pool, self.reader_model, weights=path or None,
+                                      fallback=str(pushed_voter_path()))
+            except ValueError as exc:
+                if path:  # a voter file named in the config must load
+                    raise
+                log.error("the last pushed voter (%s) does not fit this service: %s; using the shipped voter",
+                          pushed_voter_path(), exc)
+                choice = choose_voter(self.pool, self.reader_model)
         for w in choice.warnings:
             log.warning("voter: %s", w)
         self.choice, self._metrics = choice, None
@@ -343,9 +357,11 @@ class Voter:
     def _vote(self, results: list[QuestionResult]):
         from serve.voting import build_metrics, vote_with_stats
 
-        if self._metrics is None:
-            self._metrics = build_metrics(self.choice.options, self.reader_client)
-        return vote_with_stats(results, self.choice.saved, self._metrics)
+        choice, metrics = self.choice, self._metrics  # one voter for the whole vote, even during a push
+        if metrics is None or metrics[0] is not choice:
+            metrics = (choice, build_metrics(choice.options, self.reader_client))
+            self._metrics = metrics
+        return vote_with_stats(results, choice.saved, metrics[1])
 
     async def vote_with_stats(self, results: list[QuestionResult]):
         return await asyncio.to_thread(self._vote, results)

@@ -26,9 +26,10 @@ class EnsembleAnswer:
 
     result: QuestionResult  # the candidates of every stage that ran, in run order
     vote: Vote
-    stopped_at: int  # 1-based stage after which the vote was settled
+    stopped_at: int  # 1-based stage after which the vote was settled (or the time ran out)
     stages: int  # stages in the cascade
     settle: float  # the settle statistic at the stop
+    out_of_time: bool = False  # the deadline ended the cascade before the vote was settled
 
     @property
     def ran(self) -> list[str]:
@@ -52,18 +53,25 @@ AsyncVote = Callable[[list[QuestionResult]], Awaitable[tuple[list[Vote], list[fl
 
 
 async def answer_async(questions: Sequence[str], cascade: Cascade, run_stage: AsyncRunStage,
-                       vote: AsyncVote, on_stage: Callable[[int, int, list[str]], None] | None = None
-                       ) -> list[EnsembleAnswer]:
+                       vote: AsyncVote, on_stage: Callable[[int, int, list[str]], None] | None = None,
+                       time_left: Callable[[], float] | None = None) -> list[EnsembleAnswer]:
     """The orchestration: every question through the cascade; each stage is one `run_stage`
     call for the questions still open (so the reader batches their prompts together), then
-    one vote over everything each open question has so far."""
+    one vote over everything each open question has so far. When `time_left()` is <= 0 before
+    a stage, the open questions end with the vote they have (`out_of_time`)."""
     qs = list(questions)
     merged: list[QuestionResult | None] = [None] * len(qs)
+    last: dict[int, tuple[Vote, float]] = {}
     done: dict[int, EnsembleAnswer] = {}
     n_stages = len(cascade.stages)
     for k, stage in enumerate(cascade.stages):
         todo = [i for i in range(len(qs)) if i not in done]
         if not todo:
+            break
+        if k > 0 and time_left is not None and time_left() <= 0:
+            for i in todo:
+                v, stat = last[i]
+                done[i] = EnsembleAnswer(merged[i], v, k, n_stages, stat, out_of_time=True)
             break
         if on_stage is not None:
             on_stage(k + 1, n_stages, list(stage))
@@ -74,6 +82,7 @@ async def answer_async(questions: Sequence[str], cascade: Cascade, run_stage: As
             merged[i] = merge(merged[i], r)
         votes, stats = await vote([merged[i] for i in todo])
         for i, v, stat in zip(todo, votes, stats):
+            last[i] = (v, stat)
             if cascade.settled(k, stat):
                 done[i] = EnsembleAnswer(merged[i], v, k + 1, n_stages, stat)
     return [done[i] for i in range(len(qs))]

@@ -205,7 +205,8 @@ def replay_ensembles(scored: Scored, saved: SavedWeights, metrics: Sequence[Any]
     golds = [q.answers for q, _ in scored]
     sweep = []
     for scale in SWEEP_SCALES:
-        tau = [t * scale if math.isfinite(t) else t for t in cascade.thresholds]
+        tau = [math.inf if not math.isfinite(scale) else (t * scale if math.isfinite(t) else t)
+               for t in cascade.thresholds]
         _, cost, st = evaluate_rule(trace, tau)
         ok = np.mean([match(trace.answers[i][k], g) for i, (k, g) in enumerate(zip(st, golds))]) if golds else 0.0
         sweep.append({"scale": scale, "match": float(ok), "computed_tokens": cost})

@@ -18,7 +18,8 @@ from retrievers.types import QuestionResult
 from serve.dataset import Question
 from serve.voting import (DEFAULT_POOLING, MetricOptions, answer_grid, equal_weights,
                           similarity_inputs)
-from voter.cascade import DEFAULT_TARGET, Cascade, build_trace, evaluate_rule, fit_thresholds, order_stages
+from voter.cascade import (DEFAULT_TARGET, UNANIMOUS_ONLY, Cascade, build_trace, evaluate_rule, fit_thresholds,
+                           order_stages)
 from voter.estimator import EoRVoter, chosen_correctness
 from voter.qa_metrics import match
 from voter.similarity import PairSimilarity
@@ -107,8 +108,11 @@ def retriever_costs(results: Sequence[QuestionResult], specs: Sequence[str]) -> 
 
 
 def fit_cascade(voter: EoRVoter, X: tuple[np.ndarray, np.ndarray], pool: Sequence[str],
-                results: Sequence[QuestionResult], kept: Sequence[str], config: FitConfig) -> Cascade:
-    """Stages of the kept retrievers by measured cost and the stop thresholds (voter/cascade.py)."""
+                results: Sequence[QuestionResult], kept: Sequence[str], config: FitConfig) -> Cascade | None:
+    """Stages of the kept retrievers by measured cost and the stop thresholds (voter/cascade.py);
+    None when the fit kept no retriever (the voter then runs the whole pool, one stage)."""
+    if not kept:
+        return None
     stages = order_stages(kept, retriever_costs(results, kept), config.first_stage)
     sim, mask = X
     grid = answer_grid(results, pool)
@@ -143,7 +147,9 @@ def format_report(report: FitReport) -> str:
                  f"stage's threshold):")
     for k, stage in enumerate(c.stages):
         tau = c.thresholds[k] if k < len(c.thresholds) else None
-        rule = "last stage" if tau is None else ("never stops here" if tau == float("inf") else f"stop if margin >= {tau:.4f}")
+        rule = "last stage" if tau is None else ("never stops here" if tau == float("inf") else
+                                                  "stop if unanimous" if tau >= UNANIMOUS_ONLY else
+                                                  f"stop if margin >= {tau:.4f} (or unanimous)")
         rate = f", stops {c.fit_stop_rate[k]:.0%}" if k < len(c.fit_stop_rate) else ""
         toks = f", +{c.stage_tokens[k]:.0f} tokens" if k < len(c.stage_tokens) else ""
         lines.append(f"  {k + 1}. {' + '.join(stage)}: {rule}{rate}{toks}")

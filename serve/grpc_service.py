@@ -87,7 +87,9 @@ class _Forward:
             return await self.apply_weights(json.loads(request.weights_json))
         except Exception as exc:
             log.exception("applying pushed weights failed")
-            await context.abort(grpc.StatusCode.INTERNAL, f"applying the weights failed: {type(exc).__name__}: {exc}"[:500])
+            from serve.deployments import one_line
+
+            await context.abort(grpc.StatusCode.INTERNAL, f"applying the weights failed: {one_line(exc)}")
 
 
 def _health_servicer(ingress: Any) -> Any:

@@ -170,7 +170,10 @@ class EorIngress:
             metrics.observe("eor_stage_seconds", time.perf_counter() - t, stage="vote")
             return out
 
-        answers = await answer_async(spec.questions, cascade, run_stage, vote)
+        def time_left() -> float:  # the next stage needs time for its reading and the vote after it
+            return budget - (time.perf_counter() - t0) - min(self.limits.vote_reserve_s, budget / 4)
+
+        answers = await answer_async(spec.questions, cascade, run_stage, vote, time_left=time_left)
         voter = await self.voter.weights_source.remote()
         now = time.perf_counter()
         metrics.observe("eor_stage_seconds", now - t0, stage="total")

@@ -34,8 +34,8 @@ class ServiceConfig:
     ray_grpc_port: int = 0  # >0: also enable Ray Serve's own gRPC proxy here (binds all interfaces, no TLS)
     metrics_port: int = 8080  # Ray's Prometheus endpoint on this node (0: Ray picks)
     groups: tuple[tuple[str, ...], ...] = DEFAULT_GROUPS  # retriever specs per actor; unlisted specs get their own
-    retriever_timeout_s: float = 120.0  # per retriever group call; a request deadline can only shorten it
-    vote_reserve_s: float = 30.0  # of a request deadline, kept for the vote
+    retriever_timeout_s: float = 120.0  # an Ask's whole budget, every cascade stage; a request deadline shortens it
+    vote_reserve_s: float = 30.0  # no new stage starts with less than this (or a quarter of the budget) left
     max_question_chars: int = 2000
     max_batch: int = 64  # questions per AskBatch
     max_prompts: int = 64  # prompts per Generate

@@ -186,7 +186,7 @@ def choose_voter(pool: Sequence[str], reader_model: str, *, weights: str | None 
     if weights:
         path, source = weights, weights
     elif fallback and Path(fallback).exists():
-        path, source = fallback, "pushed"
+        path, source = fallback, "pushed"  # (the service falls back to the shipped voter if it no longer fits)
     elif SHIPPED_VOTER.exists():
         path, source = str(SHIPPED_VOTER), "shipped"
     else:

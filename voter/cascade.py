@@ -27,6 +27,7 @@ from voter.normalize import normalize_answer
 from voter.voting import answer_margin, choose
 
 DEFAULT_TARGET = 0.98
+UNANIMOUS_ONLY = 1e9  # a threshold no margin reaches: the stage stops only unanimous votes (statistic +inf)
 
 
 @dataclass(frozen=True)
@@ -49,8 +50,8 @@ class Cascade:
         if len(self.thresholds) != len(self.stages) - 1:
             raise ValueError(f"{len(self.thresholds)} thresholds for {len(self.stages)} stages "
                              f"(one per stage but the last)")
-        if any(math.isnan(t) for t in self.thresholds):
-            raise ValueError("a stop threshold is NaN")
+        if any(math.isnan(t) or t == -math.inf for t in self.thresholds):
+            raise ValueError("a stop threshold is NaN or -inf")
         if not 0.0 < self.target <= 1.0:
             raise ValueError(f"target agreement must lie in (0, 1], got {self.target}")
 
@@ -64,12 +65,12 @@ class Cascade:
         return [s for st in self.stages for s in st]
 
     def settled(self, stage: int, stat: float) -> bool:
-        """Stop after `stage` (0-based)? Always at the last stage."""
-        return stage >= len(self.stages) - 1 or stat >= self.thresholds[stage]
+        """Stop after `stage` (0-based)? Always at the last stage; never where the threshold is +inf."""
+        return stage >= len(self.stages) - 1 or reaches(stat, self.thresholds[stage])
 
     def to_dict(self) -> dict[str, Any]:
         return {"stages": [list(s) for s in self.stages],
-                "thresholds": [None if math.isinf(t) else t for t in self.thresholds],
+                "thresholds": [None if t == math.inf else t for t in self.thresholds],  # None: never stop there
                 "target": self.target, "fit_agreement": self.fit_agreement,
                 "fit_stop_rate": list(self.fit_stop_rate), "stage_tokens": list(self.stage_tokens)}
 
@@ -86,6 +87,12 @@ class Cascade:
                        stage_tokens=tuple(float(x) for x in d.get("stage_tokens", ())))
         except (TypeError, ValueError) as exc:
             raise ValueError(f"cascade: {exc}") from None
+
+
+def reaches(stat: float | np.ndarray, threshold: float) -> bool | np.ndarray:
+    """The stop test: the statistic reaches a finite threshold (+inf means never stop there)."""
+    return np.isfinite(threshold) & (np.asarray(stat) >= threshold) if isinstance(stat, np.ndarray) else \
+        (math.isfinite(threshold) and stat >= threshold)
 
 
 def settle_stat(scores: np.ndarray, answers: Sequence[str | None]) -> float:
@@ -122,7 +129,7 @@ def stop_stages(stats: np.ndarray, thresholds: Sequence[float]) -> np.ndarray:
     n, s = stats.shape
     stop = np.full(n, s - 1)
     for k in range(s - 2, -1, -1):  # earliest stage wins: fill from the back
-        stop = np.where(stats[:, k] >= thresholds[k], k, stop)
+        stop = np.where(reaches(stats[:, k], thresholds[k]), k, stop)
     return stop
 
 
@@ -140,7 +147,8 @@ def fit_thresholds(trace: StageTrace, target: float = DEFAULT_TARGET) -> tuple[f
     tau = [math.inf] * (s - 1)
     if n == 0 or s < 2:
         return tuple(tau)
-    candidates = [sorted({float(x) for x in trace.stats[:, k] if x > -math.inf}) for k in range(s - 1)]
+    candidates = [sorted({float(x) for x in trace.stats[:, k] if math.isfinite(x)} | {UNANIMOUS_ONLY})
+                  for k in range(s - 1)]
     _, best_cost, _ = evaluate_rule(trace, tau)
     while True:
         move = None

@@ -100,8 +100,9 @@ class SavedWeights:
 
     @property
     def stages(self) -> Cascade:
-        """The cascade to run: the fitted one, or every kept retriever in one stage."""
-        return self.cascade or Cascade.single_stage(self.kept_specs())
+        """The cascade to run: the fitted one, or every kept retriever in one stage (the whole
+        pool when none is kept: the vote's own fallback is every retriever that answered)."""
+        return self.cascade or Cascade.single_stage(self.kept_specs() or self.pool)
 
     def with_cascade(self, cascade: Cascade | None) -> "SavedWeights":
         return replace(self, cascade=cascade)
@@ -164,11 +165,32 @@ class SavedWeights:
             return cls._from_dict(d)
         except (KeyError, TypeError, AttributeError) as exc:
             raise ValueError(f"malformed voter file: {type(exc).__name__}: {exc}") from None
+        except ValueError as exc:
+            raise ValueError(f"malformed voter file: {exc}") from None
 
     @classmethod
     def _from_dict(cls, d: dict[str, Any]) -> "SavedWeights":
+        import math
+
+        from voter.voting import VoteRule
+
         w = d["weights"]
         cascade = d.get("cascade")
+        numbers = [*w["metric_weights"], *w["retriever_weights"], d["threshold"], d.get("sim_threshold", 0.5),
+                   d.get("upper_bound", 0.6)]
+        if not all(isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) for x in numbers):
+            raise ValueError("weights and thresholds must be finite numbers")
+        if not all(isinstance(x, str) for x in (*d["pool"], *d["metrics"])) or not isinstance(d["pooling"], str):
+            raise ValueError("pool, metrics and pooling must be strings")
+        VoteRule(d["pooling"])  # an unknown pooling fails here, not on the first vote
+        p = d["provenance"]
+        if not (isinstance(p.get("n_questions"), int) and isinstance(p.get("reader_model"), str)
+                and isinstance(p.get("questions_file"), str) and isinstance(p.get("extra", {}), dict)):
+            raise ValueError("provenance: n_questions must be an integer, reader_model and questions_file "
+                             "strings, extra an object")
+        kept = [float(x) >= float(d["threshold"]) for x in w["retriever_weights"]]
+        if [bool(x) for x in w["kept"]] != kept:
+            raise ValueError("'kept' does not match the retriever weights and the threshold")
         return cls(
             pool=tuple(d["pool"]),
             metrics=tuple(d["metrics"]),

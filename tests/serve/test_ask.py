@@ -145,3 +145,27 @@ def test_a_voter_for_another_pool_or_a_malformed_voter_file_is_refused(tmp_path,
         err = capsys.readouterr().err
         assert "bad.json" in err and "Traceback" not in err, err
     assert pool.spec_calls == []  # refused before any retriever ran
+
+
+def test_the_cascade_ends_with_the_vote_it_has_when_the_time_runs_out():
+    import asyncio
+
+    from serve.ensemble import answer_async
+    from serve.voting import Vote
+
+    cascade = Cascade((("A", "B"), ("C",), ("D",)), (math.inf, math.inf))
+    ran: list[list[str]] = []
+    clock = iter([1.0, -1.0])
+
+    async def run_stage(open_, specs):
+        from retrievers.types import Candidate, Context, QuestionResult
+
+        ran.append(specs)
+        return [QuestionResult("q", tuple(Candidate(s, "x", Context(s)) for s in specs)) for _ in open_]
+
+    async def vote(results):
+        return [Vote("A", "x", 0.1, None) for _ in results], [0.0 for _ in results]
+
+    [a] = asyncio.run(answer_async(["q"], cascade, run_stage, vote, time_left=lambda: next(clock)))
+    assert ran == [["A", "B"], ["C"]] and a.out_of_time and (a.stopped_at, a.stages) == (2, 3)
+    assert a.ran == ["A", "B", "C"] and a.vote.answer == "x"

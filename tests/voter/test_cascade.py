@@ -100,3 +100,16 @@ def test_cascade_round_trip_and_validation():
         Cascade((("A",), ("B",)), ())
     with pytest.raises(ValueError, match="cascade"):
         Cascade.from_dict({"stages": [["A"], ["B"]], "thresholds": ["high"]})
+
+
+def test_an_infinite_threshold_never_stops_and_unanimous_only_stops_unanimous_votes():
+    from voter.cascade import UNANIMOUS_ONLY
+
+    c = Cascade((("A", "B"), ("C",), ("D",)), (math.inf, UNANIMOUS_ONLY))
+    assert not c.settled(0, math.inf) and not c.settled(0, 5.0)
+    assert c.settled(1, math.inf) and not c.settled(1, 5.0)
+    assert c.settled(2, -math.inf)  # the last stage always ends the question
+    stats = np.array([[math.inf, math.inf, math.inf], [0.3, 0.2, math.inf]])
+    assert list(stop_stages(stats, (math.inf, UNANIMOUS_ONLY))) == [1, 2]
+    with pytest.raises(ValueError, match="-inf"):
+        Cascade((("A",), ("B",)), (-math.inf,))
