@@ -321,7 +321,7 @@ class Voter:
 
     def _set_weights(self, weights: dict | None, path: str) -> None:
         from serve.paths import pushed_voter_path
-        from serve.voting import MetricOptions, VoterChoice, choose_voter, metric_options
+        from serve.voting import VoterChoice, choose_voter, metric_options
         from voter.weights_io import SavedWeights, check_compatible, save_weights
 
         svc = self.settings.service

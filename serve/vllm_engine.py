@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Sequence
 
 from retrievers.hardware import cpu_has_bf16

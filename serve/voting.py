@@ -25,7 +25,7 @@ import numpy as np
 
 from retrievers.types import QuestionResult
 from voter.cascade import settle_stat
-from voter.normalize import is_non_answer, normalize_answer
+from voter.normalize import is_non_answer
 from voter.similarity import PairSimilarity, available_metrics, create_metric, similarity_tensor
 from voter.voting import VoteRule, VoterWeights, answer_margin, choose
 from voter.weights_io import SHIPPED_VOTER, Provenance, SavedWeights, load_weights
