@@ -235,7 +235,8 @@ def answer_to_dict(ans, choice) -> dict:
     d["ran"] = ans.ran
     d["stopped_at_stage"], d["stages"] = ans.stopped_at, ans.stages
     d["not_run"] = [s for s in choice.saved.pool if s not in ans.ran]
-    d["reader_tokens"] = vars(ans.result.reader_tokens()) | {"total": ans.result.reader_tokens().total}
+    tokens = ans.result.reader_tokens()
+    d["reader_tokens"] = vars(tokens) | {"total": tokens.total}
     return d
 
 
