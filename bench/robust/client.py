@@ -93,7 +93,8 @@ class BenchClient:
 
     def health(self) -> dict:
         h = self._c.health()
-        return {"status": h.Status.Name(h.status), "model": h.model, "retrievers": list(h.retrievers),
+        return {"status": h.Status.Name(h.status), "model": h.model, "generator": h.generator_model,
+                "retrievers": list(h.retrievers),
                 "reader_prompts": h.reader_prompts, "reader_cache_hits": h.reader_cache_hits}
 
     def close(self) -> None:

@@ -47,6 +47,12 @@ def contains_answer(text: str, golds: Sequence[str]) -> bool:
     return match(text, golds)
 
 
+def leaks_answer(rewrite: str, original: str, golds: Sequence[str]) -> bool:
+    """A rewritten query names a gold answer its original did not (whole tokens, so "1" is
+    not leaked by "1990"): the rewrite answers the question, so it is no perturbed sample."""
+    return match(rewrite, golds, word_boundary=True) and not match(original, golds, word_boundary=True)
+
+
 # RARE's generator prompt asks for "no such info" when the context lacks the answer; this
 # service's reader prompt (EoR App. C.2) asks for "one or few words" and has no refusal
 # instruction, so a refusal is any of the ways a small reader says it cannot answer.

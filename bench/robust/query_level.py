@@ -8,7 +8,8 @@ Protocol, as the paper's §3-§5 maps onto this service:
   is recorded (`kept: false`) and not asked: it is no perturbed sample; nor is a variant whose
   query equals an earlier variant's of the same question (an LLM that wrote fewer than 5
   rewrites gives seed s line s mod n, so its variants repeat; counting a repeat twice would
-  weight that question double).
+  weight that question double); nor is a rewrite that names a gold answer its original did
+  not (`qa.leaks_answer`): it answers the question instead of perturbing it.
 - Retriever (§5.2): the `Retrieve` rpc gives each knowledge source's ranking on its own (Wiki
   and SE; "Any" = the union of both); Recall@k = |gold passages in the top k| / |gold| (BEIR's
   recall), k in `KS`. A hit is a gold passage when its id, less a chunk suffix `#n`, is a gold
@@ -30,7 +31,7 @@ from typing import Any, Hashable, Sequence
 
 from bench.robust.client import EOR, Hit
 from bench.robust.data import Item
-from bench.robust.qa import match
+from bench.robust.qa import leaks_answer, match
 from bench.robust.runner import Perturber, PerturbationSpecs, run_cost, unknown_labels, with_readers
 from bench.robust.store import Instance
 
@@ -39,6 +40,7 @@ CLOSED_BOOK = "ReFree"
 KS = (1, 3, 5, 10, 20)
 CORR_K = 5  # the paper's end-to-end k
 REPEAT_REASON = "same query as variant"
+LEAK_REASON = "the rewrite names the answer"
 
 #: label -> (registry name, kwargs)
 PERTURBATIONS: dict[str, tuple[str, dict]] = {
@@ -140,11 +142,18 @@ class QueryLevelSuite:
             queries, same = perturber.apply_flagged(label, questions, self.seed * 100 + variant, contexts)
         repeats = self._repeated_variant(perturber, label, variant, questions, contexts, queries, same)
         todo = [n for n, inst in enumerate(batch) if inst.id in pending]
-        asked = [n for n in todo if not same[n] and repeats[n] is None]  # neither is a new perturbed sample
+        why: dict[int, str] = {}  # why a variant is no new perturbed sample
+        for n in todo:
+            if same[n]:
+                why[n] = "query unchanged (not applicable)"
+            elif repeats[n] is not None:
+                why[n] = f"{REPEAT_REASON} {repeats[n]}"
+            elif label != "original" and leaks_answer(queries[n], items[n].question, items[n].answers):
+                why[n] = LEAK_REASON
+        asked = [n for n in todo if n not in why]
         records = [{**batch[n].key(), "question": queries[n], "original_question": items[n].question,
-                    "gold": list(items[n].answers), "kept": False,
-                    "reason": "query unchanged (not applicable)" if same[n] else f"{REPEAT_REASON} {repeats[n]}"}
-                   for n in todo if n not in asked]
+                    "gold": list(items[n].answers), "kept": False, "reason": why[n]}
+                   for n in todo if n in why]
         if not asked:
             return records
         qs = [queries[n] for n in asked]

@@ -11,7 +11,8 @@ AskBatch entry that scores EoR and every single retriever at once):
   `retrieval` (real retrieval: the service searches as usual, no documents given).
   A `no_answer` document that still holds an answer, or a `back_translate` one that lost it
   (normalised string match), is dropped (`kept: false`) rather than mis-labelled; so is a
-  cell whose query or documents the perturbation could not change.
+  cell whose query or documents the perturbation could not change, and one whose rewritten
+  query names a gold answer the original did not (`qa.leaks_answer`).
 - The judge (Table 3): g(q, ∅) is the closed-book probe, the ReFree retriever's answer to the
   original query. Ground-truth and lexically-different documents: robust iff correct.
   Lexically-similar, no answer: correct or a safe refusal when g(q, ∅) = 1, a safe refusal
@@ -30,7 +31,7 @@ from typing import Any, Hashable, Sequence
 
 from bench.robust.client import EOR, Doc
 from bench.robust.data import Item
-from bench.robust.qa import contains_answer, is_refusal, match
+from bench.robust.qa import contains_answer, is_refusal, leaks_answer, match
 from bench.robust.runner import Perturber, PerturbationSpecs, run_cost, unknown_labels, with_readers
 from bench.robust.store import Instance
 
@@ -51,6 +52,7 @@ DOC_PERTURBATIONS: dict[str, tuple[str, dict]] = {
 }
 DOC_SETTINGS = ("gt", "no_answer", "back_translate", "retrieval")
 SCORES = ("overall", "query", "document", "retrieval")
+LEAK_REASON = "the rewrite names the answer"
 
 
 def judge(answer: str, gold: Sequence[str], setting: str, closed_book_correct: bool) -> bool:
@@ -128,6 +130,8 @@ class RareSuite:
         for n in todo:
             if q_same[n]:
                 checks[n] = (False, "query unchanged (not applicable)")
+            elif qlabel != "original" and leaks_answer(queries[n], items[n].question, items[n].answers):
+                checks[n] = (False, LEAK_REASON)
             elif d_same[n]:
                 checks[n] = (False, "documents unchanged (not applicable)")
             elif setting == "no_answer" and any(contains_answer(d.text, items[n].answers) for d in docs[n]):

@@ -1,0 +1,69 @@
+"""bench.robust.yields: each suite's own usability verdict, counted per LLM type, no Ask sent."""
+from __future__ import annotations
+
+import re
+
+from bench.robust import yields
+from bench.robust.runner import run_suite
+from bench.robust.store import ResultStore
+from tests.bench.fake_reader import FakeReader
+from tests.bench.fakes import ITEMS
+
+
+class GenerateOnly(FakeReader):
+    """The service's Generate; an Ask or a Retrieve reaching it fails the test."""
+
+    def ask(self, *a, **k):
+        raise AssertionError("the yields run sent an Ask")
+
+    def retrieve(self, *a, **k):
+        raise AssertionError("the yields run sent a Retrieve")
+
+
+def reply(prompt: str) -> str:
+    text = prompt.rsplit("Input text: ", 1)[-1].split("\nOutput:", 1)[0].strip()
+    if "Paraphrase the input text" in prompt and "formal tone" in prompt:
+        return f"Could you kindly tell me {text}?\nMay I ask {text}?"
+    if "redundant knowledge" in prompt:  # names the answer: leaked for q1, q2
+        return "Who wrote Hamlet, the play by Shakespeare?\nWhat is the capital of France, Paris?"
+    if "ambiguity" in prompt:
+        return text  # only echoes: not applicable
+    if prompt.startswith("Rewrite the input question"):
+        return f"{text}, please?"
+    if "Translate the following text" in prompt:
+        return prompt.rsplit("\n\n", 1)[-1]  # round trip unchanged: not applicable
+    if "semantically entail" in prompt:
+        return "entailment"
+    if prompt.startswith("Rearrange the following list"):
+        return "[1, 0]"
+    # SURE passage rewrites: a fixed text that holds no answer (Golden documents lose it)
+    return "This passage was rewritten. It says something else entirely."
+
+
+def test_yields_count_each_suites_verdict_and_send_no_ask(tmp_path):
+    gen = GenerateOnly(reply)
+    dry = yields.PerturbOnlyClient(gen)
+    suites = yields.make_suites(ITEMS)
+    out = {}
+    for name, suite in suites.items():
+        store = ResultStore(tmp_path / name)
+        run_suite(suite, dry, store, batch_size=4, progress=False)
+        out[name] = {label: yields.tally(name, label, list(store.records())) for label in yields.LLM_TYPES[name]}
+    q = out["query"]
+    assert q["formal"]["planned"] == len(ITEMS) * 5
+    # two distinct rewrites per question: variants 2..4 repeat them
+    assert q["formal"]["usable"] == len(ITEMS) * 2 and q["formal"]["questions_with_usable"] == len(ITEMS)
+    assert q["ambiguity"]["usable"] == 0 and "query unchanged (not applicable)" in q["ambiguity"]["reasons"]
+    leaked = q["redundancy"]["reasons"].get("the rewrite names the answer", 0)
+    assert leaked >= 2 and q["redundancy"]["failures"]
+    r = out["rare"]
+    assert r["grammar"]["planned"] == len(ITEMS) and r["grammar"]["usable"] == len(ITEMS)
+    assert r["back_translate"]["usable"] == 0
+    s = out["sure"]
+    # the rewrite drops every answer: Golden documents are dropped, Noise ones pass the entailment filter
+    assert s["style_simple"]["planned"] == 2 * len(ITEMS)
+    assert s["style_simple"]["usable"] == len(ITEMS)
+    assert s["style_simple"]["reasons"] == {"golden document lost the answer": len(ITEMS)}
+    md = yields.report(out, {"questions": len(ITEMS), "generator": "fake"})
+    assert re.search(r"\| query \| formal \| 8 / 20 \| 40% \| 4 / 4 \|", md)
+    assert "the rewrite names the answer" in md
