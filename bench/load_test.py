@@ -310,9 +310,9 @@ def main(argv: list[str] | None = None) -> int:
     service = None
     if args.start:
         from serve.app import LocalService
-        from serve.service_config import load_settings
+        from serve.config import actor_groups, load_config
 
-        service = LocalService(load_settings(args.config, {"service": {"port": 0}})).start()
+        service = LocalService(load_config(args.config, {"service": {"port": 0}})).start()
         args.server = service.address
     _check_loopback(args.server)
     report: dict = {"server": args.server}
@@ -354,10 +354,10 @@ def main(argv: list[str] | None = None) -> int:
 
 def _group_specs(service, config: str | None, group: int) -> list[str]:
     if service is not None:
-        return list(service.settings.groups()[group])
-    from serve.service_config import load_settings  # the same config file the server was given
+        return list(actor_groups(service.settings)[group])
+    from serve.config import actor_groups, load_config  # the same config file the server was given
 
-    return list(load_settings(config).groups()[group])
+    return list(actor_groups(load_config(config))[group])
 
 
 def metrics_snapshot(address: str) -> dict:

@@ -20,7 +20,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from serve.service_config import AppSettings, load_settings, settings_from_dict
+from serve.config import EorConfig, actor_groups, config_from_dict, load_config
 
 APP_NAME = "eor"
 INGRESS = "EorIngress"
@@ -42,7 +42,7 @@ def _pin_version(deployment: Any, version: str) -> Any:
     return deployment
 
 
-def build_app(settings: AppSettings, voter_config: dict | None = None):
+def build_app(settings: EorConfig, voter_config: dict | None = None):
     """The application; `voter_config` (the Voter's user_config) defaults to the settings'
     weights file, or equal weights."""
     from serve.deployments import Reader, RetrieverGroup, Source, Voter
@@ -61,16 +61,16 @@ def build_app(settings: AppSettings, voter_config: dict | None = None):
 
     from serve.config import generator_reader
 
-    own = generator_reader(settings.eor)  # None: the reader's engine serves Generate too
+    own = generator_reader(settings)  # None: the reader's engine serves Generate too
     generator = reader if own is None else pin(Reader.options(name="Generator", ray_actor_options=reader_opts)).bind(
         {**d, "reader": asdict(own)})
     wiki = pin(Source.options(name="Source_Wiki")).bind(d, "Wiki")
     se = pin(Source.options(name="Source_SE")).bind(d, "SE")
-    group_specs = settings.groups()
+    group_specs = actor_groups(settings)
     groups = [pin(RetrieverGroup.options(name=f"Retrievers_{i}")).bind(d, list(g), wiki, se, reader)
               for i, g in enumerate(group_specs)]
     if voter_config is None:
-        voter_config = {"weights_file": svc.weights} if svc.weights else {}
+        voter_config = {"weights_file": settings.voter.weights} if settings.voter.weights else {}
     voter = pin(Voter.options(name="Voter", user_config=voter_config)).bind(d, reader)
     return pin(EorIngress.options(name=INGRESS)).bind(d, groups, [list(g) for g in group_specs], voter, reader,
                                                       {"Wiki": wiki, "SE": se}, generator)
@@ -80,8 +80,8 @@ def app_builder(args: dict[str, Any]):
     """`serve run deploy/serve.yaml`: args {config: eor.yaml path} and/or {settings: {...}}."""
     args = dict(args or {})
     if args.get("settings"):
-        return build_app(settings_from_dict(args["settings"]))
-    return build_app(load_settings(args.get("config") or None))
+        return build_app(config_from_dict(args["settings"]))
+    return build_app(load_config(args.get("config") or None))
 
 
 def _runtime_env() -> dict:
@@ -93,7 +93,7 @@ def _runtime_env() -> dict:
 class LocalService:
     """Ray on this machine (127.0.0.1), the Serve app, and the gRPC front in a background thread."""
 
-    def __init__(self, settings: AppSettings, ray_memory_mb: int = 300):
+    def __init__(self, settings: EorConfig, ray_memory_mb: int = 300):
         self.settings = settings
         self.ray_memory_mb = ray_memory_mb
         self.front = None

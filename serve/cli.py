@@ -10,7 +10,7 @@
 
 fit and eval run the pool over the questions resumably (run log under $EOR_HOME/runs) and
 judge answers by Match (see serve/fitting.py). ask, eval and serve vote with the shipped voter
-unless given --weights (a voter file) or --equal-weights (serve/voting.py: choose_voter), and
+unless given --weights (a voter file) or --equal-weights (voter/question_vote.py: choose_voter), and
 run only its retrievers, in its stages (serve/ensemble.py).
 """
 from __future__ import annotations
@@ -29,7 +29,7 @@ from retrievers.spec import SpecError, parse_spec
 from retrievers.types import QuestionResult
 
 if TYPE_CHECKING:
-    from serve.voting import Vote
+    from voter.question_vote import Vote
 
 EXAMPLE_QUESTION = "who painted the mona lisa"
 DEFAULT_WEIGHTS = "weights/voter.json"  # under $EOR_HOME
@@ -124,13 +124,18 @@ def print_result(result: QuestionResult, vote: "Vote | None" = None) -> None:
 
 
 # ---- the voter, shared by ask / fit / eval ------------------------------------------
-def _voter_choice(args, pool, con=None):
-    """The voter for this command (serve/voting.py: choose_voter); warnings go to stderr."""
-    from serve.voting import choose_voter
+def _voter_choice(args, pool, con=None, config=None):
+    """The voter for this command (voter/question_vote.py: choose_voter): the flags, else the config's
+    `voter:` section; warnings go to stderr."""
+    from voter.question_vote import choose_voter
 
-    choice = choose_voter(pool.specs, pool.reader.model_id, weights=getattr(args, "weights", None),
-                          equal=getattr(args, "equal_weights", False), metrics=args.metrics,
-                          nli_model=args.nli_model, pooling=args.pooling)
+    vc = config.voter if config is not None else None
+    weights = getattr(args, "weights", None) or (vc.weights if vc else "") or None
+    equal = getattr(args, "equal_weights", False) or weights == "equal"
+    metrics = args.metrics or (",".join(vc.metrics) if vc and equal else None)
+    pooling = args.pooling or (vc.pooling if vc else None) or "mean"
+    choice = choose_voter(pool.specs, pool.reader.model_id, weights=None if equal else weights,
+                          equal=equal, metrics=metrics, nli_model=args.nli_model, pooling=pooling)
     for w in choice.warnings:
         if con is not None:
             con.warn(w)
@@ -195,20 +200,20 @@ def _stop_on_sigterm() -> None:
 def cmd_serve(args) -> int:
     """`eor serve`: Ray on this machine, the Serve app, the gRPC front; Ctrl-C stops it."""
     from serve.app import LocalService
-    from serve.service_config import load_settings
+    from serve.config import actor_groups, load_config
 
     overrides = {"reader": {"model": args.model}, "index": {"name": args.index},
                  "service": {"host": args.host, "port": args.port, "ray_grpc_port": args.ray_grpc_port,
-                             "metrics_port": args.metrics_port, "tls_cert": args.tls_cert, "tls_key": args.tls_key,
-                             "weights": args.weights}}
-    settings = load_settings(args.config, overrides)
+                             "metrics_port": args.metrics_port, "tls_cert": args.tls_cert, "tls_key": args.tls_key},
+                 "voter": {"weights": args.weights}}
+    settings = load_config(args.config, overrides)
     svc = settings.service
     if svc.host not in ("127.0.0.1", "localhost", "::1") and not (svc.tls_cert and os.environ.get(svc.token_env)):
         print(f"eor: warning: listening on {svc.host} without TLS and a bearer token (${svc.token_env})",
               file=sys.stderr)
     t = time.time()
-    print(f"starting Ray and the eor application ({len(settings.eor.pool.specs)} retrievers in "
-          f"{len(settings.groups())} actors; the reader loads its model first)...", file=sys.stderr)
+    print(f"starting Ray and the eor application ({len(settings.pool.specs)} retrievers in "
+          f"{len(actor_groups(settings))} actors; the reader loads its model first)...", file=sys.stderr)
     service = LocalService(settings).start()
     _stop_on_sigterm()
     try:
@@ -288,7 +293,7 @@ def _ask_local(args, questions, con):
     """The in-process ask, with a progress line per step on the console."""
     from serve.builder import make_pool
     from serve.ensemble import answer
-    from serve.voting import build_metrics
+    from voter.question_vote import build_metrics
 
     con.step("loading the voter, the indexes and the encoder")
     config = _config(args)
@@ -297,7 +302,7 @@ def _ask_local(args, questions, con):
 
         config = replace(config, reader=replace(config.reader, enforce_eager=True))
     pool = make_pool(config)
-    choice = _voter_choice(args, pool, con)
+    choice = _voter_choice(args, pool, con, config)
     specs = args.retrievers.split(",") if args.retrievers else None
     for s in specs or ():  # a bad or unknown spec fails before the models load
         parse_spec(s)
@@ -389,14 +394,14 @@ def cmd_fit(args) -> int:
     from serve.dataset import qids_digest, select_questions
     from serve.fitting import FitConfig, fit_weights, format_report
     from serve.paths import eor_home
-    from serve.voting import MetricOptions, build_metrics
+    from voter.question_vote import MetricOptions, build_metrics
     from voter.weights_io import file_sha256, save_weights
 
     _check_push(args.push)
     config = _config(args)
     selection = _selection(args)
     questions = select_questions(selection)
-    fit_config = FitConfig(metrics=MetricOptions.parse(args.metrics, args.nli_model), pooling=args.pooling)
+    fit_config = FitConfig(metrics=MetricOptions.parse(args.metrics, args.nli_model), pooling=args.pooling or config.voter.pooling)
     pool = make_pool(config)
     scored, pool_s = _run_pool(args, config, pool, selection, questions)
     sel = selection.describe()
@@ -419,13 +424,13 @@ def cmd_eval(args) -> int:
     from serve.evaluation import evaluate, format_table, replay_ensembles, report_dict
     from serve.paths import eor_home
     from serve.plots import cost_accuracy_plot, rwr_heatmap, safe_name, weights_plot
-    from serve.voting import build_metrics
+    from voter.question_vote import build_metrics
 
     config = _config(args)
     selection = _selection(args)
     questions = select_questions(selection)
     pool = make_pool(config)
-    choice = _voter_choice(args, pool)  # a wrong voter file fails before any work
+    choice = _voter_choice(args, pool, config=config)  # a wrong voter file fails before any work
     saved, options, source = choice.saved, choice.options, choice.source
     _warn_overlap(saved, selection)
     scored, _ = _run_pool(args, config, pool, selection, questions)
@@ -578,7 +583,8 @@ def voter_args(sp, choose: bool = True) -> None:
     sp.add_argument("--metrics", help="similarity metrics, comma-separated (default: the voter's; em,bertscore "
                     "for equal weights and fits)")
     sp.add_argument("--nli-model", help="HF NLI model folder for the nli metric (default: the reader judges)")
-    sp.add_argument("--pooling", default="mean", help="pooling of the similarities (default: mean; a weights file brings its own)")
+    sp.add_argument("--pooling", default=None, help="pooling of the similarities (default: the config's voter.pooling, "
+                    "mean; a weights file brings its own)")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,7 +1,14 @@
-"""Typed configuration for one eor process; YAML maps onto these dataclasses field by field."""
+"""Typed configuration of eor, one loader for every command and the service.
+
+One YAML file, sections reader, generator, pool, index, cache, voter and service, maps onto
+`EorConfig` field by field (`load_config`); an unknown key anywhere is an error naming it.
+`eor ask`, `eor fit`, `eor eval` and `eor serve` read the same file; the `service` section is
+used only by the service, and a command-line flag overrides its key. Secrets never live here:
+the service's bearer token is read from the environment variable named by `service.token_env`.
+"""
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields, is_dataclass
+from dataclasses import asdict, dataclass, field, fields, is_dataclass
 from pathlib import Path
 from typing import Any
 
@@ -9,6 +16,7 @@ import yaml
 
 from retrievers.encoder import DEFAULT_ENCODER
 from retrievers.pool import PoolConfig
+from retrievers.spec import PAPER_POOL
 from serve.models import DEFAULT_GENERATOR
 from serve.vllm_engine import VLLMConfig
 
@@ -38,12 +46,81 @@ class GeneratorConfig:
 
 
 @dataclass(frozen=True)
+class VoterSelection:
+    """Which voter answers: `weights` names a voter file, "equal" asks for equal weights, and
+    empty means the default (the service: the last pushed voter, else the shipped one; the
+    CLI: the shipped one). `metrics` and `pooling` apply to equal weights only: a fitted
+    voter brings its own."""
+
+    weights: str = ""
+    metrics: tuple[str, ...] = ("em", "bertscore")
+    pooling: str = "mean"
+
+
+# Retrievers grouped by the knowledge sources they depend on (so a source outage or a slow
+# source takes out only the groups that need it) and by the work they share inside one pool
+# run (one search at the group's deepest k, one rerank memo per question, the @CP variant next
+# to its base): 5 thin actors for the paper's 16 specs. Unlisted specs get an actor each.
+DEFAULT_GROUPS: tuple[tuple[str, ...], ...] = (
+    ("ReFree", "PK"),  # no source: the reader only
+    ("Wiki@10", "Wiki@10@CP"),  # Wiki only
+    ("SE@1", "SE@4", "SE@1@CP", "SE@4@CP"),  # SE only, one search at k=4
+    ("SE@RR@10", "SE@RR@10@CP", "SE@RR@5&Wiki@5", "SE@RR@5&Wiki@5@CP"),  # SE pages reranked once
+    ("SE@2&Wiki@5", "SE@2&Wiki@5@CP", "HB@RR@10", "HB@RR@10@CP"),  # SE + Wiki (+ PK for HB)
+)
+
+
+@dataclass(frozen=True)
+class ServiceConfig:
+    host: str = "127.0.0.1"  # the gRPC front binds here (0.0.0.0 only on purpose)
+    port: int = 50051  # gRPC front (eor serve); 0 picks a free port
+    ray_grpc_port: int = 0  # >0: also enable Ray Serve's own gRPC proxy here (binds all interfaces, no TLS)
+    metrics_port: int = 8080  # Ray's Prometheus endpoint on this node (0: Ray picks)
+    groups: tuple[tuple[str, ...], ...] = DEFAULT_GROUPS  # retriever specs per actor; unlisted specs get their own
+    retriever_timeout_s: float = 120.0  # an Ask's whole budget, every cascade stage; a request deadline shortens it
+    vote_reserve_s: float = 30.0  # no new stage starts with less than this (or a quarter of the budget) left
+    max_question_chars: int = 2000
+    max_batch: int = 64  # questions per AskBatch
+    max_prompts: int = 64  # prompts per Generate
+    max_prompt_chars: int = 20000
+    max_tokens: int = 512  # Generate's max_tokens cap
+    max_documents: int = 50  # grounding documents per question (Ask.documents)
+    max_document_chars: int = 20000  # characters per grounding document
+    reader_batch_wait_s: float = 0.02  # the reader waits this long for concurrent calls to merge
+    reader_max_batch: int = 256  # prompts per engine call at most
+    token_env: str = "EOR_SERVE_TOKEN"  # bearer token from this env var; unset/empty: no auth
+    tls_cert: str = ""  # PEM paths; both set: the front serves TLS
+    tls_key: str = ""
+    engine_factory: str = ""  # "module:callable" -> ReaderEngine; empty: VLLMEngine(reader)
+    sources_factory: str = ""  # "module:callable(EorConfig) -> (sources, encoder)"; empty: the index
+    ray_temp_dir: str = ""  # empty: $EOR_HOME/ray
+    reader_memory_gib: float = 0.0  # Ray memory reservations (0: none; a multi-node cluster sets them)
+
+    def __post_init__(self) -> None:
+        if self.retriever_timeout_s <= 0 or self.max_batch < 1 or self.max_question_chars < 1:
+            raise ValueError("service: retriever_timeout_s, max_batch and max_question_chars must be positive")
+        seen: set[str] = set()
+        for g in self.groups:
+            dup = seen & set(g)
+            if dup:
+                raise ValueError(f"service.groups: {sorted(dup)} listed in two groups")
+            seen |= set(g)
+
+
+
+@dataclass(frozen=True)
 class EorConfig:
     reader: VLLMConfig = field(default_factory=VLLMConfig)
     generator: GeneratorConfig = field(default_factory=GeneratorConfig)
     pool: PoolConfig = field(default_factory=PoolConfig)
     index: IndexConfig = field(default_factory=IndexConfig)
     cache: CacheConfig = field(default_factory=CacheConfig)
+    voter: VoterSelection = field(default_factory=VoterSelection)
+    service: ServiceConfig = field(default_factory=ServiceConfig)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain data (it travels to every actor); `config_from_dict` reads it back."""
+        return asdict(self)
 
 
 def _build(cls: type, data: dict[str, Any], where: str) -> Any:
@@ -57,7 +134,9 @@ def _build(cls: type, data: dict[str, Any], where: str) -> Any:
         if is_dataclass(default):
             kwargs[name] = _build(type(default), value or {}, f"{where}.{name}")
         elif isinstance(default, tuple):
-            kwargs[name] = tuple(value)
+            if not isinstance(value, (list, tuple)):
+                raise ValueError(f"config key {where}.{name} must be a list, not {type(value).__name__}")
+            kwargs[name] = tuple(tuple(v) if isinstance(v, list) else v for v in value)
         else:
             kwargs[name] = value
     return cls(**kwargs)
@@ -75,10 +154,32 @@ def read_sections(path: str | Path | None) -> dict[str, Any]:
 
 def load_config(path: str | Path | None = None, overrides: dict[str, dict[str, Any]] | None = None) -> EorConfig:
     """Defaults, then the YAML file (if any), then per-section overrides from the command line."""
-    data = read_sections(path)
+    return config_from_dict(read_sections(path), overrides)
+
+
+def config_from_dict(data: dict[str, Any] | None, overrides: dict[str, dict[str, Any]] | None = None) -> EorConfig:
+    """The config from a mapping of sections (`config_to_dict`'s output travels to every actor)."""
+    data = {k: v for k, v in (data or {}).items()}
+    for section, values in data.items():
+        if values is not None and not isinstance(values, dict):
+            raise ValueError(f"config section {section!r} must be a mapping")
+    data = {k: dict(v or {}) for k, v in data.items()}
     for section, values in (overrides or {}).items():
         data.setdefault(section, {}).update({k: v for k, v in values.items() if v is not None})
     return _build(EorConfig, data, "config")
+
+
+def actor_groups(config: EorConfig) -> list[tuple[str, ...]]:
+    """The pool's specs split into the service's actor groups (pool order inside each group)."""
+    specs = list(config.pool.specs)
+    out = []
+    for g in config.service.groups:
+        keep = tuple(s for s in specs if s in g)
+        if keep:
+            out.append(keep)
+    grouped = {s for g in out for s in g}
+    out += [(s,) for s in specs if s not in grouped]
+    return out
 
 
 def generator_reader(config: EorConfig) -> VLLMConfig | None:
@@ -89,3 +190,6 @@ def generator_reader(config: EorConfig) -> VLLMConfig | None:
     from dataclasses import replace
 
     return replace(config.reader, model=model)
+
+
+assert set(s for g in DEFAULT_GROUPS for s in g) == set(PAPER_POOL)

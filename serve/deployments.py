@@ -9,7 +9,7 @@
   specs with remote sources, encoder and reader (serve/handles.py).
 - `Voter`: the EoR voter; its weights come from `user_config` (live updates, no restart).
 
-Every deployment takes the application settings as a plain dict (AppSettings.to_dict()).
+Every deployment takes the application settings as a plain dict (EorConfig.to_dict()).
 """
 from __future__ import annotations
 
@@ -28,7 +28,7 @@ from retrievers.reader import CachedReader, ReaderEngine, SamplingParams
 from retrievers.types import Passage, QuestionResult
 from serve import metrics
 from serve.handles import RemoteEncoder, RemoteEngine, RemoteSource, StageClock, unwrap_prompt
-from serve.service_config import AppSettings, settings_from_dict
+from serve.config import EorConfig, config_from_dict
 
 log = logging.getLogger(__name__)
 
@@ -42,22 +42,22 @@ def import_factory(path: str) -> Any:
     return getattr(importlib.import_module(module), attr)
 
 
-def make_engine(settings: AppSettings) -> ReaderEngine:
+def make_engine(settings: EorConfig) -> ReaderEngine:
     if settings.service.engine_factory:
-        return import_factory(settings.service.engine_factory)(settings.eor)
+        return import_factory(settings.service.engine_factory)(settings)
     from serve.builder import make_engine as make_vllm
 
-    return make_vllm(settings.eor)
+    return make_vllm(settings)
 
 
-def make_sources(settings: AppSettings) -> tuple[dict, Any]:
+def make_sources(settings: EorConfig) -> tuple[dict, Any]:
     if settings.service.sources_factory:
-        return import_factory(settings.service.sources_factory)(settings.eor)
+        return import_factory(settings.service.sources_factory)(settings)
     from retrievers.encoder import Encoder
     from serve.builder import make_sources as make_index_sources
 
-    encoder = Encoder(settings.eor.index.encoder)
-    return make_index_sources(settings.eor, encoder), encoder
+    encoder = Encoder(settings.index.encoder)
+    return make_index_sources(settings, encoder), encoder
 
 
 class CountingEngine:
@@ -140,11 +140,11 @@ class Reader:
     engine starts in this replica, with no operator."""
 
     def __init__(self, settings: dict):
-        self.settings = settings_from_dict(settings)
+        self.settings = config_from_dict(settings)
         from serve.builder import make_reader
 
         self.counting = CountingEngine(self._new_engine())
-        self.reader: CachedReader = make_reader(self.counting, self.settings.eor)
+        self.reader: CachedReader = make_reader(self.counting, self.settings)
         self.batcher = _batcher(self._run, self.settings)
         self.down: str | None = None  # why the engine is down; None: serving
         self.restarts = 0
@@ -220,7 +220,7 @@ class Reader:
         return self.reader.model_id
 
 
-def _batcher(fn, s: AppSettings):
+def _batcher(fn, s: EorConfig):
     from serve.batching import MergingBatcher
 
     return MergingBatcher(fn, s.service.reader_batch_wait_s, s.service.reader_max_batch)
@@ -231,7 +231,7 @@ class Source:
     """One knowledge source, loaded once; Wiki also serves the @RR encoder."""
 
     def __init__(self, settings: dict, name: str):
-        sources, encoder = make_sources(settings_from_dict(settings))
+        sources, encoder = make_sources(config_from_dict(settings))
         self.name = name
         self.source = sources[name].load()
         self.encoder = encoder.load() if hasattr(encoder, "load") else encoder
@@ -259,7 +259,7 @@ class RetrieverGroup:
     def __init__(self, settings: dict, specs: list[str], wiki: Any, se: Any, reader: Any):
         from retrievers.pool import RetrieverPool
 
-        s = settings_from_dict(settings)
+        s = config_from_dict(settings)
         t = s.service.retriever_timeout_s
         sources = {}
         if wiki is not None:
@@ -267,7 +267,7 @@ class RetrieverGroup:
         if se is not None:
             sources["SE"] = RemoteSource("SE", se, t)
         self.specs = list(specs)
-        self.config = replace(s.eor.pool, specs=tuple(specs))
+        self.config = replace(s.pool, specs=tuple(specs))
         encoder = RemoteEncoder(wiki, t) if wiki is not None else None
         reader_client = CachedReader(RemoteEngine(reader, timeout_s=t))  # the reader side caches
         self._pools = {0: RetrieverPool(self.config, sources, encoder, reader_client)}
@@ -305,26 +305,25 @@ class RetrieverGroup:
 class Voter:
     """EoR voting over any subset of the pool, and the cascade the ingress runs.
 
-    Which voter (serve/voting.py: choose_voter): a pushed one (user_config {"weights": dict},
+    Which voter (voter/question_vote.py: choose_voter): a pushed one (user_config {"weights": dict},
     from `eor fit --push`; persisted under $EOR_HOME so it survives a restart), else
-    user_config {"weights_file": PATH} or `service.weights` ("equal": equal weights), else the
+    user_config {"weights_file": PATH} or `voter.weights` ("equal": equal weights), else the
     last pushed voter on disk, else the shipped voter."""
 
     def __init__(self, settings: dict, reader: Any):
-        self.settings = settings_from_dict(settings)
-        self.pool = list(self.settings.eor.pool.specs)
+        self.settings = config_from_dict(settings)
+        self.pool = list(self.settings.pool.specs)
         self.reader_client = CachedReader(RemoteEngine(reader, timeout_s=self.settings.service.retriever_timeout_s))
-        self.reader_model = self.settings.eor.reader.model
+        self.reader_model = self.settings.reader.model
         self.choice = None
         self._metrics = None
-        self._set_weights(None, self.settings.service.weights)
+        self._set_weights(None, self.settings.voter.weights)
 
     def _set_weights(self, weights: dict | None, path: str) -> None:
         from serve.paths import pushed_voter_path
-        from serve.voting import VoterChoice, choose_voter, metric_options
+        from voter.question_vote import VoterChoice, choose_voter, metric_options
         from voter.weights_io import SavedWeights, check_compatible, save_weights
 
-        svc = self.settings.service
         if weights:
             saved = SavedWeights.from_dict(weights)
             check_compatible(saved, pool=self.pool)
@@ -333,7 +332,7 @@ class Voter:
             save_weights(pushed_voter_path(), saved)  # survives a restart
         elif path == "equal":
             choice = choose_voter(self.pool, self.reader_model, equal=True,
-                                  metrics=",".join(svc.voter_metrics), pooling=svc.voter_pooling)
+                                  metrics=",".join(self.settings.voter.metrics), pooling=self.settings.voter.pooling)
         else:
             try:
                 choice = choose_voter(self.pool, self.reader_model, weights=path or None,
@@ -352,10 +351,10 @@ class Voter:
     def reconfigure(self, user_config: dict) -> None:
         user_config = user_config or {}
         self._set_weights(user_config.get("weights"), user_config.get("weights_file")
-                          or self.settings.service.weights)
+                          or self.settings.voter.weights)
 
     def _vote(self, results: list[QuestionResult]):
-        from serve.voting import build_metrics, vote_with_stats
+        from voter.question_vote import build_metrics, vote_with_stats
 
         choice, metrics = self.choice, self._metrics  # one voter for the whole vote, even during a push
         if metrics is None or metrics[0] is not choice:

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Awaitable, Callable, Sequence
 
 from retrievers.types import QuestionResult
-from serve.voting import Vote, VoterChoice, vote_with_stats
+from voter.question_vote import Vote, VoterChoice, vote_with_stats
 from voter.cascade import Cascade
 from voter.similarity import PairSimilarity
 

@@ -15,7 +15,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from serve.fitting import CORRECTNESS, Scored
-from serve.voting import Vote, answer_grid
+from voter.question_vote import Vote, answer_grid
 from retrievers.types import ReaderTokens
 from voter.qa_metrics import exact_match, match, mrlr, oracle_upper_bound, rwr_matrix, token_f1
 from voter.weights_io import SavedWeights
@@ -181,7 +181,7 @@ SWEEP_SCALES = (0.0, 0.25, 0.5, 0.75, 1.0, 1.5, 2.0, 4.0, math.inf)
 
 
 def replay_ensembles(scored: Scored, saved: SavedWeights, metrics: Sequence[Any]) -> EnsembleRuns:
-    from serve.voting import equal_weights, similarity_inputs
+    from voter.question_vote import equal_weights, similarity_inputs
     from voter.cascade import build_trace, evaluate_rule, stop_stages
 
     results = [r for _, r in scored]

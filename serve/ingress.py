@@ -26,7 +26,7 @@ from retrievers.reader import SamplingParams
 from retrievers.types import Candidate, Context, QuestionResult
 from serve import metrics
 from serve.handles import wrap_prompt
-from serve.service_config import settings_from_dict
+from serve.config import config_from_dict
 from serve.wire import (AskSpec, InvalidArgument, ask_reply, parse_ask, parse_generate, parse_retrieve,
                         parse_weights, retrieve_reply)
 
@@ -45,10 +45,10 @@ class RpcError(Exception):
 class EorIngress:
     def __init__(self, settings: dict, groups: list, group_specs: list, voter: Any, reader: Any,
                  sources: dict | None = None, generator: Any = None):
-        self.settings = settings_from_dict(settings)
+        self.settings = config_from_dict(settings)
         self.sources = dict(sources or {})  # name -> source deployment (Retrieve)
         self.limits = self.settings.service
-        self.pool = list(self.settings.eor.pool.specs)
+        self.pool = list(self.settings.pool.specs)
         self.groups = list(zip([tuple(g) for g in group_specs], groups))
         self.voter = voter
         self.reader = reader
@@ -219,7 +219,7 @@ class EorIngress:
 
     async def _retrieve(self, request) -> eor_pb2.RetrieveReply:
         spec = parse_retrieve(request, sorted(self.sources), self.limits)
-        k = spec.k or self.settings.eor.pool.default_k
+        k = spec.k or self.settings.pool.default_k
         timeout = self.limits.retriever_timeout_s
 
         async def search(src: str):

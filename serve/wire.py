@@ -13,7 +13,7 @@ from typing import Any, Callable, Sequence
 
 from protos import eor_pb2
 from retrievers.types import Passage, QuestionResult
-from serve.service_config import ServiceConfig
+from serve.config import ServiceConfig
 
 MAX_TOP_K = 100
 MAX_DEADLINE_S = 3600.0

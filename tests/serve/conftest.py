@@ -123,12 +123,12 @@ def use_pool(monkeypatch):
 @pytest.fixture
 def shipped_voter(tmp_path, monkeypatch):
     """shipped_voter(saved): the voter `eor ask` / `eor eval` use by default, for this test."""
-    import serve.voting
+    import voter.question_vote
     from voter.weights_io import save_weights
 
     def install(saved):
         path = save_weights(tmp_path / "shipped_voter.json", saved)
-        monkeypatch.setattr(serve.voting, "SHIPPED_VOTER", path)
+        monkeypatch.setattr(voter.question_vote, "SHIPPED_VOTER", path)
         return path
 
     return install

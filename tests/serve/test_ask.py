@@ -6,7 +6,7 @@ import math
 import pytest
 
 from serve.cli import main
-from serve.voting import equal_weights
+from voter.question_vote import equal_weights
 from tests.serve.conftest import FakePool
 from voter.cascade import Cascade
 from voter.voting import VoterWeights
@@ -151,7 +151,7 @@ def test_the_cascade_ends_with_the_vote_it_has_when_the_time_runs_out():
     import asyncio
 
     from serve.ensemble import answer_async
-    from serve.voting import Vote
+    from voter.question_vote import Vote
 
     cascade = Cascade((("A", "B"), ("C",), ("D",)), (math.inf, math.inf))
     ran: list[list[str]] = []

@@ -87,7 +87,7 @@ def test_eval_numbers_by_hand_and_plots(qfile, tmp_path, eor_home, use_pool, cap
 
 
 def test_eval_with_fitted_weights_and_a_wrong_weights_file(qfile, tmp_path, eor_home, use_pool, capsys):
-    from serve.voting import equal_weights
+    from voter.question_vote import equal_weights
     from voter.voting import VoterWeights
     from voter.weights_io import save_weights
 

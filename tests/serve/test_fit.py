@@ -7,7 +7,7 @@ import pytest
 
 from serve.cli import main
 from serve.dataset import Selection, select_questions
-from serve.voting import build_metrics, vote
+from voter.question_vote import build_metrics, vote
 from tests.serve.conftest import FakePool, write_questions
 from voter.weights_io import load_weights
 
@@ -71,7 +71,7 @@ def test_fit_follows_the_always_right_retriever_and_records_provenance(tmp_path,
 
 
 def saved_options(saved):
-    from serve.voting import MetricOptions
+    from voter.question_vote import MetricOptions
 
     return MetricOptions(saved.metrics)
 

@@ -10,7 +10,7 @@ import pytest
 
 from protos import eor_pb2
 from retrievers.reader import PromptText, SamplingParams
-from serve.service_config import settings_from_dict
+from serve.config import config_from_dict
 
 
 class EngineDeadError(RuntimeError):
@@ -49,7 +49,7 @@ def make_dying_engine(config):
 def test_a_dead_engine_is_reported_and_restarted():
     from serve.deployments import Reader, ReaderUnavailable
 
-    settings = settings_from_dict({"cache": {"enabled": False}, "service": {
+    settings = config_from_dict({"cache": {"enabled": False}, "service": {
         "engine_factory": f"{__name__}:make_dying_engine", "reader_batch_wait_s": 0.0}})
     reader = Reader.func_or_class(settings.to_dict())
     params = SamplingParams(max_tokens=4)
@@ -105,8 +105,8 @@ class RayTaskError(Exception):
 def _ingress(reader, group, voter):
     from serve.ingress import EorIngress
 
-    settings = settings_from_dict({"service": {"weights": "equal"}})
-    specs = list(settings.eor.pool.specs)
+    settings = config_from_dict({"voter": {"weights": "equal"}})
+    specs = list(settings.pool.specs)
     return EorIngress.func_or_class(settings.to_dict(), [group], [specs], voter, reader)
 
 

@@ -5,7 +5,7 @@ from retrievers.reader import CachedReader, PromptText
 from retrievers.types import Passage
 from serve.dataset import Question
 from serve.runlog import RunKey, RunLog, run_questions
-from serve.voting import MetricOptions, build_metrics, equal_weights, vote
+from voter.question_vote import MetricOptions, build_metrics, equal_weights, vote
 
 
 class Source:

@@ -47,14 +47,14 @@ def live(tmp_path_factory):
     from retrievers.encoder import Encoder
     from serve.app import LocalService
     from serve.builder import build_indexes
-    from serve.service_config import settings_from_dict
+    from serve.config import config_from_dict
 
     build_indexes(corpus, "t", Encoder(), show_progress=False)
-    settings = settings_from_dict({
+    settings = config_from_dict({
         "reader": {"model": str(model)}, "generator": {"model": ""}, "index": {"name": "t"},
         "cache": {"path": str(home / "reader.sqlite")},
-        "service": {"port": 0, "metrics_port": 0, "voter_metrics": ["em", "bertscore"], "weights": "equal",
-                    "retriever_timeout_s": 600}})
+        "voter": {"weights": "equal", "metrics": ["em", "bertscore"]},
+        "service": {"port": 0, "metrics_port": 0, "retriever_timeout_s": 600}})
     svc = LocalService(settings).start()
     yield svc
     svc.stop()

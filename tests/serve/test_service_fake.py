@@ -25,14 +25,15 @@ def _free_port() -> int:
 @pytest.fixture(scope="module")
 def service(tmp_path_factory):
     from serve.app import LocalService
-    from serve.service_config import settings_from_dict
+    from serve.config import config_from_dict
 
     mp = pytest.MonkeyPatch()
     mp.setenv("EOR_HOME", str(tmp_path_factory.mktemp("home")))
-    settings = settings_from_dict({"cache": {"enabled": False}, "generator": {"model": ""}, "service": {"weights": "equal",
+    settings = config_from_dict({"cache": {"enabled": False}, "generator": {"model": ""},
+        "voter": {"weights": "equal", "metrics": ["em"]}, "service": {
         "port": 0, "ray_grpc_port": _free_port(), "metrics_port": _free_port(),
         "engine_factory": f"{FAKES}:make_engine", "sources_factory": f"{FAKES}:make_sources",
-        "voter_metrics": ["em"], "retriever_timeout_s": 2.0, "max_batch": 16}})
+        "retriever_timeout_s": 2.0, "max_batch": 16}})
     svc = LocalService(settings).start()
     _warm_up(svc.address)
     yield svc
@@ -259,7 +260,7 @@ def test_fit_push_changes_the_live_voter_without_restarting_anything(service, st
     import ray
 
     from serve.cli import push_weights
-    from serve.voting import equal_weights
+    from voter.question_vote import equal_weights
     from voter.voting import VoterWeights
     from voter.weights_io import save_weights
 

@@ -13,7 +13,7 @@ import yaml
 
 from protos import eor_pb2
 from retrievers.reader import SamplingParams
-from serve.service_config import DEFAULT_GROUPS, ServiceConfig, load_settings, settings_from_dict
+from serve.config import DEFAULT_GROUPS, ServiceConfig, actor_groups, config_from_dict, load_config
 from serve.wire import BadRequest, InvalidArgument, lenient, parse_ask
 
 
@@ -117,7 +117,7 @@ def test_bearer_token_is_checked_on_every_rpc(monkeypatch):
 
     monkeypatch.setenv("EOR_SERVE_TOKEN", "s3cret")
     cls = EorIngress.func_or_class
-    ing = cls(settings_from_dict({}).to_dict(), [], [], None, None)
+    ing = cls(config_from_dict({}).to_dict(), [], [], None, None)
 
     async def call(meta):
         return await ing.call("Health", eor_pb2.HealthRequest(), meta)
@@ -132,13 +132,13 @@ def test_bearer_token_is_checked_on_every_rpc(monkeypatch):
 def test_voter_weights_come_from_user_config_and_a_push_survives_a_restart(tmp_path, monkeypatch):
     from serve.deployments import Voter
     from serve.paths import pushed_voter_path
-    from serve.voting import equal_weights
+    from voter.question_vote import equal_weights
 
     monkeypatch.setenv("EOR_HOME", str(tmp_path))
-    settings = settings_from_dict({"service": {"voter_metrics": ["em"], "weights": "equal"}})
+    settings = config_from_dict({"voter": {"metrics": ["em"], "weights": "equal"}})
     voter = Voter.func_or_class(settings.to_dict(), None)
     assert voter.choice.source == "equal weights"
-    saved = equal_weights(list(settings.eor.pool.specs), ["em"], "max")
+    saved = equal_weights(list(settings.pool.specs), ["em"], "max")
     voter.reconfigure({"weights": saved.to_dict()})
     assert voter.choice.source == "pushed" and voter.choice.saved.pooling == "max"
     assert pushed_voter_path().exists()
@@ -146,19 +146,29 @@ def test_voter_weights_come_from_user_config_and_a_push_survives_a_restart(tmp_p
         voter.reconfigure({"weights": equal_weights(["ReFree"], ["em"]).to_dict()})  # another pool
     assert voter.choice.saved.pooling == "max"  # the refused push changed nothing
     # a restarted service (no user_config, no weights file) votes with the last pushed voter
-    restarted = Voter.func_or_class(settings_from_dict({"service": {"voter_metrics": ["em"]}}).to_dict(), None)
+    restarted = Voter.func_or_class(config_from_dict({"voter": {"metrics": ["em"]}}).to_dict(), None)
     assert restarted.choice.source == "pushed" and restarted.choice.saved.digest == voter.choice.saved.digest
 
 
 def test_settings_groups_cover_the_pool_and_yaml_round_trips(tmp_path):
-    s = load_settings()
-    groups = s.groups()
-    assert sorted(x for g in groups for x in g) == sorted(s.eor.pool.specs) and len(groups) == len(DEFAULT_GROUPS)
-    small = settings_from_dict({"pool": {"specs": ["ReFree", "Wiki@10", "Wiki@5"]}})
-    assert small.groups() == [("ReFree",), ("Wiki@10",), ("Wiki@5",)]
-    assert settings_from_dict(s.to_dict()) == s
-    with pytest.raises(ValueError, match="unknown config keys at service"):
-        settings_from_dict({"service": {"prot": 1}})
+    s = load_config()
+    groups = actor_groups(s)
+    assert sorted(x for g in groups for x in g) == sorted(s.pool.specs) and len(groups) == len(DEFAULT_GROUPS)
+    small = config_from_dict({"pool": {"specs": ["ReFree", "Wiki@10", "Wiki@5"]}})
+    assert actor_groups(small) == [("ReFree",), ("Wiki@10",), ("Wiki@5",)]
+    assert config_from_dict(s.to_dict()) == s
+    with pytest.raises(ValueError, match="unknown config keys at config.service"):
+        config_from_dict({"service": {"prot": 1}})
+    with pytest.raises(ValueError, match="unknown config keys at config.voter"):
+        config_from_dict({"voter": {"weight": "equal"}})
+
+
+def test_one_config_file_serves_every_command():
+    """deploy/eor-cluster.yaml (reader, generator, voter and service sections) loads with the
+    one loader `eor ask`, `eor fit`, `eor eval` and `eor serve` use."""
+    c = load_config(DEPLOY / "eor-cluster.yaml", {"reader": {"model": None}})
+    assert c.service.retriever_timeout_s == 60 and c.voter.metrics == ("em", "bertscore")
+    assert c.reader.model == c.generator.model
 
 
 def test_generated_stubs_are_up_to_date():
@@ -172,7 +182,7 @@ DEPLOY = Path(__file__).parents[2] / "deploy"
 
 def _app_deployments() -> set[str]:
     names = {"Reader", "Source_Wiki", "Source_SE", "Voter", "EorIngress"}
-    return names | {f"Retrievers_{i}" for i in range(len(load_settings().groups()))}
+    return names | {f"Retrievers_{i}" for i in range(len(actor_groups(load_config())))}
 
 
 def test_deploy_serve_yaml_is_a_valid_serve_config_that_builds_the_app():

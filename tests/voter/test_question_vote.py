@@ -1,5 +1,5 @@
 from retrievers.types import Candidate, Context, QuestionResult
-from serve.voting import answer_grid
+from voter.question_vote import answer_grid
 
 
 def test_echoes_failures_and_empty_answers_do_not_take_part():

@@ -1,6 +1,7 @@
-"""Run the voter over pool results: metrics, the similarity tensor, weights, the vote.
+"""The vote over a question's candidates, and which voter votes: metrics, the similarity
+tensor, weights, the vote, and `choose_voter`.
 
-Shared by `eor ask`, `eor fit` and `eor eval`, so all three vote the same way.
+Shared by `eor ask`, `eor fit`, `eor eval` and the service's Voter deployment, so all vote the same way.
 
 - Metrics come by name (`em`, `bertscore`, `nli`); `nli` is judged by the pool's own reader
   (LLM-judged bidirectional entailment, cached like every other prompt) unless an HF NLI
