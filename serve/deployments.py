@@ -1,8 +1,11 @@
 """The Ray Serve deployments behind the gRPC ingress (serve/ingress.py):
 
-- `Reader`: ONE reader engine (vLLM; loaded inside this actor) behind CachedReader (disk
-  cache + dedup); concurrent generate() calls are merged into one engine batch per
-  SamplingParams (serve/batching.py).
+- `Reader`: ONE reader engine (vLLM's AsyncLLM; loaded inside this actor) behind the disk
+  cache: every distinct uncached prompt is one engine request that joins the running batch
+  (continuous batching, across retrievers and questions); a prompt already in flight is
+  awaited, not sent twice; a cancelled call aborts the requests only it waited for. An
+  engine without `agenerate` (test fakes) gets concurrent calls merged into one batch per
+  SamplingParams instead (serve/batching.py).
 - `Source`: one heavy knowledge source, loaded once (Wiki: encoder + faiss, and `encode()`
   for @RR; SE: Lucene or the HTTP client), shared by every retriever group.
 - `RetrieverGroup`: a thin actor (no torch) running the ordinary `RetrieverPool` over a few
@@ -27,7 +30,7 @@ from ray import serve
 from retrievers.reader import CachedReader, ReaderEngine, SamplingParams
 from retrievers.types import Passage, QuestionResult
 from serve import metrics
-from serve.handles import RemoteEncoder, RemoteEngine, RemoteSource, StageClock, unwrap_prompt
+from serve.handles import CallDeadline, RemoteEncoder, RemoteEngine, RemoteSource, StageClock, unwrap_prompt
 from serve.config import EorConfig, config_from_dict
 
 log = logging.getLogger(__name__)
@@ -45,9 +48,9 @@ def import_factory(path: str) -> Any:
 def make_engine(settings: EorConfig) -> ReaderEngine:
     if settings.service.engine_factory:
         return import_factory(settings.service.engine_factory)(settings)
-    from serve.builder import make_engine as make_vllm
+    from serve.vllm_engine import AsyncVLLMEngine
 
-    return make_vllm(settings)
+    return AsyncVLLMEngine(settings.reader)  # continuous batching: every prompt joins the running batch
 
 
 def make_sources(settings: EorConfig) -> tuple[dict, Any]:
@@ -75,6 +78,11 @@ class CountingEngine:
         self.prompt_tokens = 0
         self.generated_tokens = 0
         self.cached_tokens = 0
+        self.in_flight = 0  # continuous batching: requests in the engine now
+
+    @property
+    def continuous(self) -> bool:
+        return hasattr(self.engine, "agenerate")
 
     def format(self, prompt):
         return self.engine.format(prompt)
@@ -105,6 +113,27 @@ class CountingEngine:
         metrics.inc("eor_reader_tokens", generated)
         metrics.inc("eor_reader_prompt_tokens", prompt_tokens)
         return outs
+
+    async def agenerate(self, prompt: str, params: SamplingParams) -> str:
+        """One request of a continuously batching engine; the batch it joins is what is in
+        flight when it arrives."""
+        self.in_flight += 1
+        metrics.set_gauge("eor_reader_in_flight", self.in_flight)
+        metrics.observe("eor_reader_batch_size", self.in_flight)
+        self.batches += 1
+        self.batch_prompts += self.in_flight
+        try:
+            out = await self.engine.agenerate(prompt, params)
+        finally:
+            self.in_flight -= 1
+            metrics.set_gauge("eor_reader_in_flight", self.in_flight)
+        self.prompt_tokens += out.prompt_tokens
+        self.generated_tokens += out.generated_tokens
+        self.cached_tokens += out.cached_tokens
+        metrics.inc("eor_reader_cached_tokens", out.cached_tokens)
+        metrics.inc("eor_reader_tokens", out.generated_tokens)
+        metrics.inc("eor_reader_prompt_tokens", out.prompt_tokens)
+        return out.text
 
 
 class ReaderUnavailable(RuntimeError):
@@ -149,6 +178,8 @@ class Reader:
         self.down: str | None = None  # why the engine is down; None: serving
         self.restarts = 0
         self._restart_lock = threading.Lock()
+        self._in_flight: dict[str, asyncio.Future] = {}  # cache key -> its engine request
+        self._waiters: dict[str, int] = {}  # cache key -> calls awaiting it
 
     def _new_engine(self) -> ReaderEngine:
         engine = make_engine(self.settings)
@@ -205,7 +236,69 @@ class Reader:
         return outs
 
     async def generate(self, texts: list[str], params: SamplingParams) -> list[str]:
+        if self.counting.continuous:
+            return await self._generate_continuous(texts, params)
         return await self.batcher.submit(texts, params)
+
+    def _formatted(self, texts: list[str]) -> list[str]:
+        out = []
+        for t in texts:
+            p = unwrap_prompt(t)
+            out.append(self.reader.engine.format(p) if p is not None else t)
+        return out
+
+    async def _generate_continuous(self, texts: list[str], params: SamplingParams) -> list[str]:
+        """The disk cache, then one engine request per distinct uncached prompt. A prompt
+        already in flight (another retriever, another question) is awaited, not sent again.
+        When this call is cancelled (its deadline passed, its client went away), the requests
+        no other call waits for are aborted in the engine."""
+        from retrievers.reader import ReaderCache
+
+        if self.down is not None:
+            raise ReaderUnavailable(self.down)
+        reader = self.reader
+        formatted = self._formatted(texts)
+        keys = [ReaderCache.key(reader.model_id, t, params) for t in formatted]
+        known = reader.cache.get_many(keys) if reader.cache else {}
+        hits = sum(1 for k in keys if k in known)
+        reader.stats.prompts += len(keys)
+        reader.stats.cache_hits += hits
+        metrics.inc("eor_reader_prompts", len(keys))
+        metrics.inc("eor_reader_cache_hits", hits)
+        todo = {k: t for k, t in zip(keys, formatted) if k not in known}
+        if todo:
+            reader.stats.calls += 1
+        tasks = {}
+        for k, t in todo.items():
+            task = self._in_flight.get(k)
+            if task is None:
+                task = self._in_flight[k] = asyncio.ensure_future(self._request(k, t, params))
+                task.add_done_callback(lambda done, k=k: self._in_flight.pop(k, None)
+                                       if self._in_flight.get(k) is done else None)
+            self._waiters[k] = self._waiters.get(k, 0) + 1
+            tasks[k] = task
+        try:
+            outs = await asyncio.gather(*(asyncio.shield(t) for t in tasks.values()))
+        except BaseException as exc:
+            if not isinstance(exc, asyncio.CancelledError) and engine_died(exc):
+                raise ReaderUnavailable(self._mark_down(exc)) from None
+            raise
+        finally:
+            for k, task in tasks.items():
+                self._waiters[k] -= 1
+                if self._waiters[k] <= 0:
+                    del self._waiters[k]
+                    if not task.done():
+                        task.cancel()  # nobody waits for it any more: abort it in the engine
+        fresh = dict(zip(tasks, outs))
+        return [known[k] if k in known else fresh[k] for k in keys]
+
+    async def _request(self, key: str, text: str, params: SamplingParams) -> str:
+        out = (await self.counting.agenerate(text, params)).strip()
+        self.reader.stats.engine_prompts += 1
+        if self.reader.cache:
+            self.reader.cache.put_many({key: out})
+        return out
 
     async def stats(self) -> dict:
         st = self.reader.stats
@@ -214,7 +307,8 @@ class Reader:
                 "engine_calls": c.batches, "engine_prompts": c.batch_prompts,
                 "mean_batch": c.batch_prompts / c.batches if c.batches else 0.0,
                 "prompt_tokens": c.prompt_tokens, "generated_tokens": c.generated_tokens,
-                "cached_tokens": c.cached_tokens, "down": self.down, "restarts": self.restarts}
+                "cached_tokens": c.cached_tokens, "down": self.down, "restarts": self.restarts,
+                "in_flight": c.in_flight}
 
     async def model_id(self) -> str:
         return self.reader.model_id
@@ -279,8 +373,9 @@ class RetrieverGroup:
         return self._pools[top_k]
 
     def _run(self, questions: list[str], specs: list[str], top_k: int,
-             documents: Sequence[Sequence[Passage]] | None) -> GroupRun:
+             documents: Sequence[Sequence[Passage]] | None, timeout_s: float | None = None) -> GroupRun:
         StageClock.reset()
+        CallDeadline.set(timeout_s)
         t = time.perf_counter()
         results = self._pool(top_k).run(questions, specs, documents)
         spent = StageClock.spent()
@@ -294,8 +389,9 @@ class RetrieverGroup:
         return GroupRun(results, spent.get("read", 0.0))
 
     async def run(self, questions: list[str], specs: list[str], top_k: int = 0,
-                  documents: Sequence[Sequence[Passage]] | None = None) -> GroupRun:
-        return await asyncio.to_thread(self._run, questions, specs, top_k, documents)
+                  documents: Sequence[Sequence[Passage]] | None = None, timeout_s: float | None = None) -> GroupRun:
+        """`timeout_s`: the request's time left; no source or reader call outlives it."""
+        return await asyncio.to_thread(self._run, questions, specs, top_k, documents, timeout_s)
 
     async def ping(self) -> list[str]:
         return self.specs

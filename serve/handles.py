@@ -54,10 +54,34 @@ class StageClock:
         return dict(getattr(cls._local, "spent", {}) or {})
 
 
+class CallDeadline:
+    """The deadline of the request the calling thread works for (a monotonic time; None: only
+    each call's own timeout). A remote call never waits past it, and one that would is
+    cancelled, so the deployment behind it stops (the reader aborts its engine requests)."""
+
+    _local = threading.local()
+
+    @classmethod
+    def set(cls, seconds: float | None) -> None:
+        cls._local.at = None if seconds is None else time.monotonic() + max(0.0, seconds)
+
+    @classmethod
+    def left(cls) -> float | None:
+        at = getattr(cls._local, "at", None)
+        return None if at is None else max(0.0, at - time.monotonic())
+
+
 def _call(stage: str, method: Any, *args: Any, timeout_s: float | None = None) -> Any:
     t = time.perf_counter()
+    left = CallDeadline.left()
+    if left is not None:
+        timeout_s = left if timeout_s is None else min(timeout_s, left)
+    resp = method.remote(*args)
     try:
-        return method.remote(*args).result(timeout_s=timeout_s)
+        return resp.result(timeout_s=timeout_s)
+    except TimeoutError:
+        resp.cancel()  # the work behind a missed deadline stops too
+        raise
     finally:
         StageClock.add(stage, time.perf_counter() - t)
 

@@ -131,7 +131,7 @@ class EorIngress:
 
     async def _group(self, handle: Any, questions: list[str], specs: list[str], top_k: int, timeout: float,
                      documents: Any = None):
-        resp = handle.run.remote(questions, specs, top_k, documents)
+        resp = handle.run.remote(questions, specs, top_k, documents, timeout)
 
         async def wait():
             return await resp

@@ -32,6 +32,8 @@ _DEFS: dict[str, tuple[str, str, tuple[str, ...], list[float] | None]] = {
                                  "part of reading long contexts)", (), None),
     "eor_reader_cached_tokens": ("counter", "Prompt tokens served by the engine's prefix cache (vLLM's own "
                                  "count): prefilled once, reused", (), None),
+    "eor_reader_in_flight": ("gauge", "Requests in the reader engine now (running + waiting); a request "
+                             "whose deadline passed is aborted and leaves it", (), None),
     "eor_stop_stage": ("counter", "Questions by the cascade stage after which their vote was settled",
                        ("stage",), None),
     "eor_vote_margin": ("histogram", "Voter margin of the winner over the best different answer",
@@ -74,6 +76,15 @@ def observe(name: str, value: float, **tags: str) -> None:
     if metric is not None:
         try:
             metric.observe(value, tags=tags or None)
+        except Exception:
+            pass
+
+
+def set_gauge(name: str, value: float, **tags: str) -> None:
+    metric = _get(name)
+    if metric is not None:
+        try:
+            metric.set(value, tags=tags or None)
         except Exception:
             pass
 

@@ -79,23 +79,45 @@ class VLLMEngine:
             os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", bind)
             os.environ.setdefault("VLLM_CPU_NUM_OF_RESERVED_CPU", "0")
             os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", f"{self.config.cpu_kv_cache_gib:g}")
+        self._llm = self._start()
+        return self
+
+    def _engine_kwargs(self) -> dict:
+        return dict(model=str(self.path), dtype=self.dtype, max_model_len=self.config.max_model_len,
+                    gpu_memory_utilization=self.config.gpu_memory_utilization,
+                    enable_prefix_caching=self.config.enable_prefix_caching,
+                    seed=self.config.seed, enforce_eager=bool(self.config.enforce_eager))
+
+    def _start(self):
         from vllm import LLM
 
-        self._llm = LLM(model=str(self.path), dtype=self.dtype, max_model_len=self.config.max_model_len,
-                        gpu_memory_utilization=self.config.gpu_memory_utilization,
-                        enable_prefix_caching=self.config.enable_prefix_caching,
-                        seed=self.config.seed, enforce_eager=bool(self.config.enforce_eager))
-        return self
+        return LLM(**self._engine_kwargs())
+
+    def _sampling(self, params: SamplingParams):
+        from vllm import SamplingParams as VSamplingParams
+
+        return VSamplingParams(temperature=params.temperature, max_tokens=params.max_tokens,
+                               stop=list(params.stop) or None, seed=self.config.seed,
+                               repetition_penalty=params.repetition_penalty)
+
+    def _count(self, out) -> None:
+        """Add one finished request's tokens to the engine's counters (vLLM's own numbers)."""
+        self.prompt_tokens += len(out.prompt_token_ids or ())
+        self.cached_tokens += out.num_cached_tokens or 0
+        self.generated_tokens += len(out.outputs[0].token_ids or ())
 
     def close(self) -> None:
         """Stop the engine's worker processes now, not at interpreter exit (when logging is gone)."""
         if self._llm is None:
             return
         try:
-            self._llm.llm_engine.engine_core.shutdown()
+            self._shutdown()
         except Exception:  # best effort: the engine may already be down
             pass
         self._llm = None
+
+    def _shutdown(self) -> None:
+        self._llm.llm_engine.engine_core.shutdown()
 
     @property
     def tokenizer(self):
@@ -120,13 +142,59 @@ class VLLMEngine:
 
     def generate(self, prompts: Sequence[str], params: SamplingParams) -> list[str]:
         self.load()
-        from vllm import SamplingParams as VSamplingParams
-
-        sp = VSamplingParams(temperature=params.temperature, max_tokens=params.max_tokens,
-                             stop=list(params.stop) or None, seed=self.config.seed,
-                             repetition_penalty=params.repetition_penalty)
-        outs = self._llm.generate(list(prompts), sp, use_tqdm=False)
-        self.prompt_tokens += sum(len(o.prompt_token_ids or ()) for o in outs)
-        self.cached_tokens += sum(o.num_cached_tokens or 0 for o in outs)
-        self.generated_tokens += sum(len(o.outputs[0].token_ids or ()) for o in outs)
+        outs = self._llm.generate(list(prompts), self._sampling(params), use_tqdm=False)
+        for o in outs:
+            self._count(o)
         return [o.outputs[0].text for o in outs]
+
+
+@dataclass(frozen=True)
+class EngineOutput:
+    """One finished request: its text and vLLM's token counts."""
+
+    text: str
+    prompt_tokens: int = 0
+    cached_tokens: int = 0
+    generated_tokens: int = 0
+
+
+class AsyncVLLMEngine(VLLMEngine):
+    """The service's reader: vLLM's AsyncLLM, continuous batching. Every prompt is its own
+    request and joins the running batch whenever it arrives (across retrievers and concurrent
+    questions); cancelling the awaiting task aborts the request in the engine (vLLM's
+    `generate` aborts on CancelledError), so a missed deadline frees the engine at once.
+    `in_flight` counts this engine's unfinished requests (the reader's running + waiting)."""
+
+    def __init__(self, config: VLLMConfig = VLLMConfig()):
+        super().__init__(config)
+        self.in_flight = 0
+
+    def _start(self):
+        from vllm import AsyncEngineArgs
+        from vllm.v1.engine.async_llm import AsyncLLM
+
+        return AsyncLLM.from_engine_args(AsyncEngineArgs(**self._engine_kwargs()))
+
+    def _shutdown(self) -> None:
+        self._llm.shutdown()
+
+    def generate(self, prompts: Sequence[str], params: SamplingParams) -> list[str]:
+        raise TypeError("AsyncVLLMEngine answers agenerate(); the in-process pool uses VLLMEngine")
+
+    async def agenerate(self, prompt: str, params: SamplingParams) -> "EngineOutput":
+        """One prompt, one engine request; its output and tokens when it finishes."""
+        import uuid
+
+        self.load()
+        final = None
+        self.in_flight += 1
+        try:
+            async for out in self._llm.generate(prompt, self._sampling(params), uuid.uuid4().hex):
+                final = out
+        finally:
+            self.in_flight -= 1
+        if final is None:
+            raise RuntimeError("the engine finished a request without output")
+        self._count(final)
+        return EngineOutput(final.outputs[0].text, len(final.prompt_token_ids or ()),
+                            final.num_cached_tokens or 0, len(final.outputs[0].token_ids or ()))

@@ -54,3 +54,37 @@ def test_qwen_answers_in_a_few_words_rewrites_and_reuses_prefixes(qwen):
     before = qwen.cached_tokens
     qwen.generate([rag], SamplingParams(max_tokens=4))  # the same document again: vLLM's prefix cache serves it
     assert qwen.cached_tokens - before >= 128
+
+
+@pytest.mark.slow
+def test_async_engine_batches_continuously_and_aborts_a_cancelled_request():
+    """The service's engine (AsyncLLM): concurrent requests each finish with the same text the
+    offline engine gives, and a cancelled one leaves the engine at once."""
+    import asyncio
+
+    from serve.vllm_engine import AsyncVLLMEngine, VLLMConfig
+
+    engine = AsyncVLLMEngine(VLLMConfig(model="qwen2.5-coder-0.5b", max_model_len=2048, enforce_eager=True))
+    doc = "Mona Lisa\nThe Mona Lisa is a half-length portrait painting by the Italian artist Leonardo da Vinci."
+    rag = engine.format(answer_prompt("who painted the mona lisa", doc))
+    story = engine.format(PromptText("Write a very long story about a river, at least 2000 words."))
+
+    async def scenario():
+        engine.load()
+        outs = await asyncio.gather(*(engine.agenerate(rag, SamplingParams(max_tokens=16)) for _ in range(3)))
+        long = asyncio.ensure_future(engine.agenerate(story, SamplingParams(max_tokens=1500)))
+        await asyncio.sleep(1.0)
+        assert engine.in_flight == 1
+        long.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await long
+        return outs
+
+    try:
+        outs = asyncio.run(scenario())
+    finally:
+        engine.close()
+    assert len({o.text for o in outs}) == 1 and "leonardo" in outs[0].text.lower()
+    assert outs[0].prompt_tokens > 20 and outs[0].generated_tokens >= 1
+    assert sum(o.cached_tokens for o in outs) >= 0 and engine.in_flight == 0
+    assert engine.generated_tokens < 3 * 16 + 1500  # the cancelled story stopped early

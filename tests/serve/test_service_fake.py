@@ -164,6 +164,15 @@ def test_health_after_bad_inputs(stub, service):
             health_pb2.HealthCheckResponse.SERVING
 
 
+def test_fuzz_share_gets_no_internal_or_unknown_and_health_stays_ok(service):
+    """A seeded share of bench/fuzz.py's malformed requests over every rpc (the live run sends 10,000)."""
+    from bench.fuzz import run
+
+    report = run(service.address, 420, concurrency=8, seed=1)
+    assert report["bad"] == [] and report["health_after"] == "SERVING"
+    assert report["by_code"].get("INVALID_ARGUMENT", 0) >= 300
+
+
 @pytest.mark.parametrize("text", ["[]", "null", "1", '"w"', "{}", '{"format": "eor-voter/2", "pool": 3}'])
 def test_any_json_that_is_not_a_voter_is_invalid_argument(stub, text):
     with pytest.raises(grpc.RpcError) as e:
