@@ -78,7 +78,9 @@ def test_async_engine_batches_continuously_and_aborts_a_cancelled_request():
         long.cancel()
         with pytest.raises(asyncio.CancelledError):
             await long
-        return outs
+        assert engine.in_flight == 0
+        again = await engine.agenerate(rag, SamplingParams(max_tokens=16))  # the engine goes on serving
+        return outs + [again]
 
     try:
         outs = asyncio.run(scenario())
@@ -86,5 +88,4 @@ def test_async_engine_batches_continuously_and_aborts_a_cancelled_request():
         engine.close()
     assert len({o.text for o in outs}) == 1 and "leonardo" in outs[0].text.lower()
     assert outs[0].prompt_tokens > 20 and outs[0].generated_tokens >= 1
-    assert sum(o.cached_tokens for o in outs) >= 0 and engine.in_flight == 0
-    assert engine.generated_tokens < 3 * 16 + 1500  # the cancelled story stopped early
+    assert outs[-1].cached_tokens >= 16  # the same prompt again: vLLM's prefix cache served it
