@@ -19,6 +19,9 @@ compare: cold adaptive EoR (the service's voter: its retrievers, its stages, its
 fault:   during a load (`--fault-n` calls over the load's distinct questions), kill one
          retriever-group actor; expect no failed request, affected replies listing its
          retrievers as missing, Ray restarting it, later replies complete.
+deadline: `--cold` never-asked questions, each an Ask with deadline_s = `--deadline`: latency, what
+         is listed missing, and how soon after the reply the reader's in-flight requests are 0.
+memory:  the resident memory of a running `eor serve` (`--pid`) and all its processes.
 reader-fault: during a load at concurrency `-c`, SIGKILL the vLLM worker process; expect no
          Ask OK with an empty answer, the affected ones UNAVAILABLE with one line, Health (and
          grpc.health.v1) NOT_SERVING within 5 s, and correct answers again within 3 min with no
@@ -57,6 +60,7 @@ def _health(client) -> dict:
     h = client.health()
     return {"prompts": h.reader_prompts, "cache_hits": h.reader_cache_hits,
             "engine_calls": h.reader_engine_calls, "engine_prompts": h.reader_engine_prompts,
+            "in_flight": h.reader_in_flight,
             "prompt_tokens": h.reader_prompt_tokens, "generated_tokens": h.reader_generated_tokens,
             "cached_tokens": h.reader_cached_tokens}
 
@@ -140,6 +144,31 @@ def compare(client, questions: list[str], cold: int, single: str, concurrency: i
             "latency_ratio_adaptive_over_single": ratio(rows["adaptive"]["mean_s"], rows["single"]["mean_s"]),
             "latency_ratio_eor16_over_single": ratio(rows.get("eor16", {}).get("mean_s"), rows["single"]["mean_s"]),
             "goal": "<= 2.5", "reader_work_per_question": work}
+
+
+def deadline_test(client, questions: list[str], deadline_s: float = 5.0, drain_limit_s: float = 10.0) -> dict:
+    """Cold Asks with `deadline_s`: each reply's latency and what it lists missing, then how
+    long after the reply the reader's running + waiting requests (Health.reader_in_flight)
+    take to fall back to zero (the work behind the missed deadline is aborted, not finished)."""
+    rows = []
+    for q in questions:
+        t = time.perf_counter()
+        r = client.ask(q, deadline_s=deadline_s)
+        latency = time.perf_counter() - t
+        in_flight_at_reply = client.health().reader_in_flight
+        t1, drained = time.perf_counter(), None
+        while time.perf_counter() - t1 < drain_limit_s:
+            if client.health().reader_in_flight == 0:
+                drained = round(time.perf_counter() - t1, 2)
+                break
+            time.sleep(0.1)
+        rows.append({"question": q, "latency_s": round(latency, 2), "answer": r.answer, "ran": list(r.ran),
+                     "missing": list(r.missing), "in_flight_at_reply": in_flight_at_reply,
+                     "in_flight_zero_after_s": drained})
+    return {"deadline_s": deadline_s, "asks": rows,
+            "max_latency_s": max(x["latency_s"] for x in rows),
+            "max_drain_s": max((x["in_flight_zero_after_s"] or drain_limit_s) for x in rows),
+            "goal": f"reply <= {deadline_s + 1:g} s; in flight 0 within 2 s"}
 
 
 def _group_processes(group: int) -> list[int]:
@@ -285,7 +314,7 @@ def reader_fault_test(client, address: str, questions: list[str], n: int, concur
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("mode", choices=["load", "compare", "fault", "reader-fault", "all"])
+    ap.add_argument("mode", choices=["load", "compare", "fault", "reader-fault", "deadline", "memory", "all"])
     ap.add_argument("--server", default="127.0.0.1:50051")
     ap.add_argument("--start", action="store_true", help="start the service in this process (loopback)")
     ap.add_argument("--config", help="eor YAML for --start")
@@ -301,6 +330,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--kill-after", type=float, default=30.0)
     ap.add_argument("--kill-group", type=int, default=1, help="index of the retriever group whose actor dies")
     ap.add_argument("--metrics-address", help="HOST:PORT of the server's Prometheus endpoint (with --start: known)")
+    ap.add_argument("--deadline", type=float, default=5.0, help="deadline mode: deadline_s of each Ask")
+    ap.add_argument("--pid", type=int, help="memory mode: the pid of the running `eor serve`")
     ap.add_argument("--out", help="write the report JSON here")
     args = ap.parse_args(argv)
 
@@ -327,6 +358,11 @@ def main(argv: list[str] | None = None) -> int:
 
                 fresh = qs[args.distinct + args.offset:]
                 report["compare"] = compare(client, fresh, args.cold, args.single, pool=PAPER_POOL)
+            if args.mode == "deadline":
+                report["deadline"] = deadline_test(client, qs[args.distinct + args.offset:][:args.cold], args.deadline)
+            if args.mode == "memory":
+                report["memory"] = memory_report(args.pid)
+                report["health"] = _health(client)
             if args.mode == "reader-fault":
                 report["reader_fault"] = reader_fault_test(client, args.server, qs[:args.distinct], args.fault_n,
                                                            args.c, args.kill_after)
@@ -380,12 +416,13 @@ def metrics_snapshot(address: str) -> dict:
     return {"address": address, "sums": dict(sorted(sums.items()))}
 
 
-def memory_report() -> dict:
-    """Resident memory of the service started by --start: this process and every descendant
-    (GCS, raylet, the actors, vLLM's engine processes under the Reader), GiB."""
+def memory_report(root_pid: int | None = None) -> dict:
+    """Resident memory of the service, GiB: the process `root_pid` (default: this one, the
+    service --start began) and every descendant (GCS, raylet, the actors, vLLM's engine
+    processes under the Reader)."""
     import psutil
 
-    me = psutil.Process()
+    me = psutil.Process(root_pid)
     total, by = 0, {}
     for p in [me] + me.children(recursive=True):
         try:

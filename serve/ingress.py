@@ -273,6 +273,7 @@ class EorIngress:
         reply.reader_prompt_tokens = st["prompt_tokens"]
         reply.reader_generated_tokens = st["generated_tokens"]
         reply.reader_cached_tokens = st.get("cached_tokens", 0)
+        reply.reader_in_flight = st.get("in_flight", 0)
         try:
             reply.voter = await asyncio.wait_for(self.voter.weights_source.remote(), 10.0)
             reply.generator_model = st["model"] if self.generator is self.reader else \
