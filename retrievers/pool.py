@@ -63,6 +63,52 @@ def check_question(question: str) -> str:
 
 
 @dataclass
+class QuestionWork:
+    """What the stages of one question share, so each piece of work is done once per question:
+    each source's hits (searched at the depth every retriever the question may run needs:
+    `run(..., plan_specs=)`), the PK document with its tokens, and the token ids of earlier
+    reader calls (whose prefixes later prompts reuse). Pass the same objects to every stage."""
+
+    hits: dict[str, list[Passage]] = field(default_factory=dict)
+    depth: dict[str, int] = field(default_factory=dict)  # the k each source was searched at
+    pk: tuple[str, ReaderTokens, list[int]] | None = None  # document, its tokens, its prompt ids
+    earlier: list[tuple[list[int], str]] = field(default_factory=list)  # (prompt ids, owner spec)
+    reranked: dict[str, list[Passage]] = field(default_factory=dict)  # @RR order per source key (SE, Wiki, HB)
+
+    def merge(self, other: "QuestionWork") -> None:
+        """Take in what a copy of this record learned elsewhere (a retriever actor's stage)."""
+        for src, k in other.depth.items():
+            if k > self.depth.get(src, 0):
+                self.hits[src], self.depth[src] = other.hits[src], k
+        self.pk = self.pk or other.pk
+        for key, order in other.reranked.items():
+            self.reranked.setdefault(key, order)
+        seen = {(owner, len(ids)) for ids, owner in self.earlier}
+        self.earlier += [(ids, owner) for ids, owner in other.earlier if (owner, len(ids)) not in seen]
+
+
+def search_depth(t: Term, c: PoolConfig) -> list[tuple[str, int]]:
+    """The sources one term reads and the k each must be searched at."""
+    if t.source == "Wiki":
+        return [("Wiki", t.k or c.default_k)]
+    if t.source == "SE":
+        return [("SE", c.se_pages if t.rerank else (t.k or 1))]
+    if t.source == "HB":
+        return [("SE", c.se_pages), ("Wiki", c.hb_wiki_k)]
+    return []
+
+
+def search_depths(plans: Sequence[RetrieverPlan], config: PoolConfig) -> dict[str, int]:
+    """The k each source must be searched at to serve all of `plans` (one search per source)."""
+    depth: dict[str, int] = {}
+    for plan in plans:
+        for t in plan.terms:
+            for src, k in search_depth(t, config):
+                depth[src] = max(depth.get(src, 0), k)
+    return depth
+
+
+@dataclass
 class _Work:
     """Per-run scratch: search results and rerank memos, per question index."""
 
@@ -73,6 +119,8 @@ class _Work:
     hits: dict[str, list[list[Passage]]] = field(default_factory=dict)
     source_errors: dict[str, str] = field(default_factory=dict)
     reranked: dict[tuple[int, str], list[Passage]] = field(default_factory=dict)
+    pk_by_q: dict[int, tuple[str, ReaderTokens, list[int]]] = field(default_factory=dict)
+    shared: Sequence[QuestionWork] | None = None
 
 
 class RetrieverPool:
@@ -101,25 +149,31 @@ class RetrieverPool:
 
     # ---- stages -------------------------------------------------------------------------
     def run(self, questions: Sequence[str], specs: Sequence[str] | None = None,
-            documents: Sequence[Sequence[Passage] | None] | None = None) -> list[QuestionResult]:
+            documents: Sequence[Sequence[Passage] | None] | None = None,
+            shared: Sequence[QuestionWork] | None = None,
+            plan_specs: Sequence[str] | None = None) -> list[QuestionResult]:
         """`documents`: per question, grounding passages that replace what Wiki and SE would
-        return (None or empty: search as usual); every spec processes them as its own."""
+        return (None or empty: search as usual); every spec processes them as its own.
+        `shared`: per question, the work its earlier stages did (reused, then extended in
+        place); `plan_specs`: every retriever the question may run, so a source is searched
+        once, at the deepest k any of them needs."""
         if isinstance(questions, str):
             raise TypeError("run() takes a list of questions, not one string")
         qs = [check_question(q) for q in questions]
         if documents is not None and len(documents) != len(qs):
             raise ValueError(f"{len(qs)} questions but {len(documents)} document lists")
+        if shared is not None and len(shared) != len(qs):
+            raise ValueError(f"{len(qs)} questions but {len(shared)} shared work records")
         plans = [self._plan(s) for s in (self.specs if specs is None else specs)]
-        work = _Work()
+        work = _Work(shared=shared)
+        if shared is not None:
+            work.earlier = {qi: w.earlier for qi, w in enumerate(shared)}  # extended in place
         given = {qi: list(d) for qi, d in enumerate(documents or ()) if d}
         used = {s for p in plans for s in p.sources}
         if used & {"PK", "HB"}:
-            outs = self.reader.generate_counted([pk_prompt(q) for q in qs], self._long_form(self.config.pk_tokens))
-            work.pk_docs = [o.strip() for o, _, _ in outs]
-            work.pk_tokens = [ReaderTokens(len(ids), g) for _, ids, g in outs]
-            for qi, (_, ids, _) in enumerate(outs):
-                work.earlier.setdefault(qi, []).append((ids, "PK"))
-        self._search(qs, plans, work, given)
+            self._pk(qs, work, shared)
+        depth_plans = plans + [self._plan(s) for s in plan_specs or () if s in self.plans]
+        self._search(qs, plans, work, given, shared, self.search_depths(depth_plans))
         contexts: list[list[Context | str]] = []  # Context, or an error message
         for qi, q in enumerate(qs):
             contexts.append([self._context(qi, q, p, work) for p in plans])
@@ -138,36 +192,53 @@ class RetrieverPool:
             raise KeyError(f"retriever {spec!r} is not in the pool; pool: {', '.join(self.plans)}")
         return self.plans[spec]
 
+    def _pk(self, qs: list[str], work: _Work, shared: Sequence[QuestionWork] | None) -> None:
+        """The PK document of each question: written once, reused by every later stage."""
+        todo = [qi for qi in range(len(qs)) if shared is None or shared[qi].pk is None]
+        if todo:
+            outs = self.reader.generate_counted([pk_prompt(qs[qi]) for qi in todo],
+                                                self._long_form(self.config.pk_tokens))
+            for qi, (o, ids, g) in zip(todo, outs):
+                pk = (o.strip(), ReaderTokens(len(ids), g), list(ids))
+                if shared is not None:
+                    shared[qi].pk = pk
+                work.earlier.setdefault(qi, []).append((pk[2], "PK"))  # (shared's own list, when shared)
+                work.pk_by_q[qi] = pk
+        for qi in range(len(qs)):
+            if qi not in work.pk_by_q:
+                work.pk_by_q[qi] = shared[qi].pk
+        work.pk_docs = [work.pk_by_q[qi][0] for qi in range(len(qs))]
+        work.pk_tokens = [work.pk_by_q[qi][1] for qi in range(len(qs))]
+
+    def search_depths(self, plans: Sequence[RetrieverPlan]) -> dict[str, int]:
+        return search_depths(plans, self.config)
+
     def _search(self, qs: list[str], plans: list[RetrieverPlan], work: _Work,
-                given: Mapping[int, list[Passage]]) -> None:
-        depth: dict[str, int] = {}
-        for plan in plans:
-            for t in plan.terms:
-                for src, k in self._search_depth(t):
-                    depth[src] = max(depth.get(src, 0), k)
-        todo = [qi for qi in range(len(qs)) if qi not in given]
-        for src, k in depth.items():
+                given: Mapping[int, list[Passage]], shared: Sequence[QuestionWork] | None = None,
+                plan_depth: Mapping[str, int] | None = None) -> None:
+        for src, k in self.search_depths(plans).items():
             hits: list[list[Passage]] = [list(given.get(qi, ())) for qi in range(len(qs))]
+            todo = []
+            for qi in range(len(qs)):
+                if qi in given:
+                    continue
+                if shared is not None and shared[qi].depth.get(src, 0) >= k:
+                    hits[qi] = shared[qi].hits[src]  # an earlier stage searched it
+                else:
+                    todo.append(qi)
             if todo:
+                deep = max(k, (plan_depth or {}).get(src, 0))
                 try:
-                    found = self.sources[src].search([qs[qi] for qi in todo], k)
+                    found = self.sources[src].search([qs[qi] for qi in todo], deep)
                 except Exception as exc:  # a broken source fails only the retrievers that use it
                     log.exception("source %s failed", src)
                     work.source_errors[src] = f"{src} search failed: {exc}"
                     continue
                 for qi, h in zip(todo, found):
                     hits[qi] = h
+                    if shared is not None:
+                        shared[qi].hits[src], shared[qi].depth[src] = h, deep
             work.hits[src] = hits
-
-    def _search_depth(self, t: Term) -> list[tuple[str, int]]:
-        c = self.config
-        if t.source == "Wiki":
-            return [("Wiki", t.k or c.default_k)]
-        if t.source == "SE":
-            return [("SE", c.se_pages if t.rerank else (t.k or 1))]
-        if t.source == "HB":
-            return [("SE", c.se_pages), ("Wiki", c.hb_wiki_k)]
-        return []
 
     def _term_passages(self, qi: int, q: str, t: Term, work: _Work) -> list[Passage]:
         c = self.config
@@ -206,7 +277,10 @@ class RetrieverPool:
 
     def _reranked(self, qi: int, q: str, key: str, passages: list[Passage], work: _Work) -> list[Passage]:
         if (qi, key) not in work.reranked:
-            work.reranked[(qi, key)] = cosine_rerank(self.reranker, q, passages)
+            memo = work.shared[qi].reranked if work.shared is not None else {}
+            if key not in memo:  # chunks are embedded once per question, whichever stage asks first
+                memo[key] = cosine_rerank(self.reranker, q, passages)
+            work.reranked[(qi, key)] = memo[key]
         return work.reranked[(qi, key)]
 
     def _context(self, qi: int, q: str, plan: RetrieverPlan, work: _Work) -> Context | str:

@@ -344,6 +344,7 @@ class GroupRun:
 
     results: list[QuestionResult]
     reader_s: float = 0.0
+    shared: list[Any] | None = None  # the questions' QuestionWork, as this run extended it
 
 
 @serve.deployment(ray_actor_options=THIN, max_ongoing_requests=32)
@@ -373,11 +374,12 @@ class RetrieverGroup:
         return self._pools[top_k]
 
     def _run(self, questions: list[str], specs: list[str], top_k: int,
-             documents: Sequence[Sequence[Passage]] | None, timeout_s: float | None = None) -> GroupRun:
+             documents: Sequence[Sequence[Passage]] | None, timeout_s: float | None = None,
+             shared: list | None = None, plan_specs: list[str] | None = None) -> GroupRun:
         StageClock.reset()
         CallDeadline.set(timeout_s)
         t = time.perf_counter()
-        results = self._pool(top_k).run(questions, specs, documents)
+        results = self._pool(top_k).run(questions, specs, documents, shared=shared, plan_specs=plan_specs)
         spent = StageClock.spent()
         for stage in ("retrieve", "read"):
             metrics.observe("eor_stage_seconds", spent.get(stage, 0.0), stage=stage)
@@ -386,12 +388,14 @@ class RetrieverGroup:
             for c in r.candidates:
                 if c.error is not None:
                     metrics.inc("eor_retriever_errors", retriever=c.retriever)
-        return GroupRun(results, spent.get("read", 0.0))
+        return GroupRun(results, spent.get("read", 0.0), shared)
 
     async def run(self, questions: list[str], specs: list[str], top_k: int = 0,
-                  documents: Sequence[Sequence[Passage]] | None = None, timeout_s: float | None = None) -> GroupRun:
-        """`timeout_s`: the request's time left; no source or reader call outlives it."""
-        return await asyncio.to_thread(self._run, questions, specs, top_k, documents, timeout_s)
+                  documents: Sequence[Sequence[Passage]] | None = None, timeout_s: float | None = None,
+                  shared: list | None = None, plan_specs: list[str] | None = None) -> GroupRun:
+        """`timeout_s`: the request's time left; no source or reader call outlives it. `shared`:
+        each question's QuestionWork from its earlier stages (searches, PK, reranking), reused."""
+        return await asyncio.to_thread(self._run, questions, specs, top_k, documents, timeout_s, shared, plan_specs)
 
     async def ping(self) -> list[str]:
         return self.specs

@@ -17,7 +17,9 @@ from voter.question_vote import Vote, VoterChoice, vote_with_stats
 from voter.cascade import Cascade
 from voter.similarity import PairSimilarity
 
-RunStage = Callable[[list[str], list[str]], list[QuestionResult]]  # (questions, specs) -> results
+# (questions, specs, shared=per-question QuestionWork, plan_specs=every spec of the cascade) -> results:
+# the in-process pool's `run`
+RunStage = Callable[..., list[QuestionResult]]
 
 
 @dataclass(frozen=True)
@@ -91,13 +93,20 @@ async def answer_async(questions: Sequence[str], cascade: Cascade, run_stage: As
 def answer(questions: Sequence[str], choice: VoterChoice, run_stage: RunStage,
            metrics: Sequence[PairSimilarity], specs: Sequence[str] | None = None,
            on_stage: Callable[[int, int, list[str]], None] | None = None) -> list[EnsembleAnswer]:
-    """In-process: `run_stage` is the pool's `run`, the vote runs here."""
+    """In-process: `run_stage` is the pool's `run`, the vote runs here. A question's stages
+    share one `QuestionWork`: each source is searched once (at the depth the whole cascade
+    needs), PK is written once, chunks are embedded once."""
+    from retrievers.pool import QuestionWork
+
     qs = list(questions)
+    cascade = cascade_for(choice, specs)
+    plan = [s for stage in cascade.stages for s in stage]
+    shared = [QuestionWork() for _ in qs]
 
     async def run(open_: list[int], sp: list[str]) -> list[QuestionResult]:
-        return run_stage([qs[i] for i in open_], sp)
+        return run_stage([qs[i] for i in open_], sp, shared=[shared[i] for i in open_], plan_specs=plan)
 
     async def vote(results: list[QuestionResult]) -> tuple[list[Vote], list[float]]:
         return vote_with_stats(results, choice.saved, metrics)
 
-    return asyncio.run(answer_async(qs, cascade_for(choice, specs), run, vote, on_stage))
+    return asyncio.run(answer_async(qs, cascade, run, vote, on_stage))

@@ -22,6 +22,7 @@ import grpc
 from ray import serve
 
 from protos import eor_pb2
+from retrievers.pool import QuestionWork
 from retrievers.reader import SamplingParams
 from retrievers.types import Candidate, Context, QuestionResult
 from serve import metrics
@@ -130,8 +131,8 @@ class EorIngress:
         return eor_pb2.AskBatchReply(replies=await self._ask(spec))
 
     async def _group(self, handle: Any, questions: list[str], specs: list[str], top_k: int, timeout: float,
-                     documents: Any = None):
-        resp = handle.run.remote(questions, specs, top_k, documents, timeout)
+                     documents: Any = None, shared: list | None = None, plan_specs: list[str] | None = None):
+        resp = handle.run.remote(questions, specs, top_k, documents, timeout, shared, plan_specs)
 
         async def wait():
             return await resp
@@ -156,11 +157,16 @@ class EorIngress:
         else:
             cascade = await self.voter.cascade.remote()
         reader_s = [0.0]
+        plan_specs = [s for stage in cascade.stages for s in stage]
+        work = [QuestionWork() for _ in spec.questions]  # one plan per question, shared by its stages
 
         async def run_stage(open_: list[int], specs: list[str]) -> list[QuestionResult]:
             timeout = max(budget - (time.perf_counter() - t0), 0.001)
+            qs, shared = [spec.questions[i] for i in open_], [work[i] for i in open_]
             docs = [spec.documents[i] for i in open_] if spec.documents is not None else None
-            results, spent = await self._fan_out([spec.questions[i] for i in open_], specs, spec.top_k, docs, timeout)
+            if docs is None:
+                await self._search_once(qs, shared, specs, plan_specs, spec.top_k, timeout)
+            results, spent = await self._fan_out(qs, specs, spec.top_k, docs, timeout, shared, plan_specs)
             reader_s[0] += spent
             return results
 
@@ -186,14 +192,43 @@ class EorIngress:
                                      voter, a.stopped_at, a.stages))
         return replies
 
+    async def _search_once(self, qs: list[str], shared: list[QuestionWork], specs: list[str],
+                           plan_specs: list[str], top_k: int, timeout: float) -> None:
+        """Each source this stage reads, searched once per question (at the depth every retriever
+        of the question's plan needs) unless an earlier stage did; the retriever actors then
+        only process the hits. A failed search is left to the actors, which report it per
+        retriever."""
+        from dataclasses import replace
+
+        from retrievers.pool import search_depths
+        from retrievers.spec import parse_spec
+
+        config = replace(self.settings.pool, default_k=top_k) if top_k else self.settings.pool
+        need = search_depths([parse_spec(s) for s in specs], config)
+        deep = search_depths([parse_spec(s) for s in plan_specs], config)
+        calls = []
+        for src, k in need.items():
+            todo = [j for j, w in enumerate(shared) if w.depth.get(src, 0) < k]
+            if todo and src in self.sources:
+                calls.append((src, todo, max(k, deep.get(src, k))))
+        outs = await asyncio.gather(*[asyncio.wait_for(self.sources[src].search.remote([qs[j] for j in todo], kk),
+                                                       timeout) for src, todo, kk in calls], return_exceptions=True)
+        for (src, todo, kk), out in zip(calls, outs):
+            if isinstance(out, BaseException):
+                continue
+            for j, hits in zip(todo, out):
+                shared[j].hits[src], shared[j].depth[src] = hits, kk
+
     async def _fan_out(self, qs: list[str], wanted_specs: list[str], top_k: int, docs: Any,
-                       timeout: float) -> tuple[list[QuestionResult], float]:
+                       timeout: float, work: list[QuestionWork] | None = None,
+                       plan_specs: list[str] | None = None) -> tuple[list[QuestionResult], float]:
         """One stage: the retriever groups holding `wanted_specs`, each under the deadline; a group
-        that errors or misses it comes back as failed candidates."""
+        that errors or misses it comes back as failed candidates. `work`: each question's shared
+        work, passed to every group and extended with what they did."""
         wanted = set(wanted_specs)
         calls = [(sub, handle) for specs, handle in self.groups if (sub := [s for s in specs if s in wanted])]
-        outcomes = await asyncio.gather(*[self._group(h, qs, sub, top_k, timeout, docs) for sub, h in calls],
-                                        return_exceptions=True)
+        outcomes = await asyncio.gather(*[self._group(h, qs, sub, top_k, timeout, docs, work, plan_specs)
+                                          for sub, h in calls], return_exceptions=True)
         by_spec: list[dict[str, Candidate]] = [{} for _ in qs]
         shared: list[dict] = [{} for _ in qs]
         reader_s = 0.0
@@ -209,6 +244,8 @@ class EorIngress:
                         d[s] = Candidate(s, "", Context(s), error=why)
                 continue
             reader_s += out.reader_s
+            for w, theirs in zip(work or (), getattr(out, "shared", None) or ()):
+                w.merge(theirs)
             for d, sh, result in zip(by_spec, shared, out.results):
                 sh.update(result.shared_tokens)
                 for c in result.candidates:

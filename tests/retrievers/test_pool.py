@@ -405,3 +405,50 @@ def test_reader_tokens_per_retriever_with_shared_prefixes_and_the_pk_document_on
     assert pk.prompt > 0 and cands["PK"].shared == ("PK",) and cands["HB@RR@10"].shared == ("PK",)
     alone = result.reader_tokens({"PK"}).total + result.reader_tokens({"HB@RR@10"}).total
     assert result.reader_tokens({"PK", "HB@RR@10"}).total == alone - pk.total  # the PK document is written once
+
+
+class CountingEncoder:
+    """Counts the texts it embeds (the @RR cost), over the memoised real encoder."""
+
+    def __init__(self, inner):
+        self.inner, self.name, self.texts = inner, inner.name, 0
+
+    def load(self):
+        return self
+
+    @property
+    def dim(self):
+        return self.inner.dim
+
+    def encode(self, texts, show_progress=False):
+        self.texts += len(texts)
+        return self.inner.encode(texts)
+
+
+def test_stages_of_one_question_share_searches_pk_and_reranking(memo_encoder):
+    """A cascade's stages with one QuestionWork per question: each source searched once at the
+    depth the whole plan needs, PK written once, chunks embedded once; the candidates are the
+    ones a single run of the same specs gives."""
+    from retrievers.pool import QuestionWork
+
+    stages = [["SE@1", "SE@1@CP"], ["SE@RR@10", "PK"], ["HB@RR@10", "Wiki@10"], ["SE@RR@10@CP", "HB@RR@10@CP"]]
+    plan = [s for st in stages for s in st]
+    enc = CountingEncoder(memo_encoder)
+    s = Setup(enc)
+    shared = [QuestionWork()]
+    staged = [c for st in stages for c in s.pool.run([QUESTION], st, shared=shared, plan_specs=plan)[0].candidates]
+    assert len(s.se.calls) == 1 and len(s.wiki.calls) == 1  # once each, though four stages use them
+    assert s.se.calls[0][1] == s.pool.config.se_pages and s.wiki.calls[0][1] == s.pool.config.hb_wiki_k
+    assert len(s.engine.calls_of("pk")) == 1
+    embedded = enc.texts
+
+    whole = Setup(CountingEncoder(memo_encoder))
+    (one,) = whole.pool.run([QUESTION], plan)
+    assert {c.retriever: (c.answer, c.context) for c in staged} == {c.retriever: (c.answer, c.context)
+                                                                   for c in one.candidates}
+    assert embedded == whole.pool.reranker.texts  # the staged run embedded no chunk twice
+    # without shared work every stage searches again
+    again = Setup(memo_encoder)
+    for st in stages:
+        again.pool.run([QUESTION], st)
+    assert len(again.se.calls) == 4

@@ -56,6 +56,7 @@ class FakePool:
         self.fail_after = fail_after
         self.calls: list[list[str]] = []
         self.spec_calls: list[list[str]] = []  # the specs each run was asked for
+        self.shared_calls: list[tuple] = []  # (shared work, plan specs) each run got
         self.loads = 0
 
     @property
@@ -66,7 +67,9 @@ class FakePool:
         self.loads += 1
         return self
 
-    def run(self, questions: Sequence[str], specs: Sequence[str] | None = None) -> list[QuestionResult]:
+    def run(self, questions: Sequence[str], specs: Sequence[str] | None = None, documents=None,
+            shared=None, plan_specs=None) -> list[QuestionResult]:
+        self.shared_calls.append((shared, list(plan_specs or ())))
         answered = sum(len(c) for c in self.calls)
         if self.fail_after is not None and answered + len(questions) > self.fail_after:
             raise RuntimeError("simulated crash")
