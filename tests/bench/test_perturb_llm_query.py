@@ -21,7 +21,6 @@ def numbered(prompt: str) -> str:
 
 @pytest.mark.parametrize("name, phrase", [
     ("redundancy", "by inserting related redundant knowledge into the input text"),
-    ("formal", "in a more formal tone"),
     ("ambiguity", "while making it unclear to answer by introducing ambiguity"),
 ])
 def test_query_level_rewrites_take_line_seed_of_five(name, phrase):
@@ -49,24 +48,43 @@ def test_rare_rewrites_keep_the_most_similar_of_three_first(name):
     reader = FakeReader(reply)
     p = get(name, generator=reader)
     q = ["when does the cannes film festival take place"]
-    assert p.apply(q, seed=0) == ["When does the Cannes film festival take place?"]
-    assert p.apply(q, seed=1) == ["When is the festival, which has a jury, held in Cannes?"]
-    assert p.apply(q, seed=0) == p.apply(q, seed=3)
+    # the second line is the question itself, capitalised: no rewrite; of the other two the
+    # more similar comes first
+    assert p.apply(q, seed=0) == ["When is the festival, which has a jury, held in Cannes?"]
+    assert p.apply(q, seed=1) == ["Festival when?"]
+    assert p.apply(q, seed=0) == p.apply(q, seed=2)
+
+
+def test_formal_asks_one_rewrite_per_variant_with_its_own_opener():
+    from bench.robust.perturb.llm_query import FORMAL_OPENERS
+
+    def reply(prompt):
+        opener = re.search(r'starting with "([^"]+)"', prompt).group(1)
+        q = prompt.rsplit("Question: ", 1)[1]
+        return f"{opener} {q}?"
+    reader = FakeReader(reply)
+    p = get("formal", generator=reader)
+    outs = [p.apply(["who wrote hamlet"], seed=s)[0] for s in range(6)]
+    assert outs[:5] == [f"{o} who wrote hamlet?" for o in FORMAL_OPENERS] and outs[5] == outs[0]
+    assert all(len(call[0]) == 1 and call[1] == 64 for call in reader.calls)
 
 
 def test_unusable_replies_fall_back_to_the_original_and_are_flagged():
     reader = FakeReader(lambda prompt: "" if "Input text: hamlet?" in prompt else "Output:\n\"who wrote hamlet\"\nWho penned Hamlet?")
-    p = get("formal", generator=reader)
+    p = get("redundancy", generator=reader)
     out = p.apply(["who wrote hamlet", "hamlet?"], seed=0)
     assert out == ["Who penned Hamlet?", "hamlet?"]
     assert p.last_fallbacks == [False, True]
-    reader2 = FakeReader("who wrote hamlet")  # only the original back: not a rewrite
+    reader2 = FakeReader("Who wrote Hamlet?")  # the original back, capitalised: not a rewrite
     assert get("ambiguity", generator=reader2).apply(["who wrote hamlet"]) == ["who wrote hamlet"]
+    formal = get("formal", generator=FakeReader("The owner of Reading Football Club is John Doe."))
+    assert formal.apply(["who is the owner of reading football club"]) == ["who is the owner of reading football club"]
+    assert formal.last_fallbacks == [True]  # an answer is no rewrite
 
 
 def test_batches_over_64_prompts_are_chunked():
     reader = FakeReader("Another query.")
-    out = get("formal", generator=reader, variants=1).apply([f"q{i}" for i in range(70)])
+    out = get("redundancy", generator=reader, variants=1).apply([f"q{i}" for i in range(70)])
     assert out == ["Another query."] * 70 and [len(c[0]) for c in reader.calls] == [64, 6]
     assert "1 times" in reader.calls[0][0][0]
 
@@ -80,5 +98,5 @@ def test_answers_and_commentary_are_not_rewrites():
     reader = FakeReader(lambda p: replies[p.split("Input text: ", 1)[1].split("\n", 1)[0]])
     p = get("ambiguity", generator=reader)
     out = p.apply(list(replies), seed=1)
-    assert out == ["Who wrote the Lord of the Rings?", *list(replies)[1:]]
-    assert p.last_fallbacks == [False, True, True]
+    assert out == list(replies)  # the first reply only capitalised the question: no rewrite either
+    assert p.last_fallbacks == [True, True, True]

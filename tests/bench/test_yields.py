@@ -22,8 +22,10 @@ class GenerateOnly(FakeReader):
 
 def reply(prompt: str) -> str:
     text = prompt.rsplit("Input text: ", 1)[-1].split("\nOutput:", 1)[0].strip()
-    if "Paraphrase the input text" in prompt and "formal tone" in prompt:
-        return f"Could you kindly tell me {text}?\nMay I ask {text}?"
+    if 'formal tone, starting with "' in prompt:  # one rewrite per variant; "Might I ask" is answered instead
+        opener = prompt.split('starting with "', 1)[1].split('"', 1)[0]
+        q = prompt.rsplit("Question: ", 1)[1]
+        return "The answer is unknown." if opener == "Might I ask" else f"{opener} {q}?"
     if "redundant knowledge" in prompt:  # names the answer: leaked for q1, q2
         return "Who wrote Hamlet, the play by Shakespeare?\nWhat is the capital of France, Paris?"
     if "ambiguity" in prompt:
@@ -51,8 +53,9 @@ def test_yields_count_each_suites_verdict_and_send_no_ask(tmp_path):
         out[name] = {label: yields.tally(name, label, list(store.records())) for label in yields.LLM_TYPES[name]}
     q = out["query"]
     assert q["formal"]["planned"] == len(ITEMS) * 5
-    # two distinct rewrites per question: variants 2..4 repeat them
-    assert q["formal"]["usable"] == len(ITEMS) * 2 and q["formal"]["questions_with_usable"] == len(ITEMS)
+    # four variants per question rewrite it, the fifth gets an answer (not applicable)
+    assert q["formal"]["usable"] == len(ITEMS) * 4 and q["formal"]["questions_with_usable"] == len(ITEMS)
+    assert q["formal"]["reasons"] == {"query unchanged (not applicable)": len(ITEMS)}
     assert q["ambiguity"]["usable"] == 0 and "query unchanged (not applicable)" in q["ambiguity"]["reasons"]
     leaked = q["redundancy"]["reasons"].get("the rewrite names the answer", 0)
     assert leaked >= 2 and q["redundancy"]["failures"]
@@ -65,5 +68,5 @@ def test_yields_count_each_suites_verdict_and_send_no_ask(tmp_path):
     assert s["style_simple"]["usable"] == len(ITEMS)
     assert s["style_simple"]["reasons"] == {"golden document lost the answer": len(ITEMS)}
     md = yields.report(out, {"questions": len(ITEMS), "generator": "fake"})
-    assert re.search(r"\| query \| formal \| 8 / 20 \| 40% \| 4 / 4 \|", md)
+    assert re.search(r"\| query \| formal \| 16 / 20 \| 80% \| 4 / 4 \|", md)
     assert "the rewrite names the answer" in md

@@ -1,9 +1,10 @@
 """Query rewrites by the live service's reader: one Generate call per batch, greedy.
 
-- `redundancy`, `formal`, `ambiguity`: the query-level paper's prompts (its Table 3), asking
-  for `variants` (5) paraphrases, one per line; the paper uses all five as five samples, so
-  seed s takes line s mod (lines returned). The one prompt serves every seed, so the service's
-  reader cache answers seeds 1..4 for free.
+- `redundancy`, `ambiguity`: the query-level paper's prompts (its Table 3), asking for
+  `variants` (5) paraphrases, one per line; the paper uses all five as five samples, so seed s
+  takes line s mod (lines returned). The one prompt serves every seed, so the service's reader
+  cache answers seeds 1..4 for free. `formal`: one rewrite per prompt, guided by a formal
+  opener per seed (see `Formal`: the paper's prompt is answered, not followed, by a 0.5B reader).
 - `grammar_rewrite`, `irrelevant_detail`: RARE App. C.1 (GPT-4.1 wrote 3 candidates, the most
   similar to the query by an embedding model was kept). RARE does not publish its prompts:
   these are written in the same style as the ones above. Candidates are ranked by
@@ -76,9 +77,35 @@ class Redundancy(QueryRewrite):
     prompt = REDUNDANCY_PROMPT
 
 
+#: one formal opener per variant (see `Formal`)
+FORMAL_OPENERS = ("Could you please tell me", "May I inquire", "I would like to know", "Would you kindly tell me",
+                  "Might I ask")
+FORMAL_GUIDED_PROMPT = ("Rewrite the question below in a more formal tone, starting with \"{opener}\". Keep its "
+                        "meaning. Do not answer it. Reply with the rewritten question only.\n\nQuestion: {text}")
+
+
 @register("formal")
 class Formal(QueryRewrite):
-    prompt = FORMAL_PROMPT
+    """The formal tone, one rewrite per prompt, guided by an opener per variant (seed s takes
+    `FORMAL_OPENERS[s mod 5]`). Measured with Qwen2.5-Coder-0.5B-Instruct (greedy) on 30 NQ
+    questions: asked the paper's prompt (5 paraphrases, one per line) it answered the question
+    ("The owner of Reading Football Club is John Doe.") or wrote one copy of it with capitals and a
+    "?" (22 of 150 variants usable); rewording the prompt (numbered lists, a few-shot example)
+    gave five copies or rewrote the example's meaning. Asked for one rewrite that starts with a
+    given formal opener it writes a faithful formal question."""
+
+    prompt = FORMAL_PROMPT  # kept for reference: the paper's wording
+
+    def perturb_batch(self, texts: list[str], seed: int, context: list[Mapping[str, Any]]) -> list[str]:
+        opener = FORMAL_OPENERS[seed % len(FORMAL_OPENERS)]
+        outs = self.generate([FORMAL_GUIDED_PROMPT.format(opener=opener, text=t) for t in texts], max_tokens=64)
+        result, flags = [], []
+        for text, out in zip(texts, outs):
+            cands = query_rewrites(out, text)[:1]
+            result.append(cands[0] if cands else text)
+            flags.append(not cands)
+        self.last_fallbacks = flags
+        return result
 
 
 @register("ambiguity")

@@ -64,14 +64,15 @@ def clean_line(line: str) -> str:
 
 def candidate_lines(output: str, original: str = "") -> list[str]:
     """The usable lines of a reader output that was asked for one rewrite per line: cleaned,
-    non-empty, not a bare label ("Output:"), not the original itself, no duplicates."""
+    non-empty, not a bare label ("Output:"), not the original itself (case and punctuation
+    aside), no duplicates."""
     out: list[str] = []
-    seen = {_squash(original)} if original else set()
+    seen = {same_words(original)} if original else set()
     for raw in output.splitlines():
         if raw.strip().endswith(":") and len(raw.split()) <= 8:  # a header ("Here are 5 paraphrases:")
             continue
         line = clean_line(raw)
-        key = _squash(line)
+        key = same_words(line)
         if line and key not in seen and any(ch.isalnum() for ch in line):
             seen.add(key)
             out.append(line)
@@ -133,6 +134,12 @@ def tidy_rewrite(text: str) -> str:
 
 def _squash(text: str) -> str:
     return " ".join(text.lower().split())
+
+
+def same_words(text: str) -> str:
+    """A text's words, lowercased, without punctuation: "What does HP mean?" and "what does hp
+    mean" are one text (a rewrite that only capitalises or adds a "?" changes nothing)."""
+    return " ".join(re.sub(r"[^\w\s]", " ", text.lower()).split())
 
 
 # ------------------------------------------------------------------ similarity
