@@ -57,17 +57,11 @@ class VoterSelection:
     pooling: str = "mean"
 
 
-# Retrievers grouped by the knowledge sources they depend on (so a source outage or a slow
-# source takes out only the groups that need it) and by the work they share inside one pool
-# run (one search at the group's deepest k, one rerank memo per question, the @CP variant next
-# to its base): 5 thin actors for the paper's 16 specs. Unlisted specs get an actor each.
-DEFAULT_GROUPS: tuple[tuple[str, ...], ...] = (
-    ("ReFree", "PK"),  # no source: the reader only
-    ("Wiki@10", "Wiki@10@CP"),  # Wiki only
-    ("SE@1", "SE@4", "SE@1@CP", "SE@4@CP"),  # SE only, one search at k=4
-    ("SE@RR@10", "SE@RR@10@CP", "SE@RR@5&Wiki@5", "SE@RR@5&Wiki@5@CP"),  # SE pages reranked once
-    ("SE@2&Wiki@5", "SE@2&Wiki@5@CP", "HB@RR@10", "HB@RR@10@CP"),  # SE + Wiki (+ PK for HB)
-)
+# One thin actor per retriever spec (ARCHITECTURE.md, "Serving"): the work specs share is shared
+# per question instead (the ingress searches each source once, the reader writes PK once and
+# dedups prompts in flight), so an actor holds only its own processing; a broken or slow actor
+# takes out one retriever. `service.groups` may still co-locate specs in one actor.
+DEFAULT_GROUPS: tuple[tuple[str, ...], ...] = tuple((s,) for s in PAPER_POOL)
 
 
 @dataclass(frozen=True)
@@ -179,7 +173,7 @@ def actor_groups(config: EorConfig) -> list[tuple[str, ...]]:
             out.append(keep)
     grouped = {s for g in out for s in g}
     out += [(s,) for s in specs if s not in grouped]
-    return out
+    return sorted(out, key=lambda g: specs.index(g[0]))  # pool order
 
 
 def generator_reader(config: EorConfig) -> VLLMConfig | None:

@@ -153,7 +153,7 @@ def test_voter_weights_come_from_user_config_and_a_push_survives_a_restart(tmp_p
 def test_settings_groups_cover_the_pool_and_yaml_round_trips(tmp_path):
     s = load_config()
     groups = actor_groups(s)
-    assert sorted(x for g in groups for x in g) == sorted(s.pool.specs) and len(groups) == len(DEFAULT_GROUPS)
+    assert sorted(x for g in groups for x in g) == sorted(s.pool.specs) and len(groups) == len(DEFAULT_GROUPS) == 16
     small = config_from_dict({"pool": {"specs": ["ReFree", "Wiki@10", "Wiki@5"]}})
     assert actor_groups(small) == [("ReFree",), ("Wiki@10",), ("Wiki@5",)]
     assert config_from_dict(s.to_dict()) == s
