@@ -13,6 +13,7 @@ with invalid UTF-8 or wrong field types is answered INVALID_ARGUMENT, not INTERN
 from __future__ import annotations
 
 import json
+import math
 import logging
 from pathlib import Path
 from typing import Any, Awaitable, Callable
@@ -67,6 +68,8 @@ class _Forward:
     def _rpc(self, name: str):
         async def handle(request, context: grpc.aio.ServicerContext):
             method = "CheckVoterWeights" if name == "SetVoterWeights" else name
+            if name in ("Ask", "AskBatch"):
+                _bound_by_grpc_deadline(request, context.time_remaining())
             try:
                 reply, code, details = await self.ingress.call.remote(method, request,
                                                                       list(context.invocation_metadata()))
@@ -90,6 +93,23 @@ class _Forward:
             from serve.deployments import one_line
 
             await context.abort(grpc.StatusCode.INTERNAL, f"applying the weights failed: {one_line(exc)}")
+
+
+#: the reply needs this long after the work stops (vote, encode, send)
+REPLY_MARGIN_S = 0.5
+
+
+def _bound_by_grpc_deadline(request: Any, left: float | None) -> None:
+    """The client's gRPC deadline bounds the Ask like `deadline_s` does (the shorter wins), so
+    the work stops, and the reply with what finished goes out, before the client gives up."""
+    if left is None or not hasattr(request, "deadline_s"):
+        return  # no gRPC deadline, or a request that did not parse (refused later)
+    from serve.wire import MAX_DEADLINE_S
+
+    bound = min(max(left - REPLY_MARGIN_S, 0.05), MAX_DEADLINE_S)
+    d = float(request.deadline_s)
+    if not d or (math.isfinite(d) and 0 < bound < d):
+        request.deadline_s = bound
 
 
 def _health_servicer(ingress: Any) -> Any:

@@ -65,7 +65,7 @@ def test_async_engine_batches_continuously_and_aborts_a_cancelled_request():
     from serve.vllm_engine import AsyncVLLMEngine, VLLMConfig
 
     engine = AsyncVLLMEngine(VLLMConfig(model="qwen2.5-coder-0.5b", max_model_len=2048, enforce_eager=True))
-    doc = "Mona Lisa\nThe Mona Lisa is a half-length portrait painting by the Italian artist Leonardo da Vinci."
+    doc = "Mona Lisa\n" + "The Mona Lisa is a half-length portrait painting by the Italian artist Leonardo da Vinci. " * 12
     rag = engine.format(answer_prompt("who painted the mona lisa", doc))
     story = engine.format(PromptText("Write a very long story about a river, at least 2000 words."))
 
@@ -87,5 +87,5 @@ def test_async_engine_batches_continuously_and_aborts_a_cancelled_request():
     finally:
         engine.close()
     assert len({o.text for o in outs}) == 1 and "leonardo" in outs[0].text.lower()
-    assert outs[0].prompt_tokens > 20 and outs[0].generated_tokens >= 1
-    assert outs[-1].cached_tokens >= 16  # the same prompt again: vLLM's prefix cache served it
+    assert outs[0].generated_tokens >= 1
+    assert outs[0].prompt_tokens > 200 and outs[-1].cached_tokens >= 128  # the same prompt again: prefix cache

@@ -254,3 +254,29 @@ def test_eor_serve_stops_on_sigterm_like_ctrl_c():
     finally:
         signal.signal(signal.SIGTERM, saved[0])
         signal.signal(signal.SIGINT, saved[1])
+
+
+def test_the_grpc_deadline_bounds_an_ask_like_deadline_s():
+    import math
+
+    from serve.grpc_service import REPLY_MARGIN_S, _bound_by_grpc_deadline
+    from serve.wire import MAX_DEADLINE_S
+
+    req = eor_pb2.AskRequest(question="q")
+    _bound_by_grpc_deadline(req, 5.0)
+    assert req.deadline_s == pytest.approx(5.0 - REPLY_MARGIN_S)
+    req = eor_pb2.AskRequest(question="q", deadline_s=2.0)
+    _bound_by_grpc_deadline(req, 5.0)
+    assert req.deadline_s == 2.0  # the shorter wins
+    req = eor_pb2.AskBatchRequest(questions=["q"], deadline_s=30.0)
+    _bound_by_grpc_deadline(req, 10.0)
+    assert req.deadline_s == pytest.approx(10.0 - REPLY_MARGIN_S)
+    req = eor_pb2.AskRequest(question="q")
+    _bound_by_grpc_deadline(req, 10 * MAX_DEADLINE_S)
+    assert req.deadline_s == MAX_DEADLINE_S  # still a valid deadline
+    req = eor_pb2.AskRequest(question="q", deadline_s=math.nan)
+    _bound_by_grpc_deadline(req, 5.0)
+    assert math.isnan(req.deadline_s)  # left for validation to refuse
+    req = eor_pb2.AskRequest(question="q")
+    _bound_by_grpc_deadline(req, None)
+    assert req.deadline_s == 0.0
