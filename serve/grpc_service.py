@@ -21,6 +21,7 @@ from typing import Any, Awaitable, Callable
 import grpc
 
 from protos import eor_pb2
+from serve.wire import BadRequest
 
 log = logging.getLogger(__name__)
 
@@ -121,6 +122,8 @@ def _health_servicer(ingress: Any) -> Any:
 
     class Health(health_pb2_grpc.HealthServicer):
         async def Check(self, request, context):  # noqa: N802 (the rpc's name)
+            if isinstance(request, BadRequest):
+                await context.abort(grpc.StatusCode.INVALID_ARGUMENT, request.message)
             if request.service not in ("", SERVICE):
                 await context.abort(grpc.StatusCode.NOT_FOUND, f"unknown service {request.service!r}")
             try:
@@ -134,6 +137,25 @@ def _health_servicer(ingress: Any) -> Any:
             await context.abort(grpc.StatusCode.UNIMPLEMENTED, "Watch is not served; poll Check")
 
     return Health()
+
+
+def _add_health_servicer(servicer: Any, server: Any) -> None:
+    """Like the generated add_HealthServicer_to_server, with the lenient deserializer (a
+    request that does not parse is INVALID_ARGUMENT, not UNKNOWN)."""
+    from grpc_health.v1 import health_pb2
+
+    from serve.wire import lenient
+
+    name = health_pb2.DESCRIPTOR.services_by_name["Health"].full_name
+    handlers = {
+        "Check": grpc.unary_unary_rpc_method_handler(
+            servicer.Check, request_deserializer=lenient(health_pb2.HealthCheckRequest),
+            response_serializer=health_pb2.HealthCheckResponse.SerializeToString),
+        "Watch": grpc.unary_stream_rpc_method_handler(
+            servicer.Watch, request_deserializer=lenient(health_pb2.HealthCheckRequest),
+            response_serializer=health_pb2.HealthCheckResponse.SerializeToString),
+    }
+    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(name, handlers),))
 
 
 class EorFront:
@@ -154,7 +176,7 @@ class EorFront:
         from grpc_health.v1 import health_pb2, health_pb2_grpc
         from grpc_reflection.v1alpha import reflection
 
-        health_pb2_grpc.add_HealthServicer_to_server(_health_servicer(ingress), self.server)
+        _add_health_servicer(_health_servicer(ingress), self.server)
         reflection.enable_server_reflection(
             [SERVICE, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name, reflection.SERVICE_NAME], self.server)
 
