@@ -9,7 +9,8 @@ malformed retriever spec, a NaN or negative deadline, too many documents, an ove
 document, too many prompts, a bad temperature, a voter JSON that is no voter, invalid
 UTF-8, a truncated message, a wrong wire type), so the run costs the reader nothing and
 never changes the live voter. Health and grpc.health.v1 get garbage too (Health may answer
-OK: it has no fields to be wrong). After the run Health must still say SERVING.
+OK: it has no fields to be wrong; any other rpc answering OK took a malformed request). After
+the run Health must still say SERVING.
 """
 from __future__ import annotations
 
@@ -175,7 +176,8 @@ def run(address: str, n: int, concurrency: int = 16, seed: int = 0, timeout_s: f
             code, detail = exc.code().name, exc.details() or ""
         with lock:
             counts[(case.rpc, case.kind, code)] += 1
-            if code in BAD_CODES or "Traceback" in detail or "\x1b[" in detail or "\n" in detail:
+            accepted = code == "OK" and case.rpc != "Health"  # a malformed request must be refused
+            if code in BAD_CODES or accepted or "Traceback" in detail or "\x1b[" in detail or "\n" in detail:
                 bad.append({"i": i, "rpc": case.rpc, "kind": case.kind, "code": code, "detail": detail[:300]})
 
     stream = cases(seed)

@@ -109,7 +109,9 @@ def _bound_by_grpc_deadline(request: Any, left: float | None) -> None:
 
     bound = min(max(left - REPLY_MARGIN_S, 0.05), MAX_DEADLINE_S)
     d = float(request.deadline_s)
-    if not d or (math.isfinite(d) and 0 < bound < d):
+    if not math.isfinite(d) or d < 0 or d > MAX_DEADLINE_S:
+        return  # an invalid deadline_s stays as sent: validation refuses it
+    if not d or bound < d:
         request.deadline_s = bound
 
 

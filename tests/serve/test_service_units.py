@@ -277,6 +277,10 @@ def test_the_grpc_deadline_bounds_an_ask_like_deadline_s():
     req = eor_pb2.AskRequest(question="q", deadline_s=math.nan)
     _bound_by_grpc_deadline(req, 5.0)
     assert math.isnan(req.deadline_s)  # left for validation to refuse
+    for bad in (-1.0, 10 * MAX_DEADLINE_S):
+        req = eor_pb2.AskRequest(question="q", deadline_s=bad)
+        _bound_by_grpc_deadline(req, 5.0)
+        assert req.deadline_s == bad  # an invalid deadline is never made valid (the fuzz caught it)
     req = eor_pb2.AskRequest(question="q")
     _bound_by_grpc_deadline(req, None)
     assert req.deadline_s == 0.0
