@@ -222,16 +222,21 @@ def fault_test(client, questions: list[str], n: int, concurrency: int, kill_afte
     return res
 
 
+def _title(p) -> str:
+    return " ".join(p.cmdline() or ()) or p.name() or ""
+
+
 def _engine_workers() -> list[int]:
-    """PIDs of vLLM's worker processes on this machine (titled `VLLM::Worker`)."""
+    """PIDs of the service's vLLM worker processes (titled `VLLM::Worker`, under the Reader
+    replica's actor): never another engine on this machine (an `eor eval` beside the service)."""
     import psutil
 
     out = []
-    for p in psutil.process_iter(["pid", "name", "cmdline"]):
+    for p in psutil.process_iter():
         try:
-            title = " ".join(p.info["cmdline"] or ()) or p.info["name"] or ""
-            if title.startswith("VLLM::Worker"):
-                out.append(p.info["pid"])
+            if _title(p).startswith("VLLM::Worker") and any(
+                    _title(a).startswith("ray::ServeReplica:eor:Reader") for a in p.parents()):
+                out.append(p.pid)
         except (psutil.NoSuchProcess, psutil.AccessDenied):
             continue
     return sorted(out)
