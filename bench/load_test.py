@@ -176,11 +176,13 @@ def _group_processes(group: int) -> list[int]:
     titles an actor's process `ray::ServeReplica:<app>:<deployment>`)."""
     import psutil
 
-    tag = f"ServeReplica:eor:Retrievers_{group}"
+    import re
+
+    tag = re.compile(rf"ServeReplica:eor:Retrievers_{group}(?!\d)")  # Retrievers_1, not Retrievers_10
     out = []
     for p in psutil.process_iter(["pid", "cmdline"]):
         try:
-            if any(tag in part for part in (p.info["cmdline"] or ())):
+            if any(tag.search(part) for part in (p.info["cmdline"] or ())):
                 out.append(p.info["pid"])
         except (psutil.NoSuchProcess, psutil.AccessDenied):
             continue
