@@ -71,31 +71,26 @@ def _get(name: str) -> Any | None:
     return _made[name]
 
 
-def observe(name: str, value: float, **tags: str) -> None:
+def _record(name: str, method: str, value: float, tags: dict[str, str]) -> None:
     metric = _get(name)
     if metric is not None:
         try:
-            metric.observe(value, tags=tags or None)
-        except Exception:
+            getattr(metric, method)(value, tags=tags or None)
+        except Exception:  # metrics must never fail a request
             pass
+
+
+def observe(name: str, value: float, **tags: str) -> None:
+    _record(name, "observe", value, tags)
 
 
 def set_gauge(name: str, value: float, **tags: str) -> None:
-    metric = _get(name)
-    if metric is not None:
-        try:
-            metric.set(value, tags=tags or None)
-        except Exception:
-            pass
+    _record(name, "set", value, tags)
 
 
 def inc(name: str, value: float = 1.0, **tags: str) -> None:
-    metric = _get(name)
-    if metric is not None and value:
-        try:
-            metric.inc(value, tags=tags or None)
-        except Exception:
-            pass
+    if value:
+        _record(name, "inc", value, tags)
 
 
 METRIC_NAMES = tuple(_DEFS)

@@ -12,10 +12,7 @@ import pytest
 from retrievers.reader import PromptText, SamplingParams
 from serve.config import config_from_dict
 from serve.vllm_engine import EngineOutput
-
-
-class EngineDeadError(RuntimeError):
-    """Named like vLLM's."""
+from tests.serve.test_reader_recovery import EngineDeadError
 
 
 class SlowEngine:
