@@ -25,6 +25,9 @@ class AnswerPair(NamedTuple):
     question: str = ""
 
 
+MEMO_PAIRS = 200_000  # pairs a metric object remembers
+
+
 class PairSimilarity(ABC):
     """Base of every metric. Subclasses implement `_score` for non-identical pairs only."""
 
@@ -36,17 +39,37 @@ class PairSimilarity(ABC):
         """Load models (explicit, so constructors stay cheap). Idempotent."""
 
     def score(self, pairs: Sequence[tuple[str, str] | tuple[str, str, str]]) -> np.ndarray:
-        """Similarity of every pair, float64 [len(pairs)] in [0, 1]."""
+        """Similarity of every pair, float64 [len(pairs)] in [0, 1]. A pair scored before (by
+        this metric object) is not scored again: the stages of an adaptive vote re-vote over
+        the answers so far, and only the new answers' pairs cost a model call."""
         triples = [AnswerPair(*p) for p in pairs]
         out = np.ones(len(triples), dtype=np.float64)
-        todo = [i for i, p in enumerate(triples) if normalize_answer(p.a) != normalize_answer(p.b)]
+        memo: dict = self.__dict__.setdefault("_memo", {})
+        todo, keys = [], {}
+        for i, p in enumerate(triples):
+            if normalize_answer(p.a) == normalize_answer(p.b):
+                continue
+            key = self._memo_key(p)
+            if key in memo:
+                out[i] = memo[key]
+            else:
+                todo.append(i)
+                keys[i] = key
         if todo:
             self.load()
             vals = np.asarray(self._score([triples[i] for i in todo]), dtype=np.float64)
             if vals.shape != (len(todo),):
                 raise RuntimeError(f"{type(self).__name__} returned {vals.shape} scores for {len(todo)} pairs")
-            out[todo] = np.clip(np.nan_to_num(vals, nan=0.0), 0.0, 1.0)
+            vals = np.clip(np.nan_to_num(vals, nan=0.0), 0.0, 1.0)
+            out[todo] = vals
+            if len(memo) > MEMO_PAIRS:
+                memo.clear()  # bounded: a long-lived service forgets and starts again
+            memo.update((keys[i], float(v)) for i, v in zip(todo, vals))
         return out
+
+    def _memo_key(self, p: "AnswerPair") -> tuple:
+        a, b = (p.a, p.b) if not self.symmetric or p.a <= p.b else (p.b, p.a)
+        return (a, b, p.question) if self.uses_question else (a, b)
 
     @abstractmethod
     def _score(self, pairs: list[AnswerPair]) -> np.ndarray:

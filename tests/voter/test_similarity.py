@@ -138,3 +138,27 @@ def test_input_validation():
         similarity_tensor([["a"]], [], [EMSimilarity()])
     with pytest.raises(ValueError, match="same number"):
         similarity_tensor([["a", "b"], ["a"]], ["q1", "q2"], [EMSimilarity()])
+
+
+def test_a_metric_scores_each_pair_once_across_calls():
+    """The stages of an adaptive vote re-vote over the answers so far: only new pairs cost a call."""
+    import numpy as np
+
+    from voter.similarity import AnswerPair, PairSimilarity
+
+    class Counting(PairSimilarity):
+        name = "counting"
+        symmetric = True
+
+        def __init__(self):
+            self.scored: list[AnswerPair] = []
+
+        def _score(self, pairs):
+            self.scored += pairs
+            return np.full(len(pairs), 0.25)
+
+    m = Counting()
+    first = m.score([("paris", "lyon"), ("paris", "Paris")])
+    assert list(first) == [0.25, 1.0] and len(m.scored) == 1  # equal after normalising: no call
+    again = m.score([("lyon", "paris"), ("paris", "nice")])  # the reverse order is the same pair
+    assert list(again) == [0.25, 0.25] and [(p.a, p.b) for p in m.scored] == [("paris", "lyon"), ("paris", "nice")]
