@@ -125,17 +125,23 @@ class CachedReader:
         texts = [self.engine.format(p) for p in prompts]
         return self.generate_raw(texts, params)
 
-    def generate_raw(self, texts: Sequence[str], params: SamplingParams) -> list[str]:
+    def lookup(self, texts: Sequence[str], params: SamplingParams) -> tuple[list[str], dict[str, str], dict[str, str]]:
+        """(cache key per text, the outputs the disk cache knows, the distinct texts it does not
+        know by key, in first-seen order); counts the prompts and cache hits."""
         self.stats.prompts += len(texts)
-        if not texts:
-            return []
         keys = [ReaderCache.key(self.model_id, t, params) for t in texts]
-        known = self.cache.get_many(keys) if self.cache else {}
-        todo: dict[str, str] = {}  # key -> text, unique, in first-seen order
+        known = self.cache.get_many(keys) if self.cache and keys else {}
+        todo: dict[str, str] = {}
         for k, t in zip(keys, texts):
             if k not in known and k not in todo:
                 todo[k] = t
         self.stats.cache_hits += sum(1 for k in keys if k in known)
+        return keys, known, todo
+
+    def generate_raw(self, texts: Sequence[str], params: SamplingParams) -> list[str]:
+        if not texts:
+            return []
+        keys, known, todo = self.lookup(texts, params)
         if todo:
             outs = self.engine.generate(list(todo.values()), params)
             if len(outs) != len(todo):

@@ -219,13 +219,9 @@ class Reader:
     def _run(self, texts: list[str], params: SamplingParams, n_calls: int) -> list[str]:
         if self.down is not None:
             raise ReaderUnavailable(self.down)
-        formatted = []
-        for t in texts:
-            p = unwrap_prompt(t)
-            formatted.append(self.reader.engine.format(p) if p is not None else t)
         before = (self.reader.stats.prompts, self.reader.stats.cache_hits)
         try:
-            outs = self.reader.generate_raw(formatted, params)
+            outs = self.reader.generate_raw(self._formatted(texts), params)
         except Exception as exc:
             if engine_died(exc):
                 raise ReaderUnavailable(self._mark_down(exc)) from None
@@ -241,6 +237,7 @@ class Reader:
         return await self.batcher.submit(texts, params)
 
     def _formatted(self, texts: list[str]) -> list[str]:
+        """Prompts the retriever actors sent as PromptText markers, in the reader's own format."""
         out = []
         for t in texts:
             p = unwrap_prompt(t)
@@ -252,20 +249,12 @@ class Reader:
         already in flight (another retriever, another question) is awaited, not sent again.
         When this call is cancelled (its deadline passed, its client went away), the requests
         no other call waits for are aborted in the engine."""
-        from retrievers.reader import ReaderCache
-
         if self.down is not None:
             raise ReaderUnavailable(self.down)
         reader = self.reader
-        formatted = self._formatted(texts)
-        keys = [ReaderCache.key(reader.model_id, t, params) for t in formatted]
-        known = reader.cache.get_many(keys) if reader.cache else {}
-        hits = sum(1 for k in keys if k in known)
-        reader.stats.prompts += len(keys)
-        reader.stats.cache_hits += hits
+        keys, known, todo = reader.lookup(self._formatted(texts), params)
         metrics.inc("eor_reader_prompts", len(keys))
-        metrics.inc("eor_reader_cache_hits", hits)
-        todo = {k: t for k, t in zip(keys, formatted) if k not in known}
+        metrics.inc("eor_reader_cache_hits", sum(1 for k in keys if k in known))
         if todo:
             reader.stats.calls += 1
         tasks = {}
