@@ -279,6 +279,8 @@ class Reader:
                     del self._waiters[k]
                     if not task.done():
                         task.cancel()  # nobody waits for it any more: abort it in the engine
+                        if self._in_flight.get(k) is task:
+                            del self._in_flight[k]  # a later caller sends it afresh, not into the abort
         fresh = dict(zip(tasks, outs))
         return [known[k] if k in known else fresh[k] for k in keys]
 
