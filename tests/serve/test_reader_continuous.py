@@ -117,3 +117,24 @@ def test_a_dead_continuous_engine_is_reported_in_one_line_and_replaced(reader):
     n = len(ENGINES)
     asyncio.run(scenario())
     assert len(ENGINES) == n + 1  # a new engine, no operator
+
+
+def test_a_prompt_being_aborted_is_sent_afresh_by_the_next_caller(reader):
+    SlowEngine.delay = 0.3
+
+    async def scenario():
+        first = asyncio.ensure_future(reader.generate(["p"], PARAMS))
+        await asyncio.sleep(0.05)
+        first.cancel()
+        while reader._waiters:  # until the cancelled call has let go of its request
+            await asyncio.sleep(0)
+        # the engine may not have seen the abort yet; the request is no longer offered to callers
+        assert reader._in_flight == {}
+        second = await reader.generate(["p"], PARAMS)
+        with pytest.raises(asyncio.CancelledError):
+            await first
+        return second
+
+    assert asyncio.run(scenario()) == ["out:p"]
+    engine = ENGINES[-1]
+    assert engine.sent == ["p", "p"] and engine.aborted == ["p"] and engine.finished == ["p"]
