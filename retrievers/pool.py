@@ -119,7 +119,6 @@ class _Work:
     hits: dict[str, list[list[Passage]]] = field(default_factory=dict)
     source_errors: dict[str, str] = field(default_factory=dict)
     reranked: dict[tuple[int, str], list[Passage]] = field(default_factory=dict)
-    pk_by_q: dict[int, tuple[str, ReaderTokens, list[int]]] = field(default_factory=dict)
     shared: Sequence[QuestionWork] | None = None
 
 
@@ -173,7 +172,7 @@ class RetrieverPool:
         if used & {"PK", "HB"}:
             self._pk(qs, work, shared)
         depth_plans = plans + [self._plan(s) for s in plan_specs or () if s in self.plans]
-        self._search(qs, plans, work, given, shared, self.search_depths(depth_plans))
+        self._search(qs, plans, work, given, shared, search_depths(depth_plans, self.config))
         contexts: list[list[Context | str]] = []  # Context, or an error message
         for qi, q in enumerate(qs):
             contexts.append([self._context(qi, q, p, work) for p in plans])
@@ -195,28 +194,23 @@ class RetrieverPool:
     def _pk(self, qs: list[str], work: _Work, shared: Sequence[QuestionWork] | None) -> None:
         """The PK document of each question: written once, reused by every later stage."""
         todo = [qi for qi in range(len(qs)) if shared is None or shared[qi].pk is None]
+        written: dict[int, tuple[str, ReaderTokens, list[int]]] = {}
         if todo:
             outs = self.reader.generate_counted([pk_prompt(qs[qi]) for qi in todo],
                                                 self._long_form(self.config.pk_tokens))
             for qi, (o, ids, g) in zip(todo, outs):
-                pk = (o.strip(), ReaderTokens(len(ids), g), list(ids))
+                written[qi] = pk = (o.strip(), ReaderTokens(len(ids), g), list(ids))
                 if shared is not None:
                     shared[qi].pk = pk
                 work.earlier.setdefault(qi, []).append((pk[2], "PK"))  # (shared's own list, when shared)
-                work.pk_by_q[qi] = pk
-        for qi in range(len(qs)):
-            if qi not in work.pk_by_q:
-                work.pk_by_q[qi] = shared[qi].pk
-        work.pk_docs = [work.pk_by_q[qi][0] for qi in range(len(qs))]
-        work.pk_tokens = [work.pk_by_q[qi][1] for qi in range(len(qs))]
-
-    def search_depths(self, plans: Sequence[RetrieverPlan]) -> dict[str, int]:
-        return search_depths(plans, self.config)
+        pks = [written[qi] if qi in written else shared[qi].pk for qi in range(len(qs))]
+        work.pk_docs = [pk[0] for pk in pks]
+        work.pk_tokens = [pk[1] for pk in pks]
 
     def _search(self, qs: list[str], plans: list[RetrieverPlan], work: _Work,
                 given: Mapping[int, list[Passage]], shared: Sequence[QuestionWork] | None = None,
                 plan_depth: Mapping[str, int] | None = None) -> None:
-        for src, k in self.search_depths(plans).items():
+        for src, k in search_depths(plans, self.config).items():
             hits: list[list[Passage]] = [list(given.get(qi, ())) for qi in range(len(qs))]
             todo = []
             for qi in range(len(qs)):
