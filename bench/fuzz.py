@@ -18,6 +18,7 @@ import argparse
 import json
 import math
 import random
+import threading
 import time
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
@@ -162,7 +163,7 @@ def run(address: str, n: int, concurrency: int = 16, seed: int = 0, timeout_s: f
     stubs: dict[str, Callable] = {}
     counts: Counter = Counter()
     bad: list[dict] = []
-    lock = __import__("threading").Lock()
+    lock = threading.Lock()
 
     def send(i_case: tuple[int, Case]) -> None:
         i, case = i_case
