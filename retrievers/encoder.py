@@ -6,6 +6,8 @@ is fetched from a model hub. Any sentence-transformers folder can be configured 
 from __future__ import annotations
 
 import os
+import threading
+from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Sequence
 
@@ -43,9 +45,16 @@ class Encoder:
     # float32. Queries stay float32: in bf16 a query's vector moves with the padding of the
     # batch it came in, and a search must not depend on which questions it was batched with.
     corpus_dtype: str = "auto"
+    # Texts whose float32 vectors are kept (LRU; ~1.5 KiB each at MiniLM's 384 dims). @RR embeds
+    # a question's SE chunks, PK chunks and Wiki passages; the corpus is static, so a chunk seen
+    # by an earlier question (or an earlier Ask of the same one) is never embedded again.
+    memo_size: int = 50_000
 
     def __post_init__(self) -> None:
         self._model = None
+        self._memo: OrderedDict[str, np.ndarray] = OrderedDict()
+        self._memo_lock = threading.Lock()
+        self.memo_hits = 0
 
     def load(self) -> "Encoder":
         if self._model is None:
@@ -60,8 +69,25 @@ class Encoder:
         return resolve_encoder_path(self.name)
 
     def encode(self, texts: Sequence[str], show_progress: bool = False) -> np.ndarray:
-        """Queries and rerank chunks: float32, so a text's vector never depends on its batch."""
-        return self._encode(texts, show_progress, bf16=False)
+        """Queries and rerank chunks: float32, so a text's vector never depends on its batch --
+        which is also what lets a vector be remembered and reused (`memo_size`)."""
+        texts = list(texts)
+        if self.memo_size <= 0 or not texts:
+            return self._encode(texts, show_progress, bf16=False)
+        with self._memo_lock:
+            known = {t: self._memo[t] for t in texts if t in self._memo}
+            for t in known:
+                self._memo.move_to_end(t)
+            self.memo_hits += sum(t in known for t in texts)
+        todo = list(dict.fromkeys(t for t in texts if t not in known))
+        if todo:
+            fresh = self._encode(todo, show_progress, bf16=False)
+            with self._memo_lock:
+                for t, v in zip(todo, fresh):
+                    known[t] = self._memo[t] = v
+                while len(self._memo) > self.memo_size:
+                    self._memo.popitem(last=False)
+        return np.stack([known[t] for t in texts]).astype(np.float32, copy=False)
 
     def encode_corpus(self, texts: Sequence[str], show_progress: bool = False) -> np.ndarray:
         """Passages at indexing time, in bf16 where the CPU has it (`corpus_dtype`)."""

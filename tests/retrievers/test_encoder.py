@@ -48,7 +48,29 @@ def test_corpus_embeddings_in_bf16_match_float32_and_queries_do_not_depend_on_th
     fp32 = Encoder(corpus_dtype="float32").encode_corpus(texts)
     bf16 = Encoder(corpus_dtype="bfloat16").encode_corpus(texts)
     assert ((fp32 * bf16).sum(1) > 0.999).all()
-    enc = Encoder()
+    enc = Encoder(memo_size=0)  # every call embeds: the batch must not move a vector
     alone = enc.encode([texts[0]])[0]
     batched = enc.encode(texts)[0]
     np.testing.assert_allclose(alone, batched, atol=1e-5)
+    remembered = Encoder()
+    remembered.encode([texts[1]])
+    np.testing.assert_allclose(remembered.encode(texts), enc.encode(texts), atol=1e-5)
+    assert remembered.memo_hits == 1
+
+
+def test_memo_embeds_each_text_once_and_keeps_only_the_newest(monkeypatch):
+    enc = Encoder(memo_size=3)
+    seen: list[list[str]] = []
+
+    def fake(texts, show_progress, bf16):
+        seen.append(list(texts))
+        return np.array([[float(len(t)), 1.0] for t in texts], dtype=np.float32)
+    monkeypatch.setattr(enc, "_encode", fake)
+    first = enc.encode(["a", "bb", "a"])
+    assert seen == [["a", "bb"]]  # a text twice in one call is embedded once
+    np.testing.assert_array_equal(first[:, 0], [1, 2, 1])
+    enc.encode(["bb", "ccc", "dddd"])  # bb from the memo; the memo holds 3: "a" is evicted
+    assert seen[-1] == ["ccc", "dddd"] and enc.memo_hits == 1
+    enc.encode(["a"])
+    assert seen[-1] == ["a"]
+    assert enc.encode([]).shape[0] == 0
