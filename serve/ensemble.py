@@ -60,7 +60,8 @@ async def answer_async(questions: Sequence[str], cascade: Cascade, run_stage: As
     """The orchestration: every question through the cascade; each stage is one `run_stage`
     call for the questions still open (so the reader batches their prompts together), then
     one vote over everything each open question has so far. When `time_left()` is <= 0 before
-    a stage, the open questions end with the vote they have (`out_of_time`)."""
+    a stage, or a vote raises TimeoutError after one, the open questions end with the vote they
+    have (`out_of_time`); a first vote that times out raises."""
     qs = list(questions)
     merged: list[QuestionResult | None] = [None] * len(qs)
     last: dict[int, tuple[Vote, float]] = {}
@@ -82,7 +83,15 @@ async def answer_async(questions: Sequence[str], cascade: Cascade, run_stage: As
             raise RuntimeError(f"stage {k + 1} returned {len(results)} results for {len(todo)} questions")
         for i, r in zip(todo, results):
             merged[i] = merge(merged[i], r)
-        votes, stats = await vote([merged[i] for i in todo])
+        try:
+            votes, stats = await vote([merged[i] for i in todo])
+        except asyncio.TimeoutError:  # the vote missed the deadline: end with the last settled one
+            if k == 0:
+                raise
+            for i in todo:
+                v, stat = last[i]
+                done[i] = EnsembleAnswer(merged[i], v, k, n_stages, stat, out_of_time=True)
+            break
         for i, v, stat in zip(todo, votes, stats):
             last[i] = (v, stat)
             if cascade.settled(k, stat):

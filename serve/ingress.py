@@ -36,6 +36,18 @@ log = logging.getLogger(__name__)
 OK = grpc.StatusCode.OK
 
 
+async def _bounded(response: Any, timeout: float) -> Any:
+    """A Ray Serve response awaited at most `timeout` s; past it the call is cancelled (its
+    work with it) and TimeoutError raised."""
+    async def wait():
+        return await response
+    try:
+        return await asyncio.wait_for(wait(), timeout)
+    except asyncio.TimeoutError:
+        response.cancel()
+        raise
+
+
 class RpcError(Exception):
     def __init__(self, code: grpc.StatusCode, details: str):
         super().__init__(details)
@@ -132,15 +144,8 @@ class EorIngress:
 
     async def _group(self, handle: Any, questions: list[str], specs: list[str], top_k: int, timeout: float,
                      documents: Any = None, shared: list | None = None, plan_specs: list[str] | None = None):
-        resp = handle.run.remote(questions, specs, top_k, documents, timeout, shared, plan_specs)
-
-        async def wait():
-            return await resp
-        try:
-            return await asyncio.wait_for(wait(), timeout)
-        except asyncio.TimeoutError:
-            resp.cancel()
-            raise
+        return await _bounded(handle.run.remote(questions, specs, top_k, documents, timeout, shared, plan_specs),
+                              timeout)
 
     async def _ask(self, spec: AskSpec) -> list[eor_pb2.AskReply]:
         """The voter's cascade (serve/ensemble.py), each stage fanned out over the retriever
@@ -172,14 +177,20 @@ class EorIngress:
 
         async def vote(results: list[QuestionResult]):
             t = time.perf_counter()
-            out = await self.voter.vote_with_stats.remote(results)
+            reserve = min(self.limits.vote_reserve_s, budget / 4)  # a vote always gets this much
+            out = await _bounded(self.voter.vote_with_stats.remote(results),
+                                 max(budget - (t - t0), reserve))
             metrics.observe("eor_stage_seconds", time.perf_counter() - t, stage="vote")
             return out
 
         def time_left() -> float:  # the next stage needs time for its reading and the vote after it
             return budget - (time.perf_counter() - t0) - min(self.limits.vote_reserve_s, budget / 4)
 
-        answers = await answer_async(spec.questions, cascade, run_stage, vote, time_left=time_left)
+        try:
+            answers = await answer_async(spec.questions, cascade, run_stage, vote, time_left=time_left)
+        except asyncio.TimeoutError:
+            raise RpcError(grpc.StatusCode.DEADLINE_EXCEEDED,
+                           f"the first vote did not finish within the {budget:g} s deadline") from None
         voter = await self.voter.weights_source.remote()
         now = time.perf_counter()
         metrics.observe("eor_stage_seconds", now - t0, stage="total")

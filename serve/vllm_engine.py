@@ -163,11 +163,12 @@ class AsyncVLLMEngine(VLLMEngine):
     request and joins the running batch whenever it arrives (across retrievers and concurrent
     questions); cancelling the awaiting task aborts the request in the engine (vLLM's
     `generate` aborts on CancelledError), so a missed deadline frees the engine at once.
-    `in_flight` counts this engine's unfinished requests (the reader's running + waiting)."""
+    The Reader counts what it has in flight (`CountingEngine.in_flight`); `unfinished_requests`
+    is vLLM's own count, for checking that an abort reached the engine."""
 
-    def __init__(self, config: VLLMConfig = VLLMConfig()):
-        super().__init__(config)
-        self.in_flight = 0
+    @property
+    def unfinished_requests(self) -> int:
+        return self._llm.get_num_unfinished_requests() if self._llm is not None else 0
 
     def _start(self):
         from vllm import AsyncEngineArgs
@@ -187,12 +188,8 @@ class AsyncVLLMEngine(VLLMEngine):
 
         self.load()
         final = None
-        self.in_flight += 1
-        try:
-            async for out in self._llm.generate(prompt, self._sampling(params), uuid.uuid4().hex):
-                final = out
-        finally:
-            self.in_flight -= 1
+        async for out in self._llm.generate(prompt, self._sampling(params), uuid.uuid4().hex):
+            final = out
         if final is None:
             raise RuntimeError("the engine finished a request without output")
         self._count(final)

@@ -172,3 +172,33 @@ def test_the_cascade_ends_with_the_vote_it_has_when_the_time_runs_out():
     [a] = asyncio.run(answer_async(["q"], cascade, run_stage, vote, time_left=lambda: next(clock)))
     assert ran == [["A", "B"], ["C"]] and a.out_of_time and (a.stopped_at, a.stages) == (2, 3)
     assert a.ran == ["A", "B", "C"] and a.vote.answer == "x"
+
+
+def test_a_vote_that_misses_the_deadline_ends_with_the_last_vote_and_a_first_one_raises():
+    import asyncio
+
+    import pytest
+
+    from retrievers.types import Candidate, Context, QuestionResult
+    from serve.ensemble import answer_async
+    from voter.question_vote import Vote
+
+    cascade = Cascade((("A", "B"), ("C",), ("D",)), (math.inf, math.inf))
+
+    async def run_stage(open_, specs):
+        return [QuestionResult("q", tuple(Candidate(s, s.lower(), Context(s)) for s in specs)) for _ in open_]
+
+    def voting(fail_at: int):
+        calls = []
+
+        async def vote(results):
+            calls.append(1)
+            if len(calls) == fail_at:
+                raise asyncio.TimeoutError
+            return [Vote("A", "a", 0.1, None) for _ in results], [0.0 for _ in results]
+        return vote
+
+    [a] = asyncio.run(answer_async(["q"], cascade, run_stage, voting(fail_at=2)))
+    assert a.out_of_time and a.stopped_at == 1 and a.vote.answer == "a" and a.ran == ["A", "B", "C"]
+    with pytest.raises(asyncio.TimeoutError):
+        asyncio.run(answer_async(["q"], cascade, run_stage, voting(fail_at=1)))
