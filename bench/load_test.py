@@ -19,6 +19,11 @@ compare: cold adaptive EoR (the service's voter: its retrievers, its stages, its
 fault:   during a load (`--fault-n` calls over the load's distinct questions), kill one
          retriever-group actor; expect no failed request, affected replies listing its
          retrievers as missing, Ray restarting it, later replies complete.
+cold:    `--cold` never-asked questions through the service's adaptive EoR, one at a time;
+inprocess: the same questions through `eor ask`'s in-process path (no service needed): with the
+         reader cache off on both sides (`--config bench/configs/no-cache.yaml`), the ratio of
+         the two mean latencies is what serving costs over the pool (and the reader work per
+         question: engine calls, prompts, mean batch).
 deadline: `--cold` never-asked questions, each an Ask with deadline_s = `--deadline`: latency, what
          is listed missing, and how soon after the reply the reader's in-flight requests are 0.
 memory:  the resident memory of a running `eor serve` (`--pid`) and all its processes.
@@ -171,6 +176,64 @@ def deadline_test(client, questions: list[str], deadline_s: float = 5.0, drain_l
             "goal": f"reply <= {deadline_s + 1:g} s; in flight 0 within 2 s"}
 
 
+def cold_asks(client, questions: list[str]) -> dict:
+    """Adaptive EoR (the service's voter) on never-asked questions, one at a time: the service
+    side of `inprocess` (start `eor serve` with the reader cache off, e.g.
+    `--config bench/configs/no-cache.yaml`, so both sides compute every prompt)."""
+    h0 = _health(client)
+    latencies = []
+    for q in questions:
+        t = time.perf_counter()
+        client.ask(q)
+        latencies.append(time.perf_counter() - t)
+    reader = _reader_delta(h0, _health(client))
+    return {"path": "service", **_latency_summary(latencies), "reader": reader,
+            "engine_calls_per_question": round(reader["engine_calls"] / len(questions), 2),
+            "engine_prompts_per_question": round(reader["engine_prompts"] / len(questions), 2)}
+
+
+def inprocess_asks(questions: list[str], config_path: str | None) -> dict:
+    """The same questions through `eor ask`'s in-process path (serve/ensemble.answer over the
+    pool, the offline vLLM engine), one at a time, in one process; the engine is started and
+    warmed before the first timed question."""
+    from serve.builder import make_pool
+    from serve.config import load_config
+    from serve.ensemble import answer
+    from voter.question_vote import build_metrics, choose_voter
+
+    config = load_config(config_path)
+    pool = make_pool(config)
+    weights = config.voter.weights or None
+    choice = choose_voter(pool.specs, pool.reader.model_id, weights=None if weights == "equal" else weights,
+                          equal=weights == "equal")
+    metrics = build_metrics(choice.options, pool.reader)
+    pool.load()
+    engine = pool.reader.engine
+    engine.load()
+    answer(["warm-up: what is the capital of france"], choice, pool.run, metrics)
+    stats0 = dict(vars(pool.reader.stats))
+    tokens0 = {k: getattr(engine, k, 0) for k in ("prompt_tokens", "generated_tokens", "cached_tokens")}
+    latencies = []
+    for q in questions:
+        t = time.perf_counter()
+        answer([q], choice, pool.run, metrics)
+        latencies.append(time.perf_counter() - t)
+    stats = {k: v - stats0[k] for k, v in vars(pool.reader.stats).items()}
+    tokens = {k: getattr(engine, k, 0) - tokens0[k] for k in tokens0}
+    engine.close()
+    n = len(questions)
+    return {"path": "in-process", **_latency_summary(latencies), "reader": {**stats, **tokens},
+            "engine_calls_per_question": round(stats["calls"] / n, 2),
+            "engine_prompts_per_question": round(stats["engine_prompts"] / n, 2),
+            "mean_batch": round(stats["engine_prompts"] / stats["calls"], 2) if stats["calls"] else None}
+
+
+def _latency_summary(latencies: list[float]) -> dict:
+    return {"questions": len(latencies), "mean_s": round(statistics.fmean(latencies), 3),
+            "p50_s": round(_pct(latencies, 0.5), 3), "p95_s": round(_pct(latencies, 0.95), 3),
+            "latencies_s": [round(x, 2) for x in latencies]}
+
+
 def _group_processes(group: int) -> list[int]:
     """PIDs of the Ray worker processes serving retriever group `group` on this machine (Ray
     titles an actor's process `ray::ServeReplica:<app>:<deployment>`)."""
@@ -321,7 +384,8 @@ def reader_fault_test(client, address: str, questions: list[str], n: int, concur
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("mode", choices=["load", "compare", "fault", "reader-fault", "deadline", "memory", "all"])
+    ap.add_argument("mode", choices=["load", "compare", "cold", "inprocess", "fault", "reader-fault", "deadline",
+                                     "memory", "all"])
     ap.add_argument("--server", default="127.0.0.1:50051")
     ap.add_argument("--start", action="store_true", help="start the service in this process (loopback)")
     ap.add_argument("--config", help="eor YAML for --start")
@@ -345,6 +409,13 @@ def main(argv: list[str] | None = None) -> int:
     from protos.client import EorClient
 
     qs = [r["question"] for r in read_questions(args.questions, dataset=None)]
+    cold = qs[args.distinct + args.offset:][:args.cold]  # never-asked questions (cold, inprocess, deadline)
+    if args.mode in ("cold", "inprocess", "deadline") and len(cold) < args.cold:
+        raise SystemExit(f"--offset {args.offset} leaves {len(cold)} questions of {args.questions}; "
+                         f"{args.cold} needed")
+    if args.mode == "inprocess":
+        report = {"inprocess": inprocess_asks(cold, args.config)}
+        return _write_report(report, args.out)
     service = None
     if args.start:
         from serve.app import LocalService
@@ -366,7 +437,9 @@ def main(argv: list[str] | None = None) -> int:
                 fresh = qs[args.distinct + args.offset:]
                 report["compare"] = compare(client, fresh, args.cold, args.single, pool=PAPER_POOL)
             if args.mode == "deadline":
-                report["deadline"] = deadline_test(client, qs[args.distinct + args.offset:][:args.cold], args.deadline)
+                report["deadline"] = deadline_test(client, cold, args.deadline)
+            if args.mode == "cold":
+                report["cold"] = cold_asks(client, cold)
             if args.mode == "memory":
                 report["memory"] = memory_report(args.pid)
                 report["health"] = _health(client)
@@ -385,14 +458,19 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         if service is not None:
             service.stop()
-    text = json.dumps(report, indent=2)
-    print(text)
-    if args.out:
-        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.out).write_text(text + "\n")
+    _write_report(report, args.out)
     failed = sum(report.get(k, {}).get("failed", 0) for k in ("load", "fault"))
     failed += report.get("reader_fault", {}).get("ok_with_empty_answer", 0)
     return 1 if failed else 0
+
+
+def _write_report(report: dict, out: str | None) -> int:
+    text = json.dumps(report, indent=2)
+    print(text)
+    if out:
+        Path(out).parent.mkdir(parents=True, exist_ok=True)
+        Path(out).write_text(text + "\n")
+    return 0
 
 
 def _group_specs(service, config: str | None, group: int) -> list[str]:
