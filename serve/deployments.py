@@ -328,6 +328,9 @@ class Source:
     async def encode(self, texts: list[str]):
         return await asyncio.get_running_loop().run_in_executor(self._thread, self.encoder.encode, texts)
 
+    async def ping(self) -> str:
+        return self.name
+
 
 @dataclass(frozen=True)
 class GroupRun:

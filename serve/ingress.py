@@ -322,6 +322,9 @@ class EorIngress:
         reply.reader_generated_tokens = st["generated_tokens"]
         reply.reader_cached_tokens = st.get("cached_tokens", 0)
         reply.reader_in_flight = st.get("in_flight", 0)
+        reply.unavailable.extend(await self._unavailable())
+        if reply.unavailable and reply.status == eor_pb2.HealthReply.SERVING:
+            reply.detail = "degraded: not answering: " + ", ".join(reply.unavailable)
         try:
             reply.voter = await asyncio.wait_for(self.voter.weights_source.remote(), 10.0)
             reply.generator_model = st["model"] if self.generator is self.reader else \
@@ -330,6 +333,19 @@ class EorIngress:
             reply.status = eor_pb2.HealthReply.NOT_SERVING
             reply.detail = f"voter or generator not answering: {type(exc).__name__}"
         return reply
+
+    async def _unavailable(self, timeout_s: float = 2.0) -> list[str]:
+        """The retriever actors and sources that do not answer a ping within `timeout_s`."""
+        parts = [(list(specs), h) for specs, h in self.groups] + [([name], h) for name, h in self.sources.items()]
+
+        async def down(handle: Any) -> bool:
+            try:
+                await _bounded(handle.ping.remote(), timeout_s)
+                return False
+            except Exception:
+                return True
+        dead = await asyncio.gather(*[down(h) for _, h in parts])
+        return [name for (names, _), d in zip(parts, dead) if d for name in names]
 
     async def serving(self) -> tuple[bool, str]:
         """For grpc.health.v1: (serving?, why not)."""

@@ -154,6 +154,7 @@ def test_health_after_bad_inputs(stub, service):
     assert h.status == eor_pb2.HealthReply.SERVING and h.model == "fake-service-reader"
     assert list(h.retrievers) == list(PAPER_POOL) and h.reader_engine_calls > 0
     assert h.voter.startswith("equal weights") and h.generator_model == "fake-service-reader"
+    assert list(h.unavailable) == [] and not h.detail  # every actor and source answers its ping
     from grpc_health.v1 import health_pb2, health_pb2_grpc
 
     with grpc.insecure_channel(service.address) as ch:  # the standard health service answers too

@@ -284,3 +284,61 @@ def test_the_grpc_deadline_bounds_an_ask_like_deadline_s():
     req = eor_pb2.AskRequest(question="q")
     _bound_by_grpc_deadline(req, None)
     assert req.deadline_s == 0.0
+
+
+def test_health_names_the_retriever_actors_and_sources_that_do_not_answer():
+    """A dead or hung part is listed (by spec or source name) and the status says degraded, not
+    NOT_SERVING: Asks still answer without it."""
+    from serve.ingress import EorIngress
+
+    class Call:
+        def __init__(self, how):
+            self.how, self.cancelled = how, False
+
+        def cancel(self):
+            self.cancelled = True
+
+        def __await__(self):
+            if self.how == "dead":
+                raise RuntimeError("actor died")
+            if self.how == "hung":
+                yield from asyncio.sleep(3600).__await__()
+            return (yield from asyncio.sleep(0, "pong").__await__())
+
+    class Handle:
+        def __init__(self, how, value=None):
+            self.how, self.value = how, value
+
+        @property
+        def ping(self):
+            return self
+
+        @property
+        def weights_source(self):
+            return self
+
+        @property
+        def stats(self):
+            return self
+
+        def remote(self, *args):
+            return Call(self.how) if self.value is None else _Value(self.value)
+
+    class _Value:
+        def __init__(self, v):
+            self.v = v
+
+        def __await__(self):
+            return (yield from asyncio.sleep(0, self.v).__await__())
+
+    stats = {"model": "m", "prompts": 0, "cache_hits": 0, "engine_calls": 0, "engine_prompts": 0, "mean_batch": 0.0,
+             "prompt_tokens": 0, "generated_tokens": 0}
+    ing = EorIngress.func_or_class(config_from_dict({}).to_dict(), [Handle("ok"), Handle("dead"), Handle("hung")],
+                                   [["SE@1"], ["PK", "ReFree"], ["Wiki@10"]], Handle("ok", "voter v1"),
+                                   Handle("ok", stats), sources={"SE": Handle("ok"), "Wiki": Handle("dead")})
+
+    async def health():
+        return await ing._health(eor_pb2.HealthRequest())
+    reply = asyncio.run(health())
+    assert reply.status == eor_pb2.HealthReply.SERVING and list(reply.unavailable) == ["PK", "ReFree", "Wiki@10", "Wiki"]
+    assert reply.detail == "degraded: not answering: PK, ReFree, Wiki@10, Wiki" and reply.voter == "voter v1"
