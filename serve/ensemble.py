@@ -44,9 +44,10 @@ def merge(a: QuestionResult | None, b: QuestionResult) -> QuestionResult:
     return QuestionResult(a.question, a.candidates + b.candidates, {**a.shared_tokens, **b.shared_tokens})
 
 
-def cascade_for(choice: VoterChoice, specs: Sequence[str] | None = None) -> Cascade:
-    """The voter's cascade, or the caller's explicit retrievers as one stage."""
-    return Cascade.single_stage(list(specs)) if specs else choice.saved.stages
+def cascade_for(voter_cascade: Cascade, specs: Sequence[str] | None = None) -> Cascade:
+    """The voter's cascade, or the caller's explicit retrievers as one stage (the rule for
+    `eor ask --retrievers` and `AskRequest.retrievers` alike)."""
+    return Cascade.single_stage(list(specs)) if specs else voter_cascade
 
 
 # (positions of the open questions in the batch, specs) -> their results
@@ -108,7 +109,7 @@ def answer(questions: Sequence[str], choice: VoterChoice, run_stage: RunStage,
     from retrievers.pool import QuestionWork
 
     qs = list(questions)
-    cascade = cascade_for(choice, specs)
+    cascade = cascade_for(choice.saved.stages, specs)
     plan = [s for stage in cascade.stages for s in stage]
     shared = [QuestionWork() for _ in qs]
 

@@ -150,17 +150,13 @@ class EorIngress:
     async def _ask(self, spec: AskSpec) -> list[eor_pb2.AskReply]:
         """The voter's cascade (serve/ensemble.py), each stage fanned out over the retriever
         actors that hold its specs; explicitly named retrievers run as one stage."""
-        from serve.ensemble import answer_async
-        from voter.cascade import Cascade
+        from serve.ensemble import answer_async, cascade_for
 
         t0 = time.perf_counter()
         budget = self.limits.retriever_timeout_s
         if spec.deadline_s:
             budget = min(budget, spec.deadline_s)
-        if spec.explicit:
-            cascade = Cascade.single_stage(spec.retrievers)
-        else:
-            cascade = await self.voter.cascade.remote()
+        cascade = cascade_for(await self.voter.cascade.remote(), spec.retrievers if spec.explicit else None)
         reader_s = [0.0]
         plan_specs = [s for stage in cascade.stages for s in stage]
         work = [QuestionWork() for _ in spec.questions]  # one plan per question, shared by its stages
