@@ -46,6 +46,7 @@ from pathlib import Path
 from bench.common import DEFAULT_QUESTIONS, read_questions
 
 LOOPBACK = ("127.0.0.1", "localhost", "[::1]")
+WARM_UP = "what is the capital of france"  # asked before the timed questions of `cold` and `inprocess`
 
 
 def _check_loopback(address: str) -> None:
@@ -180,6 +181,7 @@ def cold_asks(client, questions: list[str]) -> dict:
     """Adaptive EoR (the service's voter) on never-asked questions, one at a time: the service
     side of `inprocess` (start `eor serve` with the reader cache off, e.g.
     `--config bench/configs/no-cache.yaml`, so both sides compute every prompt)."""
+    client.ask(WARM_UP)  # as `inprocess` does: the first vote builds the voter's metrics
     h0 = _health(client)
     latencies = []
     for q in questions:
@@ -187,9 +189,11 @@ def cold_asks(client, questions: list[str]) -> dict:
         client.ask(q)
         latencies.append(time.perf_counter() - t)
     reader = _reader_delta(h0, _health(client))
-    return {"path": "service", **_latency_summary(latencies), "reader": reader,
-            "engine_calls_per_question": round(reader["engine_calls"] / len(questions), 2),
-            "engine_prompts_per_question": round(reader["engine_prompts"] / len(questions), 2)}
+    n = len(questions)
+    # AsyncLLM: one engine request per distinct uncached prompt (CountingEngine counts requests as calls)
+    return {"path": "service", "voter": client.health().voter, **_latency_summary(latencies), "reader": reader,
+            "prompts_per_question": round(reader["prompts"] / n, 2),
+            "engine_requests_per_question": round(reader["engine_calls"] / n, 2)}
 
 
 def inprocess_asks(questions: list[str], config_path: str | None) -> dict:
@@ -199,32 +203,35 @@ def inprocess_asks(questions: list[str], config_path: str | None) -> dict:
     from serve.builder import make_pool
     from serve.config import load_config
     from serve.ensemble import answer
-    from voter.question_vote import build_metrics, choose_voter
+    from voter.question_vote import build_metrics
+
+    from serve.cli import _voter_choice
 
     config = load_config(config_path)
     pool = make_pool(config)
-    weights = config.voter.weights or None
-    choice = choose_voter(pool.specs, pool.reader.model_id, weights=None if weights == "equal" else weights,
-                          equal=weights == "equal")
+    choice = _voter_choice(argparse.Namespace(metrics=None, pooling=None, nli_model=None), pool, config=config)
     metrics = build_metrics(choice.options, pool.reader)
     pool.load()
     engine = pool.reader.engine
     engine.load()
-    answer(["warm-up: what is the capital of france"], choice, pool.run, metrics)
-    stats0 = dict(vars(pool.reader.stats))
-    tokens0 = {k: getattr(engine, k, 0) for k in ("prompt_tokens", "generated_tokens", "cached_tokens")}
-    latencies = []
-    for q in questions:
-        t = time.perf_counter()
-        answer([q], choice, pool.run, metrics)
-        latencies.append(time.perf_counter() - t)
+    try:
+        answer([WARM_UP], choice, pool.run, metrics)
+        stats0 = dict(vars(pool.reader.stats))
+        tokens0 = {k: getattr(engine, k, 0) for k in ("prompt_tokens", "generated_tokens", "cached_tokens")}
+        latencies = []
+        for q in questions:
+            t = time.perf_counter()
+            answer([q], choice, pool.run, metrics)
+            latencies.append(time.perf_counter() - t)
+    finally:
+        engine.close()
     stats = {k: v - stats0[k] for k, v in vars(pool.reader.stats).items()}
     tokens = {k: getattr(engine, k, 0) - tokens0[k] for k in tokens0}
-    engine.close()
     n = len(questions)
-    return {"path": "in-process", **_latency_summary(latencies), "reader": {**stats, **tokens},
+    return {"path": "in-process", "voter": choice.describe(), **_latency_summary(latencies),
+            "reader": {**stats, **tokens}, "prompts_per_question": round(stats["prompts"] / n, 2),
+            "engine_requests_per_question": round(stats["engine_prompts"] / n, 2),
             "engine_calls_per_question": round(stats["calls"] / n, 2),
-            "engine_prompts_per_question": round(stats["engine_prompts"] / n, 2),
             "mean_batch": round(stats["engine_prompts"] / stats["calls"], 2) if stats["calls"] else None}
 
 

@@ -47,7 +47,8 @@ class Encoder:
     corpus_dtype: str = "auto"
     # Texts whose float32 vectors are kept (LRU; ~1.5 KiB each at MiniLM's 384 dims). @RR embeds
     # a question's SE chunks, PK chunks and Wiki passages; the corpus is static, so a chunk seen
-    # by an earlier question (or an earlier Ask of the same one) is never embedded again.
+    # by an earlier question (or an earlier Ask of the same one) is not embedded again (two
+    # threads missing the same text at once may both embed it: harmless, the vectors are equal).
     memo_size: int = 50_000
 
     def __post_init__(self) -> None:
@@ -84,7 +85,7 @@ class Encoder:
             fresh = self._encode(todo, show_progress, bf16=False)
             with self._memo_lock:
                 for t, v in zip(todo, fresh):
-                    known[t] = self._memo[t] = v
+                    known[t] = self._memo[t] = v.copy()  # a row, not a view that pins its whole batch
                 while len(self._memo) > self.memo_size:
                     self._memo.popitem(last=False)
         return np.stack([known[t] for t in texts]).astype(np.float32, copy=False)

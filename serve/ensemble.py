@@ -50,6 +50,10 @@ def cascade_for(voter_cascade: Cascade, specs: Sequence[str] | None = None) -> C
     return Cascade.single_stage(list(specs)) if specs else voter_cascade
 
 
+class VoteDeadline(Exception):
+    """Raised by an `AsyncVote` whose vote missed the request's deadline (the service's)."""
+
+
 # (positions of the open questions in the batch, specs) -> their results
 AsyncRunStage = Callable[[list[int], list[str]], Awaitable[list[QuestionResult]]]
 AsyncVote = Callable[[list[QuestionResult]], Awaitable[tuple[list[Vote], list[float]]]]
@@ -61,8 +65,9 @@ async def answer_async(questions: Sequence[str], cascade: Cascade, run_stage: As
     """The orchestration: every question through the cascade; each stage is one `run_stage`
     call for the questions still open (so the reader batches their prompts together), then
     one vote over everything each open question has so far. When `time_left()` is <= 0 before
-    a stage, or a vote raises TimeoutError after one, the open questions end with the vote they
-    have (`out_of_time`); a first vote that times out raises."""
+    a stage, or a vote raises VoteDeadline after one, the open questions end with the vote they
+    have (`out_of_time`; their result also lists the last stage's answers, which did not vote);
+    a first vote that misses the deadline raises."""
     qs = list(questions)
     merged: list[QuestionResult | None] = [None] * len(qs)
     last: dict[int, tuple[Vote, float]] = {}
@@ -86,7 +91,7 @@ async def answer_async(questions: Sequence[str], cascade: Cascade, run_stage: As
             merged[i] = merge(merged[i], r)
         try:
             votes, stats = await vote([merged[i] for i in todo])
-        except asyncio.TimeoutError:  # the vote missed the deadline: end with the last settled one
+        except VoteDeadline:  # end with the last vote; the stage's answers are returned but did not vote
             if k == 0:
                 raise
             for i in todo:

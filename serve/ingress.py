@@ -19,6 +19,7 @@ import time
 from typing import Any, Sequence
 
 import grpc
+from ray import exceptions as ray_exceptions
 from ray import serve
 
 from protos import eor_pb2
@@ -37,13 +38,15 @@ OK = grpc.StatusCode.OK
 
 
 async def _bounded(response: Any, timeout: float) -> Any:
-    """A Ray Serve response awaited at most `timeout` s; past it the call is cancelled (its
-    work with it) and TimeoutError raised."""
+    """A Ray Serve response awaited at most `timeout` s. Past it, or when the awaiting task is
+    cancelled (the client went away), the request is cancelled too (Ray does not do that by
+    itself): a retriever actor's `run` then cancels its reader calls, which aborts their engine
+    requests. TimeoutError past the deadline."""
     async def wait():
         return await response
     try:
         return await asyncio.wait_for(wait(), timeout)
-    except asyncio.TimeoutError:
+    except (asyncio.TimeoutError, asyncio.CancelledError):
         response.cancel()
         raise
 
@@ -150,7 +153,7 @@ class EorIngress:
     async def _ask(self, spec: AskSpec) -> list[eor_pb2.AskReply]:
         """The voter's cascade (serve/ensemble.py), each stage fanned out over the retriever
         actors that hold its specs; explicitly named retrievers run as one stage."""
-        from serve.ensemble import answer_async, cascade_for
+        from serve.ensemble import VoteDeadline, answer_async, cascade_for
 
         t0 = time.perf_counter()
         budget = self.limits.retriever_timeout_s
@@ -174,8 +177,12 @@ class EorIngress:
         async def vote(results: list[QuestionResult]):
             t = time.perf_counter()
             reserve = min(self.limits.vote_reserve_s, budget / 4)  # a vote always gets this much
-            out = await _bounded(self.voter.vote_with_stats.remote(results),
-                                 max(budget - (t - t0), reserve))
+            try:
+                out = await _bounded(self.voter.vote_with_stats.remote(results), max(budget - (t - t0), reserve))
+            except asyncio.TimeoutError as exc:
+                if isinstance(exc, ray_exceptions.RayError):  # the voter failed; it did not run late
+                    raise
+                raise VoteDeadline from None
             metrics.observe("eor_stage_seconds", time.perf_counter() - t, stage="vote")
             return out
 
@@ -184,7 +191,7 @@ class EorIngress:
 
         try:
             answers = await answer_async(spec.questions, cascade, run_stage, vote, time_left=time_left)
-        except asyncio.TimeoutError:
+        except VoteDeadline:
             raise RpcError(grpc.StatusCode.DEADLINE_EXCEEDED,
                            f"the first vote did not finish within the {budget:g} s deadline") from None
         voter = await self.voter.weights_source.remote()
@@ -218,8 +225,8 @@ class EorIngress:
             todo = [j for j, w in enumerate(shared) if w.depth.get(src, 0) < k]
             if todo and src in self.sources:
                 calls.append((src, todo, max(k, deep.get(src, k))))
-        outs = await asyncio.gather(*[asyncio.wait_for(self.sources[src].search.remote([qs[j] for j in todo], kk),
-                                                       timeout) for src, todo, kk in calls], return_exceptions=True)
+        outs = await asyncio.gather(*[_bounded(self.sources[src].search.remote([qs[j] for j in todo], kk), timeout)
+                                      for src, todo, kk in calls], return_exceptions=True)
         for (src, todo, kk), out in zip(calls, outs):
             if isinstance(out, BaseException):
                 continue
@@ -267,7 +274,7 @@ class EorIngress:
         timeout = self.limits.retriever_timeout_s
 
         async def search(src: str):
-            return await asyncio.wait_for(self.sources[src].search.remote(list(spec.questions), k), timeout)
+            return await _bounded(self.sources[src].search.remote(list(spec.questions), k), timeout)
         found = await asyncio.gather(*[search(s) for s in spec.sources], return_exceptions=True)
         return retrieve_reply(spec, dict(zip(spec.sources, found)))
 
@@ -296,7 +303,10 @@ class EorIngress:
         model = await self.generator.model_id.remote()
         return eor_pb2.GenerateReply(outputs=outs, model=model)
 
-    async def _health(self, request) -> eor_pb2.HealthReply:
+    async def _health(self, request, pings: bool = True) -> eor_pb2.HealthReply:
+        """`pings`: also ping every retriever actor and source (up to 2 s when one hangs);
+        grpc.health.v1 probes skip them (a probe has ~1 s, and a degraded part is no reason
+        to take the pod out)."""
         reply = eor_pb2.HealthReply(retrievers=self.pool)
         try:
             st = await asyncio.wait_for(self._stats(), 10.0)
@@ -318,7 +328,8 @@ class EorIngress:
         reply.reader_generated_tokens = st["generated_tokens"]
         reply.reader_cached_tokens = st.get("cached_tokens", 0)
         reply.reader_in_flight = st.get("in_flight", 0)
-        reply.unavailable.extend(await self._unavailable())
+        if pings:
+            reply.unavailable.extend(await self._unavailable())
         if reply.unavailable and reply.status == eor_pb2.HealthReply.SERVING:
             reply.detail = "degraded: not answering: " + ", ".join(reply.unavailable)
         try:
@@ -345,7 +356,7 @@ class EorIngress:
 
     async def serving(self) -> tuple[bool, str]:
         """For grpc.health.v1: (serving?, why not)."""
-        reply = await self._health(eor_pb2.HealthRequest())
+        reply = await self._health(eor_pb2.HealthRequest(), pings=False)
         return reply.status == eor_pb2.HealthReply.SERVING, reply.detail
 
     async def _stats(self) -> dict:

@@ -180,7 +180,7 @@ def test_a_vote_that_misses_the_deadline_ends_with_the_last_vote_and_a_first_one
     import pytest
 
     from retrievers.types import Candidate, Context, QuestionResult
-    from serve.ensemble import answer_async
+    from serve.ensemble import VoteDeadline, answer_async
     from voter.question_vote import Vote
 
     cascade = Cascade((("A", "B"), ("C",), ("D",)), (math.inf, math.inf))
@@ -194,11 +194,11 @@ def test_a_vote_that_misses_the_deadline_ends_with_the_last_vote_and_a_first_one
         async def vote(results):
             calls.append(1)
             if len(calls) == fail_at:
-                raise asyncio.TimeoutError
+                raise VoteDeadline
             return [Vote("A", "a", 0.1, None) for _ in results], [0.0 for _ in results]
         return vote
 
     [a] = asyncio.run(answer_async(["q"], cascade, run_stage, voting(fail_at=2)))
     assert a.out_of_time and a.stopped_at == 1 and a.vote.answer == "a" and a.ran == ["A", "B", "C"]
-    with pytest.raises(asyncio.TimeoutError):
+    with pytest.raises(VoteDeadline):
         asyncio.run(answer_async(["q"], cascade, run_stage, voting(fail_at=1)))
