@@ -402,8 +402,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--distinct", type=int, default=30)
     ap.add_argument("--cold", type=int, default=20)
     ap.add_argument("--single", default="Wiki@10")
-    ap.add_argument("--offset", type=int, default=0, help="compare: skip this many more questions of the file "
-                    "(past the ones fits, evals or earlier runs asked, so every question is cold)")
+    ap.add_argument("--offset", type=int, default=0, help="compare, cold, inprocess, deadline: skip this many "
+                    "more questions of the file (past the ones fits, evals or earlier runs asked, so every question "
+                    "is cold); load: its distinct questions start here (some never asked: the engine batches them)")
     ap.add_argument("--fault-n", type=int, default=60, help="calls of the fault test's load")
     ap.add_argument("--kill-after", type=float, default=30.0)
     ap.add_argument("--kill-group", type=int, default=1, help="index of the retriever group whose actor dies")
@@ -437,7 +438,8 @@ def main(argv: list[str] | None = None) -> int:
             client.health()
             # the load's questions, then fresh ones for compare; the fault test reuses the load's
             if args.mode in ("load", "all"):
-                report["load"] = load_test(client, qs, args.n, args.c, args.distinct)
+                report["load"] = load_test(client, qs[args.offset:] if args.mode == "load" else qs, args.n, args.c,
+                                           args.distinct)
             if args.mode in ("compare", "all"):
                 from retrievers.spec import PAPER_POOL
 
