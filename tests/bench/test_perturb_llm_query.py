@@ -38,35 +38,26 @@ def test_query_level_rewrites_take_line_seed_of_five(name, phrase):
     assert len({p for call in reader.calls for p in call[0]}) == 2  # the same prompts for every seed
 
 
-@pytest.mark.parametrize("name", ["grammar_rewrite", "irrelevant_detail"])
-def test_rare_rewrites_keep_the_most_similar_of_three_first(name):
-    def reply(prompt):
-        assert "3 times" in prompt
-        return ("When is the festival, which has a jury, held in Cannes?\n"
-                "When does the Cannes film festival take place?\n"
-                "Festival when?")
-    reader = FakeReader(reply)
-    p = get(name, generator=reader)
-    q = ["when does the cannes film festival take place"]
-    # the second line is the question itself, capitalised: no rewrite; of the other two the
-    # more similar comes first
-    assert p.apply(q, seed=0) == ["When is the festival, which has a jury, held in Cannes?"]
-    assert p.apply(q, seed=1) == ["Festival when?"]
-    assert p.apply(q, seed=0) == p.apply(q, seed=2)
-
-
-def test_formal_asks_one_rewrite_per_variant_with_its_own_opener():
-    from bench.robust.perturb.llm_query import FORMAL_OPENERS
+@pytest.mark.parametrize("name, opener_of", [
+    ("formal", lambda: __import__("bench.robust.perturb.llm_query", fromlist=["x"]).FORMAL_OPENERS),
+    ("grammar_rewrite", lambda: ("Do you know", "Does anyone know", "Can you tell me")),
+    ("irrelevant_detail", lambda: ("For a school project,", "Just out of curiosity,")),
+])
+def test_guided_rewrites_ask_one_rewrite_per_variant_with_its_own_opener(name, opener_of):
+    openers = opener_of()
 
     def reply(prompt):
         opener = re.search(r'starting with "([^"]+)"', prompt).group(1)
         q = prompt.rsplit("Question: ", 1)[1]
         return f"{opener} {q}?"
     reader = FakeReader(reply)
-    p = get("formal", generator=reader)
-    outs = [p.apply(["who wrote hamlet"], seed=s)[0] for s in range(6)]
-    assert outs[:5] == [f"{o} who wrote hamlet?" for o in FORMAL_OPENERS] and outs[5] == outs[0]
+    p = get(name, generator=reader)
+    n = len(openers)
+    outs = [p.apply(["who wrote hamlet"], seed=s)[0] for s in range(n + 1)]
+    assert outs[:n] == [f"{o} who wrote hamlet?" for o in openers] and outs[n] == outs[0]
     assert all(len(call[0]) == 1 and call[1] == 64 for call in reader.calls)
+    answered = get(name, generator=FakeReader("Shakespeare wrote it."))  # an answer, not a question
+    assert answered.apply(["who wrote hamlet"]) == ["who wrote hamlet"] and answered.last_fallbacks == [True]
 
 
 def test_unusable_replies_fall_back_to_the_original_and_are_flagged():

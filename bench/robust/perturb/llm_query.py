@@ -6,10 +6,10 @@
   cache answers seeds 1..4 for free. `formal`: one rewrite per prompt, guided by a formal
   opener per seed (see `Formal`: the paper's prompt is answered, not followed, by a 0.5B reader).
 - `grammar_rewrite`, `irrelevant_detail`: RARE App. C.1 (GPT-4.1 wrote 3 candidates, the most
-  similar to the query by an embedding model was kept). RARE does not publish its prompts:
-  these are written in the same style as the ones above. Candidates are ranked by
-  `textutil.similarity` (the offline stand-in for the embedding model); seed 0 keeps the
-  best, as RARE did, seed s the (s mod n)-th best.
+  similar to the query by an embedding model was kept). RARE does not publish its prompts;
+  ours (`GRAMMAR_PROMPT`, `IRRELEVANT_PROMPT`, in the style of the ones above) are answered, not
+  followed, by a 0.5B reader, so both are guided rewrites like `formal` (`GuidedRewrite`):
+  one rewrite per prompt, its opening given per seed.
 
 Adapted for a 135M-parameter instruct reader, minimally: "separate the samples by single \\n"
 (a newline character inside the paper's Python string) is written "a single newline"; the
@@ -26,7 +26,7 @@ from __future__ import annotations
 from typing import Any, Mapping
 
 from bench.robust.perturb.base import LLMPerturbation, register
-from bench.robust.perturb.textutil import query_rewrites, similarity
+from bench.robust.perturb.textutil import query_rewrites
 
 _FORMAT = ("Separate the output text samples by a single newline between them. Do not output anything "
            "else and do not answer the question but only paraphrase it.\n\nInput text: {text}\nOutput:\n\n")
@@ -51,7 +51,6 @@ class QueryRewrite(LLMPerturbation):
 
     target = "query"
     prompt: str = ""
-    rank_by_similarity = False  # RARE: most similar first; query-level: generation order
     default_variants = 5
 
     def __init__(self, generator=None, variants: int | None = None, max_tokens: int | None = None,
@@ -64,8 +63,6 @@ class QueryRewrite(LLMPerturbation):
         result, flags = [], []
         for text, out in zip(texts, outs):
             cands = query_rewrites(out, text)[:self.variants]
-            if self.rank_by_similarity:
-                cands.sort(key=lambda c: -similarity(text, c))  # stable: ties keep generation order
             result.append(cands[seed % len(cands)] if cands else text)
             flags.append(not cands)
         self.last_fallbacks = flags
@@ -77,28 +74,26 @@ class Redundancy(QueryRewrite):
     prompt = REDUNDANCY_PROMPT
 
 
-#: one formal opener per variant (see `Formal`)
-FORMAL_OPENERS = ("Could you please tell me", "May I inquire", "I would like to know", "Would you kindly tell me",
-                  "Might I ask")
-FORMAL_GUIDED_PROMPT = ("Rewrite the question below in a more formal tone, starting with \"{opener}\". Keep its "
-                        "meaning. Do not answer it. Reply with the rewritten question only.\n\nQuestion: {text}")
+GUIDED_PROMPT = ("Rewrite the question below{how}, starting with \"{opener}\". Keep its meaning. Do not answer "
+                 "it. Reply with the rewritten question only.\n\nQuestion: {text}")
 
 
-@register("formal")
-class Formal(QueryRewrite):
-    """The formal tone, one rewrite per prompt, guided by an opener per variant (seed s takes
-    `FORMAL_OPENERS[s mod 5]`). Measured with Qwen2.5-Coder-0.5B-Instruct (greedy) on 30 NQ
-    questions: asked the paper's prompt (5 paraphrases, one per line) it answered the question
-    ("The owner of Reading Football Club is John Doe.") or wrote one copy of it with capitals and a
-    "?" (22 of 150 variants usable); rewording the prompt (numbered lists, a few-shot example)
-    gave five copies or rewrote the example's meaning. Asked for one rewrite that starts with a
-    given formal opener it writes a faithful formal question."""
+class GuidedRewrite(QueryRewrite):
+    """One rewrite per prompt, the reply's opening given (`openers`, seed s takes the
+    (s mod n)-th): what makes a 0.5B reader rewrite a question instead of answering it. Measured
+    with Qwen2.5-Coder-0.5B-Instruct (greedy) on 30 NQ questions: asked the papers' prompts (n
+    paraphrases, one per line) it answered the question or copied it; numbered lists and
+    few-shot examples gave copies, answers or the example's question back. Asked for one
+    rewrite starting with a given opener it writes a faithful question. Only openers that gave
+    30 usable rewrites of 30 are listed (README, issue 12's yields)."""
 
-    prompt = FORMAL_PROMPT  # kept for reference: the paper's wording
+    openers: tuple[str, ...] = ()
+    how = ""  # what the rewrite changes, as a clause after "Rewrite the question below"
 
     def perturb_batch(self, texts: list[str], seed: int, context: list[Mapping[str, Any]]) -> list[str]:
-        opener = FORMAL_OPENERS[seed % len(FORMAL_OPENERS)]
-        outs = self.generate([FORMAL_GUIDED_PROMPT.format(opener=opener, text=t) for t in texts], max_tokens=64)
+        opener = self.openers[seed % len(self.openers)]
+        outs = self.generate([GUIDED_PROMPT.format(how=self.how, opener=opener, text=t) for t in texts],
+                             max_tokens=64)
         result, flags = [], []
         for text, out in zip(texts, outs):
             cands = query_rewrites(out, text)[:1]
@@ -108,20 +103,44 @@ class Formal(QueryRewrite):
         return result
 
 
+#: one formal opener per variant (see `GuidedRewrite`)
+FORMAL_OPENERS = ("Could you please tell me", "May I inquire", "I would like to know", "Would you kindly tell me",
+                  "Might I ask")
+
+
+@register("formal")
+class Formal(GuidedRewrite):
+    """The formal tone (query-level paper). Its own prompt, kept in `prompt` for reference, gave
+    22 usable variants of 150; guided, 150 of 150."""
+
+    prompt = FORMAL_PROMPT
+    openers = FORMAL_OPENERS
+    how = " in a more formal tone"
+
+
 @register("ambiguity")
 class Ambiguity(QueryRewrite):
     prompt = AMBIGUITY_PROMPT
 
 
 @register("grammar_rewrite")
-class GrammarRewrite(QueryRewrite):
+class GrammarRewrite(GuidedRewrite):
+    """RARE's grammar rewrite as an indirect question: a new main clause, the question's own
+    clause reordered under it ("Do you know where the TV show ... is filmed?"). Its three-at-once
+    prompt (`prompt`) gave 4 usable of 30 with Qwen-0.5B; guided, 30 of 30 per opener."""
+
     prompt = GRAMMAR_PROMPT
-    rank_by_similarity = True
-    default_variants = 3
+    openers = ("Do you know", "Does anyone know", "Can you tell me")
+    how = " with different grammar and word order"
 
 
 @register("irrelevant_detail")
-class IrrelevantDetail(QueryRewrite):
+class IrrelevantDetail(GuidedRewrite):
+    """RARE's irrelevant detail as why the question is asked ("For a school project, ..."): a
+    detail no answer depends on. RARE asks for a detail related to the question's topic; Qwen-0.5B
+    asked for one states a fact (often the answer) or no question, so the detail here is the
+    asker's, not the topic's. The three-at-once prompt gave 2 usable of 30; guided, 30 of 30."""
+
     prompt = IRRELEVANT_PROMPT
-    rank_by_similarity = True
-    default_variants = 3
+    openers = ("For a school project,", "Just out of curiosity,")
+    how = ", adding a detail about why you ask that has nothing to do with its answer"
