@@ -65,9 +65,10 @@ class EorClient:
         return self.stub.SetVoterWeights(req, timeout=self.timeout_s, metadata=self.metadata)
 
     def generate(self, prompts: Sequence[str], max_tokens: int = 64, temperature: float = 0.0,
-                 raw: bool = False, cue: str = "", stop: Sequence[str] = ()) -> eor_pb2.GenerateReply:
+                 raw: bool = False, cue: str = "", stop: Sequence[str] = (),
+                 starts: Sequence[str] = ()) -> eor_pb2.GenerateReply:
         req = eor_pb2.GenerateRequest(prompts=list(prompts), max_tokens=max_tokens, temperature=temperature,
-                                      raw=raw, cue=cue, stop=list(stop))
+                                      raw=raw, cue=cue, stop=list(stop), starts=list(starts))
         return self.stub.Generate(req, timeout=self.timeout_s, metadata=self.metadata)
 
     def health(self, timeout_s: float = 30.0) -> eor_pb2.HealthReply:

@@ -108,20 +108,22 @@ class AskBatchReply(_message.Message):
     def __init__(self, replies: _Optional[_Iterable[_Union[AskReply, _Mapping]]] = ...) -> None: ...
 
 class GenerateRequest(_message.Message):
-    __slots__ = ("prompts", "max_tokens", "temperature", "stop", "raw", "cue")
+    __slots__ = ("prompts", "max_tokens", "temperature", "stop", "raw", "cue", "starts")
     PROMPTS_FIELD_NUMBER: _ClassVar[int]
     MAX_TOKENS_FIELD_NUMBER: _ClassVar[int]
     TEMPERATURE_FIELD_NUMBER: _ClassVar[int]
     STOP_FIELD_NUMBER: _ClassVar[int]
     RAW_FIELD_NUMBER: _ClassVar[int]
     CUE_FIELD_NUMBER: _ClassVar[int]
+    STARTS_FIELD_NUMBER: _ClassVar[int]
     prompts: _containers.RepeatedScalarFieldContainer[str]
     max_tokens: int
     temperature: float
     stop: _containers.RepeatedScalarFieldContainer[str]
     raw: bool
     cue: str
-    def __init__(self, prompts: _Optional[_Iterable[str]] = ..., max_tokens: _Optional[int] = ..., temperature: _Optional[float] = ..., stop: _Optional[_Iterable[str]] = ..., raw: _Optional[bool] = ..., cue: _Optional[str] = ...) -> None: ...
+    starts: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, prompts: _Optional[_Iterable[str]] = ..., max_tokens: _Optional[int] = ..., temperature: _Optional[float] = ..., stop: _Optional[_Iterable[str]] = ..., raw: _Optional[bool] = ..., cue: _Optional[str] = ..., starts: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class GenerateReply(_message.Message):
     __slots__ = ("outputs", "model")

@@ -30,11 +30,21 @@ class SamplingParams:
 
 @dataclass(frozen=True)
 class PromptText:
-    """A task prompt before model formatting: the instruction and the cue a base model
-    needs to start answering (e.g. "Answer:")."""
+    """A task prompt before model formatting: the instruction, the cue a base model needs to
+    start answering (e.g. "Answer:") and, optionally, the reply's own opening (`start`), put
+    where the model's reply begins so that the model continues it rather than choosing how
+    to begin (a 0.5B chat model asked to rewrite a question often answers it instead)."""
 
     body: str
     cue: str = "Answer:"
+    start: str = ""
+
+    def reply(self, generated: str) -> str:
+        """The whole reply: `start`, then what the model generated after it."""
+        if not self.start:
+            return generated
+        glue = "" if not generated or self.start[-1].isspace() or generated[0] in ",.;:!?)'\"" else " "
+        return f"{self.start}{glue}{generated}"
 
 
 class ReaderEngine(Protocol):

@@ -23,14 +23,13 @@ _MARK = "\x1eeor-prompt\x1f"
 
 
 def wrap_prompt(prompt: PromptText) -> str:
-    return _MARK + json.dumps([prompt.body, prompt.cue])
+    return _MARK + json.dumps([prompt.body, prompt.cue, prompt.start])
 
 
 def unwrap_prompt(text: str) -> PromptText | None:
     if not text.startswith(_MARK):
         return None
-    body, cue = json.loads(text[len(_MARK):])
-    return PromptText(body, cue)
+    return PromptText(*json.loads(text[len(_MARK):]))
 
 
 class StageClock:

@@ -296,10 +296,14 @@ class EorIngress:
         req = parse_generate(request, self.limits)
         from retrievers.reader import PromptText
 
-        texts = list(req.prompts) if req.raw else [wrap_prompt(PromptText(p, req.cue or "Answer:")) for p in req.prompts]
+        starts = list(req.starts) or [""] * len(req.prompts)
+        prompts = [PromptText(p, req.cue or "Answer:", s) for p, s in zip(req.prompts, starts)]
+        texts = list(req.prompts) if req.raw else [wrap_prompt(p) for p in prompts]
         params = SamplingParams(max_tokens=req.max_tokens or 64, temperature=float(req.temperature),
                                 stop=tuple(req.stop))
         outs = await self.generator.generate.remote(texts, params)
+        if not req.raw:
+            outs = [p.reply(o) for p, o in zip(prompts, outs)]
         model = await self.generator.model_id.remote()
         return eor_pb2.GenerateReply(outputs=outs, model=model)
 

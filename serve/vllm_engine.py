@@ -137,8 +137,8 @@ class VLLMEngine:
         """Chat models get their chat template; base models a completion prompt ending in the cue."""
         if self.chat:
             return self.tokenizer.apply_chat_template(
-                [{"role": "user", "content": prompt.body}], tokenize=False, add_generation_prompt=True)
-        return f"{prompt.body}\n{prompt.cue}"
+                [{"role": "user", "content": prompt.body}], tokenize=False, add_generation_prompt=True) + prompt.start
+        return f"{prompt.body}\n{prompt.cue}" + (f" {prompt.start}" if prompt.start else "")
 
     def generate(self, prompts: Sequence[str], params: SamplingParams) -> list[str]:
         self.load()

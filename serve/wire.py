@@ -173,6 +173,14 @@ def parse_generate(request: Any, limits: ServiceConfig) -> eor_pb2.GenerateReque
             raise InvalidArgument(f"prompts[{i}] is empty")
         if len(p) > limits.max_prompt_chars:
             raise InvalidArgument(f"prompts[{i}] too long: {len(p)} characters (limit {limits.max_prompt_chars})")
+    if request.starts:
+        if request.raw:
+            raise InvalidArgument("starts needs raw = false (a raw prompt is sent as it is)")
+        if len(request.starts) != len(request.prompts):
+            raise InvalidArgument(f"starts has {len(request.starts)} entries for {len(request.prompts)} prompts")
+        for i, s in enumerate(request.starts):
+            if len(s) > limits.max_prompt_chars:
+                raise InvalidArgument(f"starts[{i}] too long: {len(s)} characters (limit {limits.max_prompt_chars})")
     if request.max_tokens > limits.max_tokens:
         raise InvalidArgument(f"max_tokens {request.max_tokens} above the limit {limits.max_tokens}")
     t = float(request.temperature)

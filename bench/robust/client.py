@@ -85,9 +85,11 @@ class BenchClient:
             out.append(per)
         return out
 
-    def generate(self, prompts: Sequence[str], max_tokens: int = 128, temperature: float = 0.0) -> list[str]:
+    def generate(self, prompts: Sequence[str], max_tokens: int = 128, temperature: float = 0.0,
+                 starts: Sequence[str] = ()) -> list[str]:
         t = time.perf_counter()
-        outs = list(self._c.generate(list(prompts), max_tokens=max_tokens, temperature=temperature).outputs)
+        outs = list(self._c.generate(list(prompts), max_tokens=max_tokens, temperature=temperature,
+                                     starts=starts).outputs)
         self.generate_seconds += time.perf_counter() - t
         return outs
 

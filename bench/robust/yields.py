@@ -48,8 +48,9 @@ class PerturbOnlyClient:
     def generate_seconds(self) -> float:
         return float(getattr(self.client, "generate_seconds", 0.0))
 
-    def generate(self, prompts: Sequence[str], max_tokens: int = 128, temperature: float = 0.0) -> list[str]:
-        return self.client.generate(prompts, max_tokens=max_tokens, temperature=temperature)
+    def generate(self, prompts: Sequence[str], max_tokens: int = 128, temperature: float = 0.0,
+                 starts: Sequence[str] = ()) -> list[str]:
+        return self.client.generate(prompts, max_tokens=max_tokens, temperature=temperature, starts=starts)
 
     def ask(self, questions: Sequence[str], documents=None, retrievers: Sequence[str] = ()) -> list[AskResult]:
         return [AskResult(question=q, answer="", retriever="", answers={}) for q in questions]

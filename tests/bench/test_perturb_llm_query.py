@@ -20,7 +20,6 @@ def numbered(prompt: str) -> str:
 
 
 @pytest.mark.parametrize("name, phrase", [
-    ("redundancy", "by inserting related redundant knowledge into the input text"),
     ("ambiguity", "while making it unclear to answer by introducing ambiguity"),
 ])
 def test_query_level_rewrites_take_line_seed_of_five(name, phrase):
@@ -60,9 +59,23 @@ def test_guided_rewrites_ask_one_rewrite_per_variant_with_its_own_opener(name, o
     assert answered.apply(["who wrote hamlet"]) == ["who wrote hamlet"] and answered.last_fallbacks == [True]
 
 
+def test_redundancy_continues_the_question_after_a_link_per_variant():
+    from bench.robust.perturb.llm_query import Redundancy
+
+    reader = FakeReader(lambda prompt: "a play set in Denmark?")
+    p = get("redundancy", generator=reader)
+    outs = [p.apply(["who wrote hamlet"], seed=s)[0] for s in range(len(Redundancy.links) + 1)]
+    assert outs[:-1] == [f"Who wrote hamlet{link} a play set in Denmark?" for link in Redundancy.links]
+    assert outs[-1] == outs[0] and reader.starts[0] == ["Who wrote hamlet, knowing that"]
+    assert "adding a related fact that does not answer it" in reader.calls[0][0][0]
+    for stub in ["?", "", "Shakespeare"]:  # nothing, or one word, after the link: no rewrite
+        short = get("redundancy", generator=FakeReader(stub))
+        assert short.apply(["who wrote hamlet"]) == ["who wrote hamlet"] and short.last_fallbacks == [True]
+
+
 def test_unusable_replies_fall_back_to_the_original_and_are_flagged():
     reader = FakeReader(lambda prompt: "" if "Input text: hamlet?" in prompt else "Output:\n\"who wrote hamlet\"\nWho penned Hamlet?")
-    p = get("redundancy", generator=reader)
+    p = get("ambiguity", generator=reader)
     out = p.apply(["who wrote hamlet", "hamlet?"], seed=0)
     assert out == ["Who penned Hamlet?", "hamlet?"]
     assert p.last_fallbacks == [False, True]
@@ -75,7 +88,7 @@ def test_unusable_replies_fall_back_to_the_original_and_are_flagged():
 
 def test_batches_over_64_prompts_are_chunked():
     reader = FakeReader("Another query.")
-    out = get("redundancy", generator=reader, variants=1).apply([f"q{i}" for i in range(70)])
+    out = get("ambiguity", generator=reader, variants=1).apply([f"q{i}" for i in range(70)])
     assert out == ["Another query."] * 70 and [len(c[0]) for c in reader.calls] == [64, 6]
     assert "1 times" in reader.calls[0][0][0]
 

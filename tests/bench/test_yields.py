@@ -26,12 +26,15 @@ def reply(prompt: str) -> str:
         opener = prompt.split('starting with "', 1)[1].split('"', 1)[0]
         q = prompt.rsplit("Question: ", 1)[1]
         return "The answer is unknown." if opener == "Might I ask" else f"{opener} {q}?"
-    if "redundant knowledge" in prompt:  # names the answer: leaked for q1, q2
-        return "Who wrote Hamlet, the play by Shakespeare?\nWhat is the capital of France, Paris?"
+    if "adding a related fact" in prompt:  # continued after "<question>, <link>"; names the answer for q1, q2
+        q = prompt.rsplit("Question: ", 1)[1]
+        return {"who wrote hamlet": "Shakespeare wrote plays?", "what is the capital of france": "Paris is big?"}.get(
+            q, "it is a well known subject?")
     if "ambiguity" in prompt:
         return text  # only echoes: not applicable
-    if prompt.startswith("Rewrite the input question"):
-        return f"{text}, please?"
+    if prompt.startswith("Rewrite the question below with different grammar"):  # guided: the opener, then it
+        opener = prompt.split('starting with "', 1)[1].split('"', 1)[0]
+        return f"{opener} {prompt.rsplit('Question: ', 1)[1]}?"
     if "Translate the following text" in prompt:
         return prompt.rsplit("\n\n", 1)[-1]  # round trip unchanged: not applicable
     if "semantically entail" in prompt:

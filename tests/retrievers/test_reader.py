@@ -148,3 +148,11 @@ def test_cache_is_safe_across_threads(tmp_path):
 
 def test_sampling_params_default_to_greedy():
     assert SamplingParams().temperature == 0.0
+
+
+def test_a_reply_begun_for_the_model_is_the_start_then_what_it_wrote():
+    p = PromptText("Rewrite the question.", start="Who wrote hamlet, knowing that")
+    assert p.reply("it is a tragedy?") == "Who wrote hamlet, knowing that it is a tragedy?"
+    assert p.reply(", a tragedy?") == "Who wrote hamlet, knowing that, a tragedy?"  # no space before punctuation
+    assert PromptText("x", start="Tell me ").reply("more") == "Tell me more"
+    assert PromptText("x").reply("as generated") == "as generated"

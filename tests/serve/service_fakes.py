@@ -32,7 +32,7 @@ class FakeServiceEngine:
         self.delay = float(os.environ.get("EOR_FAKE_ENGINE_DELAY", "0"))
 
     def format(self, prompt: PromptText) -> str:
-        return f"{prompt.body}\n{prompt.cue}"
+        return f"{prompt.body}\n{prompt.cue}{prompt.start}"
 
     @staticmethod
     def respond(p: str) -> str:

@@ -187,6 +187,9 @@ def test_generate_formats_or_passes_raw(stub):
     g = stub.Generate(eor_pb2.GenerateRequest(prompts=["Consider the two passages\nPremise: a\nHypothesis: a\n"],
                                               raw=True), timeout=60)
     assert g.outputs == ["entailment"]
+    g = stub.Generate(eor_pb2.GenerateRequest(prompts=["Generate a background document y"], max_tokens=8,
+                                              starts=["Begun for it:"]), timeout=60)
+    assert g.outputs[0].startswith("Begun for it: A background document")  # the reply begins with its start
 
 
 def test_ray_serve_grpc_proxy_serves_the_same_rpcs(ray_proxy_stub):

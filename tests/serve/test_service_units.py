@@ -3,6 +3,7 @@ voter weights from user_config, settings and the generated stubs."""
 from __future__ import annotations
 
 import asyncio
+import re
 import threading
 import time
 from pathlib import Path
@@ -342,3 +343,16 @@ def test_health_names_the_retriever_actors_and_sources_that_do_not_answer():
     reply = asyncio.run(health())
     assert reply.status == eor_pb2.HealthReply.SERVING and list(reply.unavailable) == ["PK", "ReFree", "Wiki@10", "Wiki"]
     assert reply.detail == "degraded: not answering: PK, ReFree, Wiki@10, Wiki" and reply.voter == "voter v1"
+
+
+
+@pytest.mark.parametrize("request_, message", [
+    (dict(prompts=["a", "b"], starts=["x"]), "starts has 1 entries for 2 prompts"),
+    (dict(prompts=["a"], starts=["x"], raw=True), "starts needs raw = false"),
+    (dict(prompts=["a"], starts=["x" * 100_000]), "starts[0] too long"),
+])
+def test_generate_starts_are_checked(request_, message):
+    from serve.wire import InvalidArgument, parse_generate
+
+    with pytest.raises(InvalidArgument, match=re.escape(message)):
+        parse_generate(eor_pb2.GenerateRequest(**request_), config_from_dict({}).service)

@@ -26,9 +26,11 @@ MAX_PROMPTS = 64
 
 @runtime_checkable
 class Generator(Protocol):
-    """Text generation by the live system's reader (the bench's only LLM)."""
+    """Text generation by the live system's reader (the bench's only LLM). `starts` (optional,
+    one per prompt): the reply's opening, given to the model; each output begins with it."""
 
-    def generate(self, prompts: Sequence[str], max_tokens: int = 128, temperature: float = 0.0) -> list[str]: ...
+    def generate(self, prompts: Sequence[str], max_tokens: int = 128, temperature: float = 0.0,
+                 starts: Sequence[str] = ()) -> list[str]: ...
 
 
 class NotApplicable(Exception):
@@ -113,14 +115,16 @@ class LLMPerturbation(Perturbation):
             self.max_tokens = max_tokens
         self.temperature = temperature
 
-    def generate(self, prompts: Sequence[str], max_tokens: int | None = None) -> list[str]:
+    def generate(self, prompts: Sequence[str], max_tokens: int | None = None,
+                 starts: Sequence[str] = ()) -> list[str]:
         if self.generator is None:
             raise ValueError(f"perturbation {self.name!r} needs generator= (the service's reader)")
         n = max_tokens or self.max_tokens
         outs: list[str] = []
         for i in range(0, len(prompts), MAX_PROMPTS):
+            extra = {"starts": list(starts[i:i + MAX_PROMPTS])} if starts else {}
             outs += self.generator.generate(list(prompts[i:i + MAX_PROMPTS]), max_tokens=n,
-                                            temperature=self.temperature)
+                                            temperature=self.temperature, **extra)
         if len(outs) != len(prompts):
             raise RuntimeError(f"generator returned {len(outs)} outputs for {len(prompts)} prompts")
         return [o or "" for o in outs]

@@ -1,10 +1,12 @@
 """Query rewrites by the live service's reader: one Generate call per batch, greedy.
 
-- `redundancy`, `ambiguity`: the query-level paper's prompts (its Table 3), asking for
-  `variants` (5) paraphrases, one per line; the paper uses all five as five samples, so seed s
-  takes line s mod (lines returned). The one prompt serves every seed, so the service's reader
-  cache answers seeds 1..4 for free. `formal`: one rewrite per prompt, guided by a formal
-  opener per seed (see `Formal`: the paper's prompt is answered, not followed, by a 0.5B reader).
+- `ambiguity`: the query-level paper's prompt (its Table 3), asking for `variants` (5)
+  paraphrases, one per line; the paper uses all five as five samples, so seed s takes line
+  s mod (lines returned). The one prompt serves every seed, so the service's reader cache
+  answers seeds 1..4 for free. `formal`: one rewrite per prompt, guided by a formal opener per
+  seed (`GuidedRewrite`: the paper's prompt is answered, not followed, by a 0.5B reader).
+  `redundancy`: one rewrite per prompt whose reply is begun for the model with the question and
+  a link per seed (`ContinuedRewrite`); the paper's prompts stay in `prompt` for reference.
 - `grammar_rewrite`, `irrelevant_detail`: RARE App. C.1 (GPT-4.1 wrote 3 candidates, the most
   similar to the query by an embedding model was kept). RARE does not publish its prompts;
   ours (`GRAMMAR_PROMPT`, `IRRELEVANT_PROMPT`, in the style of the ones above) are answered, not
@@ -69,9 +71,49 @@ class QueryRewrite(LLMPerturbation):
         return result
 
 
+CONTINUE_PROMPT = ("Rewrite the question below{how}. Do not answer it. Reply with the rewritten question only."
+                   "\n\nQuestion: {text}")
+
+
+class ContinuedRewrite(QueryRewrite):
+    """One rewrite per prompt whose reply is begun for the model (Generate's `starts`): the
+    question itself and a link (seed s takes the (s mod n)-th of `links`), which the model must
+    continue. A chat model given the opening only as an instruction ("starting with ...")
+    repeats the question and stops. A continuation of fewer than two words is no rewrite."""
+
+    links: tuple[str, ...] = ()
+    how = ""
+
+    def perturb_batch(self, texts: list[str], seed: int, context: list[Mapping[str, Any]]) -> list[str]:
+        link = self.links[seed % len(self.links)]
+        starts = [_question_opening(t) + link for t in texts]
+        outs = self.generate([CONTINUE_PROMPT.format(how=self.how, text=t) for t in texts], max_tokens=48,
+                             starts=starts)
+        result, flags = [], []
+        for text, start, out in zip(texts, starts, outs):
+            line = out.strip().splitlines()[0] if out.strip() else ""
+            added = line[len(start):] if line.startswith(start) else ""
+            cands = query_rewrites(line, text)[:1] if len(added.split()) >= 2 else []
+            result.append(cands[0] if cands else text)
+            flags.append(not cands)
+        self.last_fallbacks = flags
+        return result
+
+
+def _question_opening(question: str) -> str:
+    q = question.strip().rstrip("?").rstrip()
+    return q[:1].upper() + q[1:]
+
+
 @register("redundancy")
-class Redundancy(QueryRewrite):
+class Redundancy(ContinuedRewrite):
+    """The query-level paper's redundancy: related knowledge inserted into the question. Its own
+    prompt (`prompt`, five at once) gave 4 usable of 150 with Qwen-0.5B; continued, 133 of 150
+    (the facts it adds are related, not always true; 2 named the answer and were dropped)."""
+
     prompt = REDUNDANCY_PROMPT
+    links = (", knowing that", ", given that", ", considering that", ", bearing in mind that", ", as")
+    how = ", adding a related fact that does not answer it"
 
 
 GUIDED_PROMPT = ("Rewrite the question below{how}, starting with \"{opener}\". Keep its meaning. Do not answer "
