@@ -62,13 +62,13 @@ class QueryRewrite(LLMPerturbation):
 
     def perturb_batch(self, texts: list[str], seed: int, context: list[Mapping[str, Any]]) -> list[str]:
         outs = self.generate([self.prompt.format(n=self.variants, text=t) for t in texts])
-        result, flags = [], []
-        for text, out in zip(texts, outs):
-            cands = query_rewrites(out, text)[:self.variants]
-            result.append(cands[seed % len(cands)] if cands else text)
-            flags.append(not cands)
-        self.last_fallbacks = flags
-        return result
+        return self._choose(texts, [query_rewrites(o, t)[:self.variants] for t, o in zip(texts, outs)], seed)
+
+    def _choose(self, texts: list[str], candidates: list[list[str]], seed: int) -> list[str]:
+        """The seed's candidate per text; the text itself where there is none (flagged in
+        `last_fallbacks`)."""
+        self.last_fallbacks = [not c for c in candidates]
+        return [c[seed % len(c)] if c else t for t, c in zip(texts, candidates)]
 
 
 CONTINUE_PROMPT = ("Rewrite the question below{how}. Do not answer it. Reply with the rewritten question only."
@@ -89,15 +89,12 @@ class ContinuedRewrite(QueryRewrite):
         starts = [_question_opening(t) + link for t in texts]
         outs = self.generate([CONTINUE_PROMPT.format(how=self.how, text=t) for t in texts], max_tokens=48,
                              starts=starts)
-        result, flags = [], []
+        candidates = []
         for text, start, out in zip(texts, starts, outs):
             line = out.strip().splitlines()[0] if out.strip() else ""
             added = line[len(start):] if line.startswith(start) else ""
-            cands = query_rewrites(line, text)[:1] if len(added.split()) >= 2 else []
-            result.append(cands[0] if cands else text)
-            flags.append(not cands)
-        self.last_fallbacks = flags
-        return result
+            candidates.append(query_rewrites(line, text)[:1] if len(added.split()) >= 2 else [])
+        return self._choose(texts, candidates, 0)
 
 
 def _question_opening(question: str) -> str:
@@ -136,13 +133,7 @@ class GuidedRewrite(QueryRewrite):
         opener = self.openers[seed % len(self.openers)]
         outs = self.generate([GUIDED_PROMPT.format(how=self.how, opener=opener, text=t) for t in texts],
                              max_tokens=64)
-        result, flags = [], []
-        for text, out in zip(texts, outs):
-            cands = query_rewrites(out, text)[:1]
-            result.append(cands[0] if cands else text)
-            flags.append(not cands)
-        self.last_fallbacks = flags
-        return result
+        return self._choose(texts, [query_rewrites(o, t)[:1] for t, o in zip(texts, outs)], 0)
 
 
 #: one formal opener per variant (see `GuidedRewrite`)
