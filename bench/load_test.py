@@ -201,11 +201,10 @@ def inprocess_asks(questions: list[str], config_path: str | None) -> dict:
     pool, the offline vLLM engine), one at a time, in one process; the engine is started and
     warmed before the first timed question."""
     from serve.builder import make_pool
+    from serve.cli import _voter_choice
     from serve.config import load_config
     from serve.ensemble import answer
     from voter.question_vote import build_metrics
-
-    from serve.cli import _voter_choice
 
     config = load_config(config_path)
     pool = make_pool(config)

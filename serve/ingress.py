@@ -40,8 +40,9 @@ OK = grpc.StatusCode.OK
 async def _bounded(response: Any, timeout: float) -> Any:
     """A Ray Serve response awaited at most `timeout` s. Past it, or when the awaiting task is
     cancelled (the client went away), the request is cancelled too (Ray does not do that by
-    itself): a retriever actor's `run` then cancels its reader calls, which aborts their engine
-    requests. TimeoutError past the deadline."""
+    itself); the reader calls a retriever actor makes are bounded by the same deadline
+    (`CallDeadline`), and a cancelled reader call aborts its engine requests. TimeoutError past
+    the deadline."""
     async def wait():
         return await response
     try:
