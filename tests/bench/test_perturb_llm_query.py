@@ -12,29 +12,48 @@ from tests.bench.fake_reader import FakeReader
 Q = ["when does the cannes film festival take place", "who wrote hamlet"]
 
 
-def numbered(prompt: str) -> str:
-    """n numbered variants of the input text, the i-th ending in " v<i>" (and a header)."""
-    n = int(re.search(r"(?:text|question|below) (\d+) times", prompt).group(1))
-    text = prompt.split("Input text: ", 1)[1].split("\n", 1)[0]
-    return "Here are the paraphrases:\n" + "\n".join(f'{i + 1}. "{text} v{i}"' for i in range(n))
+def test_ambiguity_hedges_with_a_modal_or_generalises_the_most_specific_term_per_variant():
+    from bench.robust.perturb.llm_query import AMBIGUITY_MOVES, CATEGORY_START, TERM_START
+
+    def reply(prompt):
+        if "most specific one" in prompt:
+            return 'hamlet" is the most specific'
+        if "what kind of thing" in prompt:
+            return 'play".'
+        assert 'vague and open to interpretation, using the word "' in prompt
+        return "have written hamlet?"
+    reader = FakeReader(reply)
+    p = get("ambiguity", generator=reader)
+    outs = [p.apply(["who wrote hamlet"], seed=s)[0] for s in range(len(AMBIGUITY_MOVES) + 1)]
+    assert outs == ["Who might have written hamlet?", "Who could have written hamlet?", "who wrote a play",
+                    "Who may have written hamlet?", "Who might have written a play?", "Who might have written hamlet?"]
+    assert reader.starts[0] == ["Who might"] and reader.starts[2] == [TERM_START]
+    assert reader.starts[3] == [CATEGORY_START.format(term="hamlet")]
+    assert p.apply(["the vascular layer of the eye is the"], seed=1) == ["What could have written hamlet?"]
+    assert reader.starts[-1] == ["What could"]  # no question word: "What"
 
 
-@pytest.mark.parametrize("name, phrase", [
-    ("ambiguity", "while making it unclear to answer by introducing ambiguity"),
-])
-def test_query_level_rewrites_take_line_seed_of_five(name, phrase):
-    reader = FakeReader(numbered)
-    p = get(name, generator=reader)
-    out0 = p.apply(Q, seed=0)
-    assert out0 == [f"{q} v0" for q in Q] and p.last_fallbacks == [False, False]
-    assert len(reader.calls) == 1 and len(reader.calls[0][0]) == 2  # one batched call
-    prompts, max_tokens, temperature = reader.calls[0]
-    assert phrase in prompts[0] and "Paraphrase" in prompts[0] and "5 times" in prompts[0]
-    assert prompts[0].endswith(f"Input text: {Q[0]}\nOutput:\n\n") and temperature == 0.0
-    assert p.apply(Q, seed=3) == [f"{q} v3" for q in Q]
-    assert p.apply(Q, seed=7) == [f"{q} v2" for q in Q]  # 7 mod 5
-    assert p.apply(Q, seed=0) == out0
-    assert len({p for call in reader.calls for p in call[0]}) == 2  # the same prompts for every seed
+def test_ambiguity_falls_back_when_the_model_copies_or_names_no_usable_kind():
+    copy = get("ambiguity", generator=FakeReader(""))  # nothing after "Who might": no rewrite
+    assert copy.apply(["who wrote hamlet"], seed=0) == ["who wrote hamlet"] and copy.last_fallbacks == [True]
+    same = get("ambiguity", generator=FakeReader(lambda p: 'hamlet"'))  # the kind is the term
+    assert same.apply(["who wrote hamlet"], seed=2) == ["who wrote hamlet"] and same.last_fallbacks == [True]
+
+
+def test_generalize_puts_the_kind_in_the_terms_place_with_an_article_where_a_noun_phrase_ends():
+    from bench.robust.perturb.llm_query import generalize
+
+    assert generalize("what is the main mineral in lithium batteries", "lithium", "metal") == \
+        "what is the main mineral in metal batteries"  # a modifier: no article
+    assert generalize("what is the corporate tax rate in great britain", "Great Britain", "country") == \
+        "what is the corporate tax rate in a country"
+    assert generalize("who is the current director of the us mint", "us mint", "agency") == \
+        "who is the current director of the agency"  # a determiner already there
+    assert generalize("who sang rip it up and start again", "rip it up and start again", "song") == "who sang a song"
+    assert generalize("name the fusion of an egg with a sperm", "egg", "sperm") == ""  # repeats a word
+    assert generalize("who wrote hamlet", "macbeth", "play") == ""  # the term is not in the question
+    assert generalize("who wrote hamlet", "hamlet", "a very long kind of play") == ""
+    assert generalize("who is the owner of reading fc", "reading", "reading") == ""
 
 
 @pytest.mark.parametrize("name, opener_of", [
@@ -74,33 +93,15 @@ def test_redundancy_continues_the_question_after_a_link_per_variant():
 
 
 def test_unusable_replies_fall_back_to_the_original_and_are_flagged():
-    reader = FakeReader(lambda prompt: "" if "Input text: hamlet?" in prompt else "Output:\n\"who wrote hamlet\"\nWho penned Hamlet?")
-    p = get("ambiguity", generator=reader)
-    out = p.apply(["who wrote hamlet", "hamlet?"], seed=0)
-    assert out == ["Who penned Hamlet?", "hamlet?"]
-    assert p.last_fallbacks == [False, True]
-    reader2 = FakeReader("Who wrote Hamlet?")  # the original back, capitalised: not a rewrite
-    assert get("ambiguity", generator=reader2).apply(["who wrote hamlet"]) == ["who wrote hamlet"]
     formal = get("formal", generator=FakeReader("The owner of Reading Football Club is John Doe."))
     assert formal.apply(["who is the owner of reading football club"]) == ["who is the owner of reading football club"]
     assert formal.last_fallbacks == [True]  # an answer is no rewrite
+    copy = get("formal", generator=FakeReader("Who is the owner of Reading Football Club?"))
+    assert copy.apply(["who is the owner of reading football club"]) == ["who is the owner of reading football club"]
+    assert copy.last_fallbacks == [True]  # the original back, capitalised: no rewrite
 
 
 def test_batches_over_64_prompts_are_chunked():
-    reader = FakeReader("Another query.")
-    out = get("ambiguity", generator=reader, variants=1).apply([f"q{i}" for i in range(70)])
-    assert out == ["Another query."] * 70 and [len(c[0]) for c in reader.calls] == [64, 6]
-    assert "1 times" in reader.calls[0][0][0]
-
-
-def test_answers_and_commentary_are_not_rewrites():
-    # what SmolLM2-135M-Instruct actually replied to these prompts (greedy)
-    replies = {"who wrote the lord of the rings": "Who wrote the Lord of the Rings?\n\nThe answer is: The Lord of "
-                                                  "the Rings is a fictional work by J.R.R. Tolkien.",
-               "when does the cannes film festival take place": "The film festival of the 2022 is held on 2022-01-01.",
-               "how many legs does a spider have": 'The sentence is ambiguous: "How many legs does a spider have?"'}
-    reader = FakeReader(lambda p: replies[p.split("Input text: ", 1)[1].split("\n", 1)[0]])
-    p = get("ambiguity", generator=reader)
-    out = p.apply(list(replies), seed=1)
-    assert out == list(replies)  # the first reply only capitalised the question: no rewrite either
-    assert p.last_fallbacks == [True, True, True]
+    reader = FakeReader("Could you please tell me another query?")
+    out = get("formal", generator=reader).apply([f"q{i}" for i in range(70)])
+    assert out == ["Could you please tell me another query?"] * 70 and [len(c[0]) for c in reader.calls] == [64, 6]

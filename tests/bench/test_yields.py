@@ -30,8 +30,8 @@ def reply(prompt: str) -> str:
         q = prompt.rsplit("Question: ", 1)[1]
         return {"who wrote hamlet": "Shakespeare wrote plays?", "what is the capital of france": "Paris is big?"}.get(
             q, "it is a well known subject?")
-    if "ambiguity" in prompt:
-        return text  # only echoes: not applicable
+    if any(k in prompt for k in ("vague and open to interpretation", "most specific one", "what kind of thing")):
+        return ""  # ambiguity: the model writes nothing after the begun reply, so not applicable
     if prompt.startswith("Rewrite the question below with different grammar"):  # guided: the opener, then it
         opener = prompt.split('starting with "', 1)[1].split('"', 1)[0]
         return f"{opener} {prompt.rsplit('Question: ', 1)[1]}?"

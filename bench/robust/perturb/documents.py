@@ -38,8 +38,7 @@ import string
 from typing import Any, Mapping
 
 from bench.robust.perturb.base import Generator, LLMPerturbation, NotApplicable, Perturbation, register
-from bench.robust.perturb.ta_offline import NLTK_DATA
-from bench.robust.perturb.textutil import clean_passage, join_sentences, split_sentences, tidy_rewrite
+from bench.robust.perturb.textutil import STOP_WORDS, clean_passage, join_sentences, split_sentences, tidy_rewrite
 from bench.robust.qa import contains_answer
 
 # ------------------------------------------------------------------ LLM rewrites (SURE Fig. 8)
@@ -277,13 +276,12 @@ class AnswerSentenceDelete(Perturbation):
 
 
 TRANSLATE_PROMPT = "Translate the following text into {language}. Output only the translation.\n\n{text}"
-_STOP = frozenset((NLTK_DATA / "corpora" / "stopwords" / "english").read_text(encoding="utf-8").split())
 
 
 def english_share(text: str) -> float:
     """Share of the words that are English stop words (~0.4 in English prose, ~0 in French)."""
     words = re.findall(r"[a-z']+", text.lower())
-    return sum(w in _STOP for w in words) / len(words) if words else 0.0
+    return sum(w in STOP_WORDS for w in words) / len(words) if words else 0.0
 
 
 @register("back_translate")

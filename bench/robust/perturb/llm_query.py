@@ -1,34 +1,29 @@
 """Query rewrites by the live service's reader: one Generate call per batch, greedy.
 
-- `ambiguity`: the query-level paper's prompt (its Table 3), asking for `variants` (5)
-  paraphrases, one per line; the paper uses all five as five samples, so seed s takes line
-  s mod (lines returned). The one prompt serves every seed, so the service's reader cache
-  answers seeds 1..4 for free. `formal`: one rewrite per prompt, guided by a formal opener per
-  seed (`GuidedRewrite`: the paper's prompt is answered, not followed, by a 0.5B reader).
-  `redundancy`: one rewrite per prompt whose reply is begun for the model with the question and
-  a link per seed (`ContinuedRewrite`); the paper's prompts stay in `prompt` for reference.
+- `ambiguity`: a modal hedge ("Who might ...") or the most specific noun or name changed to its
+  kind, one per variant (`Ambiguity`); `formal`: one rewrite per prompt, guided by a formal
+  opener per seed (`GuidedRewrite`: the paper's prompt is answered, not followed, by a 0.5B
+  reader). `redundancy`: one rewrite per prompt whose reply is begun for the model with the
+  question and a link per seed (`ContinuedRewrite`). The paper's prompts (its Table 3, n
+  paraphrases one per line) stay in each class's `prompt` for reference.
 - `grammar_rewrite`, `irrelevant_detail`: RARE App. C.1 (GPT-4.1 wrote 3 candidates, the most
   similar to the query by an embedding model was kept). RARE does not publish its prompts;
   ours (`GRAMMAR_PROMPT`, `IRRELEVANT_PROMPT`, in the style of the ones above) are answered, not
   followed, by a 0.5B reader, so both are guided rewrites like `formal` (`GuidedRewrite`):
   one rewrite per prompt, its opening given per seed.
 
-Adapted for a 135M-parameter instruct reader, minimally: "separate the samples by single \\n"
-(a newline character inside the paper's Python string) is written "a single newline"; the
-reader's answer is cleaned line by line (list numbering, labels such as "Rewritten
-question:", quotes); lines equal to the original, lines that talk about the task or an answer
-("The answer is ...", "The sentence is ambiguous") and, for a question, lines that are no
-question are not rewrites. When no usable line is left the original query is kept and
-flagged in `last_fallbacks`. Measured with SmolLM2-135M-Instruct (greedy, these prompts and
-four rewordings of them): it answers or comments on the question nearly every time, so with
-that reader expect most of these to fall back; a larger reader is what they were written for.
+The reader's reply is cleaned (list numbering, labels such as "Rewritten question:", quotes);
+a reply equal to the original (case and punctuation aside), one that talks about the task or
+an answer ("The answer is ...") and, for a question, one that is no question are not rewrites:
+the original query is kept and flagged in `last_fallbacks`.
 """
 from __future__ import annotations
 
+import re
 from typing import Any, Mapping
 
 from bench.robust.perturb.base import LLMPerturbation, register
-from bench.robust.perturb.textutil import query_rewrites
+from bench.robust.perturb.textutil import STOP_WORDS, query_rewrites
 
 _FORMAT = ("Separate the output text samples by a single newline between them. Do not output anything "
            "else and do not answer the question but only paraphrase it.\n\nInput text: {text}\nOutput:\n\n")
@@ -49,20 +44,12 @@ IRRELEVANT_PROMPT = ("Rewrite the input question {n} times, each time inserting 
 
 
 class QueryRewrite(LLMPerturbation):
-    """`prompt` asks for `variants` rewrites of `{text}`, one per line; see the module doc."""
+    """A rewrite of a query; `prompt` is the paper's own prompt, kept for reference (see the
+    module doc)."""
 
     target = "query"
     prompt: str = ""
-    default_variants = 5
-
-    def __init__(self, generator=None, variants: int | None = None, max_tokens: int | None = None,
-                 temperature: float = 0.0):
-        self.variants = variants or self.default_variants
-        super().__init__(generator, max_tokens or min(512, 48 * self.variants + 32), temperature)
-
-    def perturb_batch(self, texts: list[str], seed: int, context: list[Mapping[str, Any]]) -> list[str]:
-        outs = self.generate([self.prompt.format(n=self.variants, text=t) for t in texts])
-        return self._choose(texts, [query_rewrites(o, t)[:self.variants] for t, o in zip(texts, outs)], seed)
+    max_tokens = 64
 
     def _choose(self, texts: list[str], candidates: list[list[str]], seed: int) -> list[str]:
         """The seed's candidate per text; the text itself where there is none (flagged in
@@ -86,15 +73,18 @@ class ContinuedRewrite(QueryRewrite):
 
     def perturb_batch(self, texts: list[str], seed: int, context: list[Mapping[str, Any]]) -> list[str]:
         link = self.links[seed % len(self.links)]
-        starts = [_question_opening(t) + link for t in texts]
-        outs = self.generate([CONTINUE_PROMPT.format(how=self.how, text=t) for t in texts], max_tokens=48,
+        return self._choose(texts, self._continued(texts, [_question_opening(t) + link for t in texts], self.how), 0)
+
+    def _continued(self, texts: list[str], starts: list[str], how: str) -> list[list[str]]:
+        """Per text, its rewrite continued from `starts` (none when unusable)."""
+        outs = self.generate([CONTINUE_PROMPT.format(how=how, text=t) for t in texts], max_tokens=48,
                              starts=starts)
         candidates = []
         for text, start, out in zip(texts, starts, outs):
             line = out.strip().splitlines()[0] if out.strip() else ""
             added = line[len(start):] if line.startswith(start) else ""
             candidates.append(query_rewrites(line, text)[:1] if len(added.split()) >= 2 else [])
-        return self._choose(texts, candidates, 0)
+        return candidates
 
 
 def _question_opening(question: str) -> str:
@@ -151,9 +141,79 @@ class Formal(GuidedRewrite):
     how = " in a more formal tone"
 
 
+#: per variant: the modal the question is hedged with ("" for none), and whether its most
+#: specific noun or name is changed to a general category
+AMBIGUITY_MOVES: tuple[tuple[str, bool], ...] = (("might", False), ("could", False), ("", True), ("may", False),
+                                                  ("might", True))
+HEDGE_HOW = ' so that it is vague and open to interpretation, using the word "{modal}"'
+TERM_PROMPT = "Which noun or name in the question below is its most specific one? Do not answer it.\n\nQuestion: {text}"
+TERM_START = 'The most specific noun or name in the question is "'
+CATEGORY_PROMPT = ('In the question "{text}", what kind of thing is "{term}"? Reply with a general category of one '
+                   'or two words, without naming it.')
+CATEGORY_START = '"{term}" is a kind of "'
+_WH = re.compile(r"^(who|whom|whose|what|when|where|which|why|how)\b", re.IGNORECASE)
+_DETERMINERS = frozenset("the a an this that these those his her its their my your our".split())
+
+
 @register("ambiguity")
-class Ambiguity(QueryRewrite):
+class Ambiguity(ContinuedRewrite):
+    """The query-level paper's ambiguity (§3: "inserting words such as 'might' ... or changing
+    words to more general correspondents (e.g., changing 'rapper' to 'artist')"), both ways, one
+    per variant (`AMBIGUITY_MOVES`). A hedge is a continued rewrite begun with the question word
+    and the modal ("Who might"); a generalisation asks the model, each time with a begun reply,
+    for the question's most specific noun or name and for the kind of thing it is, and puts the
+    kind in its place in code ("lithium batteries" -> "metal batteries", "the us mint" -> "the
+    company"). Its own prompt (`prompt`, five at once) gave 3 usable of 150 with Qwen-0.5B: it
+    wrote the question back. The kinds a 0.5B model names are not always right ("eye" -> "skeleton")."""
+
     prompt = AMBIGUITY_PROMPT
+
+    def perturb_batch(self, texts: list[str], seed: int, context: list[Mapping[str, Any]]) -> list[str]:
+        modal, general = AMBIGUITY_MOVES[seed % len(AMBIGUITY_MOVES)]
+        if modal:
+            starts = [f"{_wh_word(t)} {modal}" for t in texts]
+            rewrites = [c[0] if c else "" for c in self._continued(texts, starts, HEDGE_HOW.format(modal=modal))]
+        else:
+            rewrites = list(texts)
+        if general:
+            terms = self._quoted([TERM_PROMPT.format(text=t) for t in texts], [TERM_START] * len(texts))
+            kinds = self._quoted([CATEGORY_PROMPT.format(text=t, term=term) for t, term in zip(texts, terms)],
+                                 [CATEGORY_START.format(term=term) for term in terms])
+            rewrites = [generalize(r, term, kind) if r else "" for r, term, kind in zip(rewrites, terms, kinds)]
+        return self._choose(texts, [query_rewrites(r, t)[:1] if r else [] for t, r in zip(texts, rewrites)], 0)
+
+    def _quoted(self, prompts: list[str], starts: list[str]) -> list[str]:
+        """What the model wrote between the begun reply's opening quote and its closing one."""
+        outs = self.generate(prompts, max_tokens=16, starts=starts)
+        return [o[len(s):].split('"', 1)[0].strip().rstrip(".") if o.startswith(s) else "" for o, s in zip(outs, starts)]
+
+
+def _wh_word(question: str) -> str:
+    m = _WH.match(question.strip())
+    return m.group(1).capitalize() if m else "What"
+
+
+def generalize(question: str, term: str, kind: str) -> str:
+    """`question` with `term` replaced by `kind` ("" when that is no generalisation: the term is
+    not in the question, the kind is the term, longer than three words, or repeats a word the
+    question has outside the term). A kind put where a bare noun phrase ends gets "a"/"an"
+    unless a determiner precedes it ("in great britain" -> "in a country")."""
+    words = kind.split()
+    if not term or not words or len(words) > 3 or kind.lower() == term.lower():
+        return ""
+    m = re.search(rf"(?<!\w){re.escape(term)}(?!\w)", question, re.IGNORECASE)
+    if not m:
+        return ""
+    before, after = question[:m.start()], question[m.end():]
+    outside = set(re.findall(r"[a-z']+", (before + " " + after).lower()))
+    if any(w.lower() in outside for w in words):
+        return ""
+    prev = re.findall(r"[a-z']+", before.lower())[-1:]
+    nxt = re.findall(r"[a-z']+", after.lower())[:1]
+    bare = not (prev and prev[0] in _DETERMINERS) and words[0].lower() not in _DETERMINERS
+    if bare and (not nxt or nxt[0] in STOP_WORDS):  # the term ends a noun phrase: it needs an article
+        kind = ("an " if kind[0].lower() in "aeiou" else "a ") + kind
+    return before + kind + after
 
 
 @register("grammar_rewrite")

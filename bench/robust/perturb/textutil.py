@@ -9,6 +9,11 @@ import re
 from collections import Counter
 from typing import Sequence
 
+from bench.robust.perturb.ta_offline import NLTK_DATA
+
+#: NLTK's English stop words (the list shipped in bench/robust/nltk_data)
+STOP_WORDS = frozenset((NLTK_DATA / "corpora" / "stopwords" / "english").read_text(encoding="utf-8").split())
+
 # A sentence ends at . ! or ? (plus closing quotes/brackets) followed by whitespace and an
 # upper-case letter, a digit or an opening quote/bracket. Not split: known abbreviations
 # ("Mr.", "e.g.", "U.S."), single-letter initials ("J. R. R. Tolkien"), decimals ("3.5", no
