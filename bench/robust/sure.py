@@ -8,12 +8,16 @@ Protocol, as the paper's §3 maps onto this service:
   every retriever reads it through its own ops (@k, @RR, &, @CP).
 - Causal features kept (§3.4): by string match, a Golden document must still hold an answer
   and a Noise document must not gain one; and a perturbed document must be semantically
-  equivalent to the original (bidirectional entailment, judged by the service's reader with
-  SURE's Figure 10 prompt). SURE introduces the entailment filter for the LLM rewrites, so by
-  default (`nli="rewrites"`) it judges the style and source perturbations; the logic, format
-  and metadata ones keep every sentence verbatim (`nli="all"` judges them too, `"none"`
-  none). A perturbation that could not apply (the text came back unchanged) is dropped too:
-  an unchanged pair would count as robust for free. Dropped instances are recorded
+  equivalent to the original. SURE judges that by bidirectional entailment with an LLM (its
+  Figure 10 prompt); the default judge here (`judge="content"`) is BERTScore both ways
+  (`preserve.content_kept`), because the 0.5B reader calls a passage and its own copy
+  "neutral" in 54 of 60 judgements; `judge="reader"` asks the reader as SURE does
+  (`preserve.equivalent`). SURE introduces the filter for the LLM rewrites, so by default
+  (`nli="rewrites"`) it judges the style and source perturbations; the logic, format and
+  metadata ones keep every sentence verbatim (`nli="all"` judges them too, `"none"` none). A
+  perturbation that could not apply (the text came back with the same words: case,
+  punctuation and spacing aside) is dropped too: an unchanged pair would count as robust for
+  free. Dropped instances are recorded
   (`kept: false`, with the reason), not asked, and counted in the report.
 - Known / Unknown (§3.3): the question is Known when the closed-book answer (the ReFree
   retriever: the reader with no retrieval) is correct.
@@ -33,6 +37,7 @@ from typing import Any, Callable, Hashable, Mapping, Sequence
 
 from bench.robust.client import EOR, Doc
 from bench.robust.data import Item
+from bench.robust.perturb.textutil import same_words
 from bench.robust.qa import match
 from bench.robust.runner import Perturber, PerturbationSpecs, run_cost, unknown_labels, with_readers
 from bench.robust.store import Instance
@@ -74,12 +79,23 @@ def category(label: str) -> str:
     return TYPES[label][0] if label in TYPES else label.split("_", 1)[0]
 
 
-def default_preserve(originals, perturbed, contexts, generator) -> list[tuple[bool, str]]:
-    """SURE §3.4's semantic-equivalence filter: bidirectional entailment judged by the
-    service's reader (`bench.robust.perturb.preserve.equivalent`, SURE's Figure 10 prompt)."""
+def content_preserve(originals, perturbed, contexts, generator) -> list[tuple[bool, str]]:
+    """BERTScore both ways (`bench.robust.perturb.preserve.content_kept`); the default judge."""
+    from bench.robust.perturb.preserve import content_kept
+
+    return [(c.ok, c.reason) for c in content_kept(originals, perturbed)]
+
+
+def reader_preserve(originals, perturbed, contexts, generator) -> list[tuple[bool, str]]:
+    """SURE §3.4's semantic-equivalence filter as SURE runs it: bidirectional entailment judged
+    by the service's reader (`bench.robust.perturb.preserve.equivalent`, its Figure 10 prompt)."""
     from bench.robust.perturb.preserve import equivalent
 
     return [(c.ok, c.reason) for c in equivalent(generator, originals, perturbed)]
+
+
+#: the semantic-equivalence judges by name (`--judge`)
+JUDGES: dict[str, Preserve] = {"content": content_preserve, "reader": reader_preserve}
 
 
 @dataclass
@@ -89,7 +105,7 @@ class SureSuite:
     types: Sequence[str] | None = None  # None: all of TYPES
     retrievers: Sequence[str] = ()
     perturber: Perturber | None = None
-    preserve: Preserve = default_preserve
+    preserve: Preserve = content_preserve
     nli: str = "rewrites"  # one of NLI_MODES
     name: str = NAME
     _by_qid: dict[str, Item] = field(default_factory=dict, init=False)
@@ -142,7 +158,8 @@ class SureSuite:
 
             for n in todo:
                 ans = answer_check(docs[n].text, texts[n], items[n].answers)
-                checks[n] = (False, "not applicable (unchanged)") if unchanged[n] else (ans.ok, ans.reason)
+                same = unchanged[n] or same_words(texts[n]) == same_words(docs[n].text)
+                checks[n] = (False, "not applicable (unchanged)") if same else (ans.ok, ans.reason)
             judged = self.nli == "all" or (self.nli == "rewrites" and label in REWRITES)
             to_nli = [n for n in todo if checks[n][0]] if judged else []
             if to_nli:

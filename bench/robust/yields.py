@@ -59,13 +59,14 @@ class PerturbOnlyClient:
         return [{} for _ in questions]
 
 
-def make_suites(items, seed: int = 0) -> dict[str, Any]:
-    """The three suites restricted to their LLM types (RARE: the cells those types make)."""
+def make_suites(items, seed: int = 0, judge: str = "content") -> dict[str, Any]:
+    """The three suites restricted to their LLM types (RARE: the cells those types make);
+    `judge`: SURE's semantic-equivalence judge (`sure.JUDGES`)."""
     return {
         "query": query_level.QueryLevelSuite(items=items, seed=seed, perturbations=LLM_TYPES["query"]),
         "rare": rare.RareSuite(items=items, seed=seed, query_perturbations=("grammar", "irrelevant"),
                                doc_settings=("gt", "back_translate")),
-        "sure": sure.SureSuite(items=items, seed=seed, types=LLM_TYPES["sure"]),
+        "sure": sure.SureSuite(items=items, seed=seed, types=LLM_TYPES["sure"], preserve=sure.JUDGES[judge]),
     }
 
 
@@ -99,7 +100,8 @@ def tally(suite: str, label: str, records: Sequence[dict]) -> dict:
 
 
 def report(yields: dict[str, dict[str, dict]], meta: dict) -> str:
-    lines = [f"# LLM perturbation yields ({meta['questions']} questions, generator {meta.get('generator') or '?'})",
+    lines = [f"# LLM perturbation yields ({meta['questions']} questions, generator {meta.get('generator') or '?'}, "
+             f"SURE judge {meta.get('judge', 'content')})",
              "", "| suite | type | usable / planned | share | questions with a usable one | generate s |",
              "|---|---|---|---|---|---|"]
     for suite, per in yields.items():
@@ -129,6 +131,7 @@ def main(argv: Sequence[str] | None = None) -> dict:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--batch", type=int, default=8)
     ap.add_argument("--suites", default="query,rare,sure")
+    ap.add_argument("--judge", choices=sorted(sure.JUDGES), default="content", help="SURE's equivalence judge")
     ap.add_argument("--timeout", type=float, default=1800.0)
     ap.add_argument("--out", required=True)
     ap.add_argument("--quiet", action="store_true")
@@ -148,7 +151,7 @@ def main(argv: Sequence[str] | None = None) -> dict:
     yields: dict[str, dict[str, dict]] = {}
     try:
         dry = PerturbOnlyClient(client)
-        suites = make_suites(items, args.seed)
+        suites = make_suites(items, args.seed, args.judge)
         for name in names:
             store = ResultStore(out / name)
             run_suite(suites[name], dry, store, batch_size=args.batch, progress=not args.quiet)
@@ -156,7 +159,8 @@ def main(argv: Sequence[str] | None = None) -> dict:
             yields[name] = {label: tally(name, label, recs) for label in LLM_TYPES[name]}
     finally:
         client.close()
-    meta = {"questions": len(items), "generator": generator, "seed": args.seed, "dataset": args.dataset}
+    meta = {"questions": len(items), "generator": generator, "seed": args.seed, "dataset": args.dataset,
+            "judge": args.judge}
     out.mkdir(parents=True, exist_ok=True)
     (out / "yields.json").write_text(json.dumps({"meta": meta, "yields": yields}, indent=2) + "\n")
     md = report(yields, meta)

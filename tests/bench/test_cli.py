@@ -212,7 +212,7 @@ def test_cli_over_grpc_end_to_end(tmp_path, data_files, monkeypatch):
         f.write(json.dumps({"id": "vital-9", "title": "Hamlet (film)", "text": "Hamlet is a 1948 film.", "source": "x"}) + "\n")
     with FakeServer() as address:
         argv = ["sure", "--server", address, "--questions", str(q), "--corpus", str(c), "--dataset", "toy",
-                "--out", str(tmp_path / "out"), "--quiet", "--batch", "3"]
+                "--out", str(tmp_path / "out"), "--quiet", "--batch", "3", "--judge", "reader"]
         assert cli.main(argv) == 0
     report = json.loads((tmp_path / "out" / "report.json").read_text())
     m = report["metrics"]

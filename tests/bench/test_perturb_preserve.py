@@ -1,7 +1,9 @@
 """SURE's causal-feature checks: answer strings kept / not gained, bidirectional entailment."""
 from __future__ import annotations
 
-from bench.robust.perturb.preserve import Check, answer_check, equivalent, nli_label, preserved
+import pytest
+
+from bench.robust.perturb.preserve import Check, answer_check, content_kept, equivalent, nli_label
 from tests.bench.fake_reader import FakeReader
 
 GOLD = "The festival is held in May in Cannes."
@@ -35,11 +37,35 @@ def test_equivalence_needs_entailment_both_ways_in_one_call():
     assert reader.prompts[0].endswith("or 'neutral' if they are neither.\nResponse:")
 
 
-def test_preserved_asks_the_reader_only_about_answer_safe_pairs():
-    reader = FakeReader("entailment")
-    ctx = [{"answers": ["May"]}] * 3
-    checks = preserved([GOLD, GOLD, NOISE], ["In May, in Cannes.", "In Cannes.", "A jury."], ctx, reader)
-    assert [c.ok for c in checks] == [True, False, True]
-    assert checks[1].reason == "golden document lost the answer"
-    assert len(reader.prompts) == 4  # 2 pairs x 2 directions
-    assert [c.ok for c in preserved([GOLD], ["In Cannes."], ctx[:1], None, nli=False)] == [False]
+class Scores:
+    """bert_score's `score(cands, refs)`: precision and recall per pair, as given."""
+
+    def __init__(self, p, r):
+        self.p, self.r, self.calls = p, r, []
+
+    def score(self, cands, refs):
+        self.calls.append((cands, refs))
+        return self.p, self.r, None
+
+
+def test_content_kept_needs_precision_and_recall_both_over_the_threshold():
+    s = Scores([0.95, 0.99, 0.6], [0.92, 0.7, 0.99])
+    checks = content_kept(["a", "b", "c"], ["a2", "b2", "c2"], scorer=s)
+    assert [c.ok for c in checks] == [True, False, False]
+    assert checks[1].reason == "content not kept (BERTScore precision 0.99, recall 0.70; both must reach 0.9)"
+    assert s.calls == [(["a2", "b2", "c2"], ["a", "b", "c"])]  # the perturbed text is the candidate
+    assert content_kept([], [], scorer=s) == []
+    with pytest.raises(ValueError):
+        content_kept(["a"], [], scorer=s)
+
+
+@pytest.mark.slow
+def test_content_kept_with_the_real_minilm_tells_a_paraphrase_from_a_cut_and_an_unrelated_text():
+    original = ("The Cannes Film Festival is an annual film festival held in Cannes, France. It previews new "
+                "films of all genres from around the world. It is held every May at the Palais des Festivals.")
+    paraphrase = ("The Cannes Film Festival is a yearly film festival in Cannes, France, which previews new films "
+                  "of every genre from all over the world. It takes place each May at the Palais des Festivals.")
+    cut = "The Cannes Film Festival is an annual film festival held in Cannes, France."
+    other = "Photosynthesis converts light energy into chemical energy stored in glucose inside plant cells."
+    checks = content_kept([original] * 4, [original, paraphrase, cut, other])
+    assert [c.ok for c in checks] == [True, True, False, False]

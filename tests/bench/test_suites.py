@@ -87,7 +87,7 @@ def test_sure_entailment_judges_the_llm_rewrites_by_default(tmp_path):
         _sure(client, nli="some")
 
 
-def test_sure_default_preserve_is_bidirectional_nli():
+def test_sure_reader_judge_is_bidirectional_nli():
     class Judge:
         def __init__(self, outs):
             self.outs, self.prompts = outs, []
@@ -97,7 +97,7 @@ def test_sure_default_preserve_is_bidirectional_nli():
             return self.outs
 
     j = Judge(["Entailment.", "entailment", "entailment", "Neutral"])
-    res = sure.default_preserve(["a", "b"], ["a2", "b2"], [{}, {}], j)
+    res = sure.JUDGES["reader"](["a", "b"], ["a2", "b2"], [{}, {}], j)
     assert res[0] == (True, "") and res[1][0] is False and "not equivalent" in res[1][1]
     assert "Premise: a\nHypothesis: a2" in j.prompts[0] and "Premise: a2\nHypothesis: a" in j.prompts[2]
 

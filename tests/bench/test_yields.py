@@ -48,7 +48,7 @@ def reply(prompt: str) -> str:
 def test_yields_count_each_suites_verdict_and_send_no_ask(tmp_path):
     gen = GenerateOnly(reply)
     dry = yields.PerturbOnlyClient(gen)
-    suites = yields.make_suites(ITEMS)
+    suites = yields.make_suites(ITEMS, judge="reader")  # the fake reader judges
     out = {}
     for name, suite in suites.items():
         store = ResultStore(tmp_path / name)
