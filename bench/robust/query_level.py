@@ -7,8 +7,9 @@ Protocol, as the paper's §3-§5 maps onto this service:
   `seed * 100 + v`), plus the original query. A variant the perturbation could not change
   is recorded (`kept: false`) and not asked: it is no perturbed sample; nor is a variant whose
   query equals an earlier variant's of the same question (two variants' rewrites can come
-  out the same; counting a repeat twice would weight that question double); nor is a rewrite that names a gold answer its original did
-  not (`qa.leaks_answer`): it answers the question instead of perturbing it.
+  out the same; counting a repeat twice would weight that question double); nor is a rewrite
+  that names a gold answer its original did not (`qa.leaks_answer`): it answers the question
+  instead of perturbing it.
 - Retriever (§5.2): the `Retrieve` rpc gives each knowledge source's ranking on its own (Wiki
   and SE; "Any" = the union of both); Recall@k = |gold passages in the top k| / |gold| (BEIR's
   recall), k in `KS`. A hit is a gold passage when its id, less a chunk suffix `#n`, is a gold

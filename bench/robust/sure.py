@@ -17,8 +17,8 @@ Protocol, as the paper's §3 maps onto this service:
   metadata ones keep every sentence verbatim (`nli="all"` judges them too, `"none"` none). A
   perturbation that could not apply (the text came back with the same words: case,
   punctuation and spacing aside) is dropped too: an unchanged pair would count as robust for
-  free. Dropped instances are recorded
-  (`kept: false`, with the reason), not asked, and counted in the report.
+  free. Dropped instances are recorded (`kept: false`, with the reason), not asked, and
+  counted in the report.
 - Known / Unknown (§3.3): the question is Known when the closed-book answer (the ReFree
   retriever: the reader with no retrieval) is correct.
 - Metrics (§3.6): per instance C = Y(original) - Y(perturbed), Y = Match; RR = share of

@@ -51,11 +51,11 @@ class QueryRewrite(LLMPerturbation):
     prompt: str = ""
     max_tokens = 64
 
-    def _choose(self, texts: list[str], candidates: list[list[str]], seed: int) -> list[str]:
-        """The seed's candidate per text; the text itself where there is none (flagged in
+    def _choose(self, texts: list[str], candidates: list[list[str]]) -> list[str]:
+        """Each text's first candidate; the text itself where there is none (flagged in
         `last_fallbacks`)."""
         self.last_fallbacks = [not c for c in candidates]
-        return [c[seed % len(c)] if c else t for t, c in zip(texts, candidates)]
+        return [c[0] if c else t for t, c in zip(texts, candidates)]
 
 
 CONTINUE_PROMPT = ("Rewrite the question below{how}. Do not answer it. Reply with the rewritten question only."
@@ -73,7 +73,7 @@ class ContinuedRewrite(QueryRewrite):
 
     def perturb_batch(self, texts: list[str], seed: int, context: list[Mapping[str, Any]]) -> list[str]:
         link = self.links[seed % len(self.links)]
-        return self._choose(texts, self._continued(texts, [_question_opening(t) + link for t in texts], self.how), 0)
+        return self._choose(texts, self._continued(texts, [_question_opening(t) + link for t in texts], self.how))
 
     def _continued(self, texts: list[str], starts: list[str], how: str) -> list[list[str]]:
         """Per text, its rewrite continued from `starts` (none when unusable)."""
@@ -123,7 +123,7 @@ class GuidedRewrite(QueryRewrite):
         opener = self.openers[seed % len(self.openers)]
         outs = self.generate([GUIDED_PROMPT.format(how=self.how, opener=opener, text=t) for t in texts],
                              max_tokens=64)
-        return self._choose(texts, [query_rewrites(o, t)[:1] for t, o in zip(texts, outs)], 0)
+        return self._choose(texts, [query_rewrites(o, t)[:1] for t, o in zip(texts, outs)])
 
 
 #: one formal opener per variant (see `GuidedRewrite`)
@@ -180,7 +180,7 @@ class Ambiguity(ContinuedRewrite):
             kinds = self._quoted([CATEGORY_PROMPT.format(text=t, term=term) for t, term in zip(texts, terms)],
                                  [CATEGORY_START.format(term=term) for term in terms])
             rewrites = [generalize(r, term, kind) if r else "" for r, term, kind in zip(rewrites, terms, kinds)]
-        return self._choose(texts, [query_rewrites(r, t)[:1] if r else [] for t, r in zip(texts, rewrites)], 0)
+        return self._choose(texts, [query_rewrites(r, t)[:1] if r else [] for t, r in zip(texts, rewrites)])
 
     def _quoted(self, prompts: list[str], starts: list[str]) -> list[str]:
         """What the model wrote between the begun reply's opening quote and its closing one."""
