@@ -183,15 +183,17 @@ def cold_asks(client, questions: list[str]) -> dict:
     `--config bench/configs/no-cache.yaml`, so both sides compute every prompt)."""
     client.ask(WARM_UP)  # as `inprocess` does: the first vote builds the voter's metrics
     h0 = _health(client)
-    latencies = []
+    latencies, stops = [], []
     for q in questions:
         t = time.perf_counter()
-        client.ask(q)
+        reply = client.ask(q)
         latencies.append(time.perf_counter() - t)
+        stops.append([reply.stopped_at_stage, reply.answer])
     reader = _reader_delta(h0, _health(client))
     n = len(questions)
     # AsyncLLM: one engine request per distinct uncached prompt (CountingEngine counts requests as calls)
-    return {"path": "service", "voter": client.health().voter, **_latency_summary(latencies), "reader": reader,
+    return {"path": "service", "voter": client.health().voter, **_latency_summary(latencies), "stops": stops,
+            "reader": reader,
             "prompts_per_question": round(reader["prompts"] / n, 2),
             "engine_requests_per_question": round(reader["engine_calls"] / n, 2)}
 
@@ -217,17 +219,18 @@ def inprocess_asks(questions: list[str], config_path: str | None) -> dict:
         answer([WARM_UP], choice, pool.run, metrics)
         stats0 = dict(vars(pool.reader.stats))
         tokens0 = {k: getattr(engine, k, 0) for k in ("prompt_tokens", "generated_tokens", "cached_tokens")}
-        latencies = []
+        latencies, stops = [], []
         for q in questions:
             t = time.perf_counter()
-            answer([q], choice, pool.run, metrics)
+            a = answer([q], choice, pool.run, metrics)[0]
             latencies.append(time.perf_counter() - t)
+            stops.append([a.stopped_at, a.vote.answer])
     finally:
         engine.close()
     stats = {k: v - stats0[k] for k, v in vars(pool.reader.stats).items()}
     tokens = {k: getattr(engine, k, 0) - tokens0[k] for k in tokens0}
     n = len(questions)
-    return {"path": "in-process", "voter": choice.describe(), **_latency_summary(latencies),
+    return {"path": "in-process", "voter": choice.describe(), **_latency_summary(latencies), "stops": stops,
             "reader": {**stats, **tokens}, "prompts_per_question": round(stats["prompts"] / n, 2),
             "engine_requests_per_question": round(stats["engine_prompts"] / n, 2),
             "engine_calls_per_question": round(stats["calls"] / n, 2),

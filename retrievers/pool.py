@@ -14,7 +14,7 @@ from typing import Mapping, Sequence
 from retrievers.corpus import split_words, truncate_words
 from retrievers.encoder import Encoder
 from retrievers.prompts import PROMPT_LAYOUTS, answer_prompt, clean_answer, compress_prompt, pk_prompt
-from retrievers.reader import CachedReader, SamplingParams, shared_prefix_blocks
+from retrievers.reader import PromptReader, SamplingParams, shared_prefix_blocks
 from retrievers.sources.base import KnowledgeSource
 from retrievers.sources.dense import cosine_rerank
 from retrievers.spec import PAPER_POOL, RetrieverPlan, Term, parse_pool, parse_spec
@@ -67,13 +67,16 @@ class QuestionWork:
     """What the stages of one question share, so each piece of work is done once per question:
     each source's hits (searched at the depth every retriever the question may run needs:
     `run(..., plan_specs=)`), the PK document with its tokens, and the token ids of earlier
-    reader calls (whose prefixes later prompts reuse). Pass the same objects to every stage."""
+    reader calls (whose prefixes later prompts reuse); a source whose search failed is not
+    searched again for the question (`failed`: its retrievers report the error at once rather
+    than wait out the deadline a second time). Pass the same objects to every stage."""
 
     hits: dict[str, list[Passage]] = field(default_factory=dict)
     depth: dict[str, int] = field(default_factory=dict)  # the k each source was searched at
     pk: tuple[str, ReaderTokens, list[int]] | None = None  # document, its tokens, its prompt ids
     earlier: list[tuple[list[int], str]] = field(default_factory=list)  # (prompt ids, owner spec)
     reranked: dict[str, list[Passage]] = field(default_factory=dict)  # @RR order per source key (SE, Wiki, HB)
+    failed: dict[str, str] = field(default_factory=dict)  # source -> why its search failed
 
     def merge(self, other: "QuestionWork") -> None:
         """Take in what a copy of this record learned elsewhere (a retriever actor's stage)."""
@@ -83,6 +86,8 @@ class QuestionWork:
         self.pk = self.pk or other.pk
         for key, order in other.reranked.items():
             self.reranked.setdefault(key, order)
+        for src, why in other.failed.items():
+            self.failed.setdefault(src, why)
         seen = {(owner, len(ids)) for ids, owner in self.earlier}
         self.earlier += [(ids, owner) for ids, owner in other.earlier if (owner, len(ids)) not in seen]
 
@@ -117,14 +122,14 @@ class _Work:
     earlier: dict[int, list[tuple[list[int], str]]] = field(default_factory=dict)  # per question: (prompt ids,
     # owner spec) of earlier engine calls
     hits: dict[str, list[list[Passage]]] = field(default_factory=dict)
-    source_errors: dict[str, str] = field(default_factory=dict)
+    source_errors: dict[tuple[int, str], str] = field(default_factory=dict)  # (question, source) -> why
     reranked: dict[tuple[int, str], list[Passage]] = field(default_factory=dict)
     shared: Sequence[QuestionWork] | None = None
 
 
 class RetrieverPool:
     def __init__(self, config: PoolConfig, sources: Mapping[str, KnowledgeSource],
-                 reranker: Encoder, reader: CachedReader):
+                 reranker: Encoder, reader: PromptReader):
         self.config = config
         self.plans = {p.spec: p for p in parse_pool(config.specs)}
         self.sources = dict(sources)
@@ -216,7 +221,9 @@ class RetrieverPool:
             for qi in range(len(qs)):
                 if qi in given:
                     continue
-                if shared is not None and shared[qi].depth.get(src, 0) >= k:
+                if shared is not None and src in shared[qi].failed:
+                    work.source_errors[(qi, src)] = shared[qi].failed[src]
+                elif shared is not None and shared[qi].depth.get(src, 0) >= k:
                     hits[qi] = shared[qi].hits[src]  # an earlier stage searched it
                 else:
                     todo.append(qi)
@@ -226,19 +233,22 @@ class RetrieverPool:
                     found = self.sources[src].search([qs[qi] for qi in todo], deep)
                 except Exception as exc:  # a broken source fails only the retrievers that use it
                     log.exception("source %s failed", src)
-                    work.source_errors[src] = f"{src} search failed: {exc}"
-                    continue
-                for qi, h in zip(todo, found):
-                    hits[qi] = h
-                    if shared is not None:
-                        shared[qi].hits[src], shared[qi].depth[src] = h, deep
+                    for qi in todo:
+                        why = work.source_errors[(qi, src)] = f"{src} search failed: {exc}"
+                        if shared is not None:
+                            shared[qi].failed[src] = why
+                else:
+                    for qi, h in zip(todo, found):
+                        hits[qi] = h
+                        if shared is not None:
+                            shared[qi].hits[src], shared[qi].depth[src] = h, deep
             work.hits[src] = hits
 
     def _term_passages(self, qi: int, q: str, t: Term, work: _Work) -> list[Passage]:
         c = self.config
         for src in {"Wiki": ["Wiki"], "SE": ["SE"], "HB": ["SE", "Wiki"]}.get(t.source, []):
-            if src in work.source_errors:
-                raise RuntimeError(work.source_errors[src])
+            if (qi, src) in work.source_errors:
+                raise RuntimeError(work.source_errors[(qi, src)])
         if t.source == "PK":
             return [Passage(f"pk:{qi}", "", work.pk_docs[qi], "PK")]
         if t.source == "Wiki":

@@ -62,6 +62,21 @@ class ReaderEngine(Protocol):
     # reader counts whitespace words as tokens (test fakes).
 
 
+class PromptReader(Protocol):
+    """What the pool and the LLM judge call: typed prompts in, outputs out. In-process it is
+    `CachedReader`; in a thin retriever actor it is `serve.handles.RemoteReader`, which sends
+    the prompts as they are to the shared Reader deployment (the one cache and dedup layer)."""
+
+    model_id: str
+
+    def generate(self, prompts: Sequence[PromptText], params: SamplingParams) -> list[str]:
+        """One output per prompt, same order."""
+
+    def generate_counted(self, prompts: Sequence[PromptText],
+                         params: SamplingParams) -> list[tuple[str, list[int], int]]:
+        """(output, prompt token ids, generated tokens) per prompt, same order."""
+
+
 @dataclass
 class ReaderStats:
     calls: int = 0  # batched calls that reached the engine
@@ -126,10 +141,12 @@ class CachedReader:
                          params: SamplingParams) -> list[tuple[str, list[int], int]]:
         """(output, prompt token ids, generated tokens) per prompt."""
         texts = [self.engine.format(p) for p in prompts]
-        outs = self.generate_raw(texts, params)
-        ids = self.token_ids(texts + outs)
-        return [(o, ids[i], len(ids[len(texts) + i])) for i, o in enumerate(outs)]
+        return self.counted(texts, self.generate_raw(texts, params))
 
+    def counted(self, texts: Sequence[str], outs: Sequence[str]) -> list[tuple[str, list[int], int]]:
+        """(output, prompt token ids, generated tokens) for formatted prompts and their outputs."""
+        ids = self.token_ids(list(texts) + list(outs))
+        return [(o, ids[i], len(ids[len(texts) + i])) for i, o in enumerate(outs)]
 
     def generate(self, prompts: Sequence[PromptText], params: SamplingParams) -> list[str]:
         texts = [self.engine.format(p) for p in prompts]

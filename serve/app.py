@@ -34,11 +34,14 @@ PASS_ENV = ("EOR_HOME", "HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "TOKENIZERS_PA
 
 # Ray on a small machine that serves only eor. Ray starts its workers at nice 15 (so the
 # actors -- vLLM's engine among them -- yield the CPU to Ray's own daemons), every Serve replica
-# exports its metrics every 100 ms and the controller loops every 100 ms: on 2 cores an idle
-# service burned 13% of the CPU and a cold question took 1.42x as long as in-process (README).
-# The caller's environment wins (setdefault).
+# exports its metrics every 100 ms, the controller loops every 100 ms, the raylet keeps idle
+# worker processes for tasks eor never sends, and the dashboard agent scans every process each
+# 5 s: on 2 cores every process that wakes stalls the reader's bound OpenMP threads (README,
+# "serving overhead"). The caller's environment wins (setdefault).
 RAY_ENV_DEFAULTS = {"RAY_worker_niceness": "0", "RAY_SERVE_METRICS_EXPORT_INTERVAL_MS": "1000",
-                    "RAY_SERVE_CONTROL_LOOP_INTERVAL_S": "0.5"}
+                    "RAY_SERVE_CONTROL_LOOP_INTERVAL_S": "1", "RAY_num_workers_soft_limit": "0",
+                    "RAY_enable_worker_prestart": "0", "RAY_prestart_worker_first_driver": "0",
+                    "REPORTER_UPDATE_INTERVAL_MS": "30000"}
 
 
 def _pin_version(deployment: Any, version: str) -> Any:

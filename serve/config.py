@@ -8,6 +8,7 @@ the service's bearer token is read from the environment variable named by `servi
 """
 from __future__ import annotations
 
+import os
 from dataclasses import asdict, dataclass, field, fields, is_dataclass
 from pathlib import Path
 from typing import Any
@@ -16,7 +17,6 @@ import yaml
 
 from retrievers.encoder import DEFAULT_ENCODER
 from retrievers.pool import PoolConfig
-from retrievers.spec import PAPER_POOL
 from serve.models import DEFAULT_GENERATOR
 from serve.vllm_engine import VLLMConfig
 
@@ -57,11 +57,17 @@ class VoterSelection:
     pooling: str = "mean"
 
 
-# One thin actor per retriever spec (ARCHITECTURE.md, "Serving"): the work specs share is shared
-# per question instead (the ingress searches each source once, the reader writes PK once and
-# dedups prompts in flight), so an actor holds only its own processing; a broken or slow actor
-# takes out one retriever. `service.groups` may still co-locate specs in one actor.
-DEFAULT_GROUPS: tuple[tuple[str, ...], ...] = tuple((s,) for s in PAPER_POOL)
+# The retriever actors (ARCHITECTURE.md, "Serving"): thin actors doing only the processing ops;
+# the work specs share is shared per question (the ingress searches each source once, the reader
+# writes PK once and dedups prompts in flight). "per-spec": one actor per retriever spec (16: a
+# broken or slow actor takes out one retriever; each scales on its own). "one": one actor runs
+# every spec. Every Ray process wakes 100 times a second (Ray's fixed signal-check timer) and each
+# wakeup stalls the reader's bound OpenMP threads: on 2 cores, 16 actors made a cold question
+# 1.46x the in-process path's latency and one actor 1.13x (README, "serving overhead"). "auto":
+# per-spec on nodes with at least PER_SPEC_MIN_CPUS cores, else one. `groups` (lists of specs)
+# overrides the layout; specs it does not list get an actor each.
+RETRIEVER_ACTOR_LAYOUTS = ("auto", "per-spec", "one")
+PER_SPEC_MIN_CPUS = 8
 
 
 @dataclass(frozen=True)
@@ -70,7 +76,8 @@ class ServiceConfig:
     port: int = 50051  # gRPC front (eor serve); 0 picks a free port
     ray_grpc_port: int = 0  # >0: also enable Ray Serve's own gRPC proxy here (binds all interfaces, no TLS)
     metrics_port: int = 8080  # Ray's Prometheus endpoint on this node (0: Ray picks)
-    groups: tuple[tuple[str, ...], ...] = DEFAULT_GROUPS  # retriever specs per actor; unlisted specs get their own
+    retriever_actors: str = "auto"  # "auto", "per-spec" or "one" (RETRIEVER_ACTOR_LAYOUTS, above)
+    groups: tuple[tuple[str, ...], ...] = ()  # explicit specs per actor (unlisted specs get their own); empty: the layout
     retriever_timeout_s: float = 120.0  # an Ask's whole budget, every cascade stage; a request deadline shortens it
     vote_reserve_s: float = 30.0  # no new stage starts with less than this (or a quarter of the budget) left
     max_question_chars: int = 2000
@@ -93,6 +100,9 @@ class ServiceConfig:
     def __post_init__(self) -> None:
         if self.retriever_timeout_s <= 0 or self.max_batch < 1 or self.max_question_chars < 1:
             raise ValueError("service: retriever_timeout_s, max_batch and max_question_chars must be positive")
+        if self.retriever_actors not in RETRIEVER_ACTOR_LAYOUTS:
+            raise ValueError(f"service.retriever_actors must be one of {RETRIEVER_ACTOR_LAYOUTS}, "
+                             f"got {self.retriever_actors!r}")
         seen: set[str] = set()
         for g in self.groups:
             dup = seen & set(g)
@@ -163,9 +173,20 @@ def config_from_dict(data: dict[str, Any] | None, overrides: dict[str, dict[str,
     return _build(EorConfig, data, "config")
 
 
-def actor_groups(config: EorConfig) -> list[tuple[str, ...]]:
-    """The pool's specs split into the service's actor groups (pool order inside each group)."""
+def actor_layout(config: EorConfig, cpus: int | None = None) -> str:
+    """"per-spec" or "one": the configured layout, "auto" resolved for a node of `cpus` cores
+    (default: this machine's)."""
+    layout = config.service.retriever_actors
+    if layout == "auto":
+        layout = "per-spec" if (cpus or os.cpu_count() or 1) >= PER_SPEC_MIN_CPUS else "one"
+    return layout
+
+
+def actor_groups(config: EorConfig, cpus: int | None = None) -> list[tuple[str, ...]]:
+    """The pool's specs split into the service's retriever actors (pool order inside each)."""
     specs = list(config.pool.specs)
+    if not config.service.groups and actor_layout(config, cpus) == "one":
+        return [tuple(specs)]
     out = []
     for g in config.service.groups:
         keep = tuple(s for s in specs if s in g)
@@ -185,5 +206,3 @@ def generator_reader(config: EorConfig) -> VLLMConfig | None:
 
     return replace(config.reader, model=model)
 
-
-assert set(s for g in DEFAULT_GROUPS for s in g) == set(PAPER_POOL)

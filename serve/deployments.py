@@ -1,15 +1,17 @@
 """The Ray Serve deployments behind the gRPC ingress (serve/ingress.py):
 
 - `Reader`: ONE reader engine (vLLM's AsyncLLM; loaded inside this actor) behind the disk
-  cache: every distinct uncached prompt is one engine request that joins the running batch
+  cache. Prompts arrive typed (`PromptText`, formatted here with the model's chat template;
+  `generate_counted` also returns their token counts); every distinct uncached prompt is one engine request that joins the running batch
   (continuous batching, across retrievers and questions); a prompt already in flight is
   awaited, not sent twice; a cancelled call aborts the requests only it waited for. An
   engine without `agenerate` (test fakes) gets concurrent calls merged into one batch per
   SamplingParams instead (serve/batching.py).
 - `Source`: one heavy knowledge source, loaded once (Wiki: encoder + faiss, and `encode()`
   for @RR; SE: Lucene or the HTTP client), shared by every retriever group.
-- `RetrieverGroup`: a thin actor (no torch) running the ordinary `RetrieverPool` over a few
-  specs with remote sources, encoder and reader (serve/handles.py).
+- `RetrieverGroup`: a thin actor (no torch) running the ordinary `RetrieverPool` over its
+  specs (one, or the whole pool: `service.retriever_actors`) with remote sources, encoder and
+  reader (serve/handles.py).
 - `Voter`: the EoR voter; its weights come from `user_config` (live updates, no restart).
 
 Every deployment takes the application settings as a plain dict (EorConfig.to_dict()).
@@ -27,10 +29,10 @@ from typing import Any, Sequence
 
 from ray import serve
 
-from retrievers.reader import CachedReader, ReaderEngine, SamplingParams
+from retrievers.reader import CachedReader, PromptText, ReaderEngine, SamplingParams
 from retrievers.types import Passage, QuestionResult
 from serve import metrics
-from serve.handles import CallDeadline, RemoteEncoder, RemoteEngine, RemoteSource, StageClock, unwrap_prompt
+from serve.handles import CallDeadline, RemoteEncoder, RemoteReader, RemoteSource, StageClock
 from serve.config import EorConfig, config_from_dict
 
 log = logging.getLogger(__name__)
@@ -86,6 +88,11 @@ class CountingEngine:
 
     def format(self, prompt):
         return self.engine.format(prompt)
+
+    @property
+    def token_ids(self):
+        """The engine's tokenizer (`CachedReader.token_ids` uses it when there is one)."""
+        return getattr(self.engine, "token_ids", None)
 
     def _tokens(self, outs: Sequence[str]) -> int:
         tok = getattr(self.engine, "tokenizer", None)
@@ -221,7 +228,7 @@ class Reader:
             raise ReaderUnavailable(self.down)
         before = (self.reader.stats.prompts, self.reader.stats.cache_hits)
         try:
-            outs = self.reader.generate_raw(self._formatted(texts), params)
+            outs = self.reader.generate_raw(texts, params)
         except Exception as exc:
             if engine_died(exc):
                 raise ReaderUnavailable(self._mark_down(exc)) from None
@@ -231,18 +238,24 @@ class Reader:
         metrics.observe("eor_reader_merged_calls", n_calls)
         return outs
 
-    async def generate(self, texts: list[str], params: SamplingParams) -> list[str]:
+    async def generate(self, prompts: list[PromptText | str], params: SamplingParams) -> list[str]:
+        """Typed prompts are put in the model's format here (chat template or completion); a
+        plain string is sent as it is (`Generate` with raw = true)."""
+        return await self._complete(self._formatted(prompts), params)
+
+    async def generate_counted(self, prompts: list[PromptText],
+                               params: SamplingParams) -> list[tuple[str, list[int], int]]:
+        """(output, prompt token ids, generated tokens) per prompt, by the model's tokenizer."""
+        texts = self._formatted(prompts)
+        return self.reader.counted(texts, await self._complete(texts, params))
+
+    async def _complete(self, texts: list[str], params: SamplingParams) -> list[str]:
         if self.counting.continuous:
             return await self._generate_continuous(texts, params)
         return await self.batcher.submit(texts, params)
 
-    def _formatted(self, texts: list[str]) -> list[str]:
-        """Prompts the retriever actors sent as PromptText markers, in the reader's own format."""
-        out = []
-        for t in texts:
-            p = unwrap_prompt(t)
-            out.append(self.reader.engine.format(p) if p is not None else t)
-        return out
+    def _formatted(self, prompts: Sequence[PromptText | str]) -> list[str]:
+        return [self.reader.engine.format(p) if isinstance(p, PromptText) else p for p in prompts]
 
     async def _generate_continuous(self, texts: list[str], params: SamplingParams) -> list[str]:
         """The disk cache, then one engine request per distinct uncached prompt. A prompt
@@ -252,7 +265,7 @@ class Reader:
         if self.down is not None:
             raise ReaderUnavailable(self.down)
         reader = self.reader
-        keys, known, todo = reader.lookup(self._formatted(texts), params)
+        keys, known, todo = reader.lookup(texts, params)
         metrics.inc("eor_reader_prompts", len(keys))
         metrics.inc("eor_reader_cache_hits", sum(1 for k in keys if k in known))
         if todo:
@@ -358,7 +371,7 @@ class RetrieverGroup:
         self.specs = list(specs)
         self.config = replace(s.pool, specs=tuple(specs))
         encoder = RemoteEncoder(wiki, t) if wiki is not None else None
-        reader_client = CachedReader(RemoteEngine(reader, timeout_s=t))  # the reader side caches
+        reader_client = RemoteReader(reader, timeout_s=t)  # the Reader formats, deduplicates and caches
         self._pools = {0: RetrieverPool(self.config, sources, encoder, reader_client)}
         self._make = lambda k: RetrieverPool(replace(self.config, default_k=k), sources, encoder, reader_client)
 
@@ -377,11 +390,7 @@ class RetrieverGroup:
         spent = StageClock.spent()
         for stage in ("retrieve", "read"):
             metrics.observe("eor_stage_seconds", spent.get(stage, 0.0), stage=stage)
-        metrics.observe("eor_stage_seconds", time.perf_counter() - t, stage="group")
-        for r in results:
-            for c in r.candidates:
-                if c.error is not None:
-                    metrics.inc("eor_retriever_errors", retriever=c.retriever)
+        metrics.observe("eor_stage_seconds", time.perf_counter() - t, stage="group")  # errors: counted by the ingress
         return GroupRun(results, spent.get("read", 0.0), shared)
 
     async def run(self, questions: list[str], specs: list[str], top_k: int = 0,
@@ -407,7 +416,7 @@ class Voter:
     def __init__(self, settings: dict, reader: Any):
         self.settings = config_from_dict(settings)
         self.pool = list(self.settings.pool.specs)
-        self.reader_client = CachedReader(RemoteEngine(reader, timeout_s=self.settings.service.retriever_timeout_s))
+        self.reader_client = RemoteReader(reader, timeout_s=self.settings.service.retriever_timeout_s)
         self.reader_model = self.settings.reader.model
         self.choice = None
         self._metrics = None

@@ -3,34 +3,21 @@ the ordinary `RetrieverPool` staged logic while the heavy parts live once elsewh
 
 - `RemoteSource`  -> a source deployment's `search(queries, k)` (Wiki: faiss; SE: Lucene/HTTP)
 - `RemoteEncoder` -> the Wiki deployment's `encode(texts)` (the @RR reranker)
-- `RemoteEngine`  -> the reader deployment; `format()` defers formatting to the reader (which
-  holds the tokenizer and its chat template) by wrapping the PromptText in a marker string.
+- `RemoteReader`  -> the reader deployment: typed prompts (`PromptText`) go as they are; the
+  Reader formats them (it holds the tokenizer and chat template), deduplicates, caches and
+  counts their tokens: one cache and dedup layer, on the reader's side.
 
 These are called from the worker thread that runs `pool.run` (never from the event loop);
 the time spent in each kind of call is accumulated per thread for the stage metrics.
 """
 from __future__ import annotations
 
-import json
 import threading
 import time
 from typing import Any, Sequence
 
 from retrievers.reader import PromptText, SamplingParams
 from retrievers.types import Passage
-
-_MARK = "\x1eeor-prompt\x1f"
-
-
-def wrap_prompt(prompt: PromptText) -> str:
-    return _MARK + json.dumps([prompt.body, prompt.cue, prompt.start])
-
-
-def unwrap_prompt(text: str) -> PromptText | None:
-    if not text.startswith(_MARK):
-        return None
-    return PromptText(*json.loads(text[len(_MARK):]))
-
 
 class StageClock:
     """Seconds spent in remote calls, per stage, for the calling thread."""
@@ -110,17 +97,18 @@ class RemoteEncoder:
         return _call("retrieve", self.handle.encode, list(texts), timeout_s=self.timeout_s)
 
 
-class RemoteEngine:
-    """A ReaderEngine whose generate() goes to the shared reader deployment (which merges
-    concurrent calls into one engine batch and owns the disk cache)."""
+class RemoteReader:
+    """A `PromptReader` whose calls go to the shared reader deployment, under the request's
+    deadline: the pool's and the voter's reader in a thin actor."""
 
     def __init__(self, handle: Any, model_id: str = "remote-reader", timeout_s: float | None = None):
         self.handle = handle
         self.model_id = model_id
         self.timeout_s = timeout_s
 
-    def format(self, prompt: PromptText) -> str:
-        return wrap_prompt(prompt)
-
-    def generate(self, prompts: Sequence[str], params: SamplingParams) -> list[str]:
+    def generate(self, prompts: Sequence[PromptText], params: SamplingParams) -> list[str]:
         return _call("read", self.handle.generate, list(prompts), params, timeout_s=self.timeout_s)
+
+    def generate_counted(self, prompts: Sequence[PromptText],
+                         params: SamplingParams) -> list[tuple[str, list[int], int]]:
+        return _call("read", self.handle.generate_counted, list(prompts), params, timeout_s=self.timeout_s)

@@ -27,7 +27,6 @@ from retrievers.pool import QuestionWork
 from retrievers.reader import SamplingParams
 from retrievers.types import Candidate, Context, QuestionResult
 from serve import metrics
-from serve.handles import wrap_prompt
 from serve.config import config_from_dict
 from serve.wire import (AskSpec, InvalidArgument, ask_reply, parse_ask, parse_generate, parse_retrieve,
                         parse_weights, retrieve_reply)
@@ -35,6 +34,7 @@ from serve.wire import (AskSpec, InvalidArgument, ask_reply, parse_ask, parse_ge
 log = logging.getLogger(__name__)
 
 OK = grpc.StatusCode.OK
+SEARCH_TIMED_OUT = "search timed out"  # in the error of a retriever whose source missed the deadline
 
 
 async def _bounded(response: Any, timeout: float) -> Any:
@@ -211,8 +211,9 @@ class EorIngress:
                            plan_specs: list[str], top_k: int, timeout: float) -> None:
         """Each source this stage reads, searched once per question (at the depth every retriever
         of the question's plan needs) unless an earlier stage did; the retriever actors then
-        only process the hits. A failed search is left to the actors, which report it per
-        retriever."""
+        only process the hits. A search that fails or misses the deadline is recorded in the
+        question's work (`QuestionWork.failed`): the retrievers that read the source report it
+        at once, and the others go on (in one actor or sixteen)."""
         from dataclasses import replace
 
         from retrievers.pool import search_depths
@@ -223,13 +224,17 @@ class EorIngress:
         deep = search_depths([parse_spec(s) for s in plan_specs], config)
         calls = []
         for src, k in need.items():
-            todo = [j for j, w in enumerate(shared) if w.depth.get(src, 0) < k]
+            todo = [j for j, w in enumerate(shared) if w.depth.get(src, 0) < k and src not in w.failed]
             if todo and src in self.sources:
                 calls.append((src, todo, max(k, deep.get(src, k))))
         outs = await asyncio.gather(*[_bounded(self.sources[src].search.remote([qs[j] for j in todo], kk), timeout)
                                       for src, todo, kk in calls], return_exceptions=True)
         for (src, todo, kk), out in zip(calls, outs):
-            if isinstance(out, BaseException):
+            if isinstance(out, BaseException):  # not searched again for these questions: the retrievers
+                why = (f"{src} {SEARCH_TIMED_OUT} after {timeout:g} s" if isinstance(out, asyncio.TimeoutError)
+                       else f"{src} search failed: {_cause_line(out)}")  # that read it report it
+                for j in todo:
+                    shared[j].failed[src] = why
                 continue
             for j, hits in zip(todo, out):
                 shared[j].hits[src], shared[j].depth[src] = hits, kk
@@ -265,6 +270,9 @@ class EorIngress:
                 sh.update(result.shared_tokens)
                 for c in result.candidates:
                     d[c.retriever] = c
+                    if c.error is not None:  # its source missed the deadline, or its processing failed
+                        metrics.inc("eor_retriever_timeouts" if SEARCH_TIMED_OUT in c.error else
+                                    "eor_retriever_errors", retriever=c.retriever)
         results = [QuestionResult(q, tuple(d[s] for s in wanted_specs if s in d), sh)
                    for q, d, sh in zip(qs, by_spec, shared)]
         return results, reader_s
@@ -299,7 +307,7 @@ class EorIngress:
 
         starts = list(req.starts) or [""] * len(req.prompts)
         prompts = [PromptText(p, req.cue or "Answer:", s) for p, s in zip(req.prompts, starts)]
-        texts = list(req.prompts) if req.raw else [wrap_prompt(p) for p in prompts]
+        texts = list(req.prompts) if req.raw else prompts  # the reader formats typed prompts
         params = SamplingParams(max_tokens=req.max_tokens or 64, temperature=float(req.temperature),
                                 stop=tuple(req.stop))
         outs = await self.generator.generate.remote(texts, params)

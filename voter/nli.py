@@ -12,11 +12,11 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Any, Protocol, Sequence
+from typing import Any, Sequence
 
 import numpy as np
 
-from retrievers.reader import PromptText, SamplingParams
+from retrievers.reader import PromptReader, PromptText, SamplingParams
 from voter.similarity import AnswerPair, PairSimilarity
 
 _REDUCERS = {"mean": np.mean, "min": np.min, "max": np.max}
@@ -138,12 +138,6 @@ def parse_entailment(text: str) -> bool:
     """
     m = _VERDICT.search(text.lower())
     return bool(m) and (m.group(1).startswith("entail") or m.group(1) == "yes")
-
-
-class PromptReader(Protocol):
-    """What the LLM judge needs: `CachedReader` (formatting, dedup and the disk cache)."""
-
-    def generate(self, prompts: Sequence[PromptText], params: SamplingParams) -> list[str]: ...
 
 
 class LLMNLISimilarity(PairSimilarity):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from retrievers.reader import SamplingParams
-from serve.handles import CallDeadline, RemoteEngine
+from serve.handles import CallDeadline, RemoteReader
 
 
 class _Response:
@@ -36,7 +36,7 @@ class _Handle:
 
 def test_a_call_past_the_deadline_is_cancelled_and_waits_no_longer_than_the_deadline():
     handle = _Handle()
-    engine = RemoteEngine(handle, timeout_s=120.0)
+    engine = RemoteReader(handle, timeout_s=120.0)
     CallDeadline.set(2.0)
     try:
         with pytest.raises(TimeoutError):

@@ -1,6 +1,8 @@
 """The service with a fake reader and fake sources (Ray Serve for real, no model, no index):
 the rpcs over gRPC through the front and through Ray Serve's own gRPC proxy, input limits,
-missing retrievers, reflection, metrics. One Ray cluster for the module, shut down after it."""
+missing retrievers, reflection, metrics. One Ray cluster for the module, shut down after it;
+one retriever actor per spec (the layout of a big node; a small one runs one actor: the
+real-model tests, tests/serve/test_service_e2e.py)."""
 from __future__ import annotations
 
 import socket
@@ -33,7 +35,7 @@ def service(tmp_path_factory):
         "voter": {"weights": "equal", "metrics": ["em"]}, "service": {
         "port": 0, "ray_grpc_port": _free_port(), "metrics_port": _free_port(),
         "engine_factory": f"{FAKES}:make_engine", "sources_factory": f"{FAKES}:make_sources",
-        "retriever_timeout_s": 2.0, "max_batch": 16}})
+        "retriever_timeout_s": 2.0, "max_batch": 16, "retriever_actors": "per-spec"}})
     svc = LocalService(settings).start()
     _warm_up(svc.address)
     yield svc

@@ -14,7 +14,7 @@ import yaml
 
 from protos import eor_pb2
 from retrievers.reader import SamplingParams
-from serve.config import DEFAULT_GROUPS, ServiceConfig, actor_groups, config_from_dict, load_config
+from serve.config import ServiceConfig, actor_groups, actor_layout, config_from_dict, load_config
 from serve.wire import BadRequest, InvalidArgument, lenient, parse_ask
 
 
@@ -153,10 +153,18 @@ def test_voter_weights_come_from_user_config_and_a_push_survives_a_restart(tmp_p
 
 def test_settings_groups_cover_the_pool_and_yaml_round_trips(tmp_path):
     s = load_config()
-    groups = actor_groups(s)
-    assert sorted(x for g in groups for x in g) == sorted(s.pool.specs) and len(groups) == len(DEFAULT_GROUPS) == 16
-    small = config_from_dict({"pool": {"specs": ["ReFree", "Wiki@10", "Wiki@5"]}})
-    assert actor_groups(small) == [("ReFree",), ("Wiki@10",), ("Wiki@5",)]
+    per_spec = actor_groups(s, cpus=16)  # "auto" on a big node: one actor per spec
+    assert sorted(x for g in per_spec for x in g) == sorted(s.pool.specs) and len(per_spec) == 16
+    assert actor_groups(s, cpus=2) == [tuple(s.pool.specs)]  # "auto" on a small node: one actor
+    assert actor_layout(s, cpus=2) == "one" and actor_layout(s, cpus=8) == "per-spec"
+    small = config_from_dict({"pool": {"specs": ["ReFree", "Wiki@10", "Wiki@5"]},
+                              "service": {"retriever_actors": "per-spec"}})
+    assert actor_groups(small, cpus=2) == [("ReFree",), ("Wiki@10",), ("Wiki@5",)]
+    grouped = config_from_dict({"pool": {"specs": ["ReFree", "Wiki@10", "Wiki@5"]},
+                                "service": {"groups": [["Wiki@5", "ReFree"]]}})
+    assert actor_groups(grouped, cpus=2) == [("ReFree", "Wiki@5"), ("Wiki@10",)]  # explicit groups win
+    with pytest.raises(ValueError, match="retriever_actors must be one of"):
+        config_from_dict({"service": {"retriever_actors": "many"}})
     assert config_from_dict(s.to_dict()) == s
     with pytest.raises(ValueError, match="unknown config keys at config.service"):
         config_from_dict({"service": {"prot": 1}})
@@ -183,7 +191,7 @@ DEPLOY = Path(__file__).parents[2] / "deploy"
 
 def _app_deployments() -> set[str]:
     names = {"Reader", "Source_Wiki", "Source_SE", "Voter", "EorIngress"}
-    return names | {f"Retrievers_{i}" for i in range(len(actor_groups(load_config())))}
+    return names | {f"Retrievers_{i}" for i in range(len(actor_groups(load_config(), cpus=16)))}
 
 
 def test_deploy_serve_yaml_is_a_valid_serve_config_that_builds_the_app():
