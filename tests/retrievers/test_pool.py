@@ -179,6 +179,26 @@ def test_a_broken_source_fails_only_its_retrievers(memo_encoder, broken, users):
     assert len(cp_prompts) == sum(1 for c in ok if c.retriever.endswith("@CP"))
 
 
+def test_a_failed_search_is_not_redone_by_later_stages_of_the_question(memo_encoder):
+    """A source that failed (here, or in the service's ingress) is recorded in the question's
+    work: a later stage's retrievers that read it fail at once, with the first error, and the
+    source is not asked again (in the service: not waited out again by every actor)."""
+    from retrievers.pool import QuestionWork
+
+    bad = FakeSource("SE", [], fail=TimeoutError("slow"))
+    s = Setup(memo_encoder, se=bad)
+    shared = [QuestionWork()]
+    (first,) = s.pool.run([QUESTION], ["SE@1", "Wiki@10"], shared=shared)
+    assert first.failed == ["SE@1"] and shared[0].failed == {"SE": "SE search failed: slow"}
+    (later,) = s.pool.run([QUESTION], ["SE@4", "SE@RR@10", "Wiki@10@CP"], shared=shared)
+    assert later.failed == ["SE@4", "SE@RR@10"] and len(bad.calls) == 1
+    assert all(c.error.endswith("SE search failed: slow") for c in later.candidates if c.error)
+    recorded = [QuestionWork(failed={"SE": "SE search timed out after 2 s"})]  # as the ingress records it
+    (r,) = s.pool.run([QUESTION], ["SE@1", "ReFree"], shared=recorded)
+    assert r.failed == ["SE@1"] and r.candidates[0].error.endswith("SE search timed out after 2 s")
+    assert len(bad.calls) == 1
+
+
 def test_both_sources_broken_still_answers_pk_and_refree(memo_encoder):
     s = Setup(memo_encoder, se=FakeSource("SE", [], fail=RuntimeError("down")),
               wiki=FakeSource("Wiki", [], fail=RuntimeError("down")))
