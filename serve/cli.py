@@ -200,7 +200,7 @@ def _stop_on_sigterm() -> None:
 def cmd_serve(args) -> int:
     """`eor serve`: Ray on this machine, the Serve app, the gRPC front; Ctrl-C stops it."""
     from serve.app import LocalService
-    from serve.config import actor_groups, load_config
+    from serve.config import actor_groups, actor_layout, load_config
 
     overrides = {"reader": {"model": args.model}, "index": {"name": args.index},
                  "service": {"host": args.host, "port": args.port, "ray_grpc_port": args.ray_grpc_port,
@@ -212,8 +212,11 @@ def cmd_serve(args) -> int:
         print(f"eor: warning: listening on {svc.host} without TLS and a bearer token (${svc.token_env})",
               file=sys.stderr)
     t = time.time()
-    print(f"starting Ray and the eor application ({len(settings.pool.specs)} retrievers in "
-          f"{len(actor_groups(settings))} actors; the reader loads its model first)...", file=sys.stderr)
+    n_actors = len(actor_groups(settings))
+    layout = "service.groups" if settings.service.groups else f"service.retriever_actors: {actor_layout(settings)}"
+    print(f"starting Ray and the eor application ({len(settings.pool.specs)} retrievers in {n_actors} "
+          f"actor{'s' if n_actors != 1 else ''}, {layout}; "
+          f"the reader loads its model first)...", file=sys.stderr)
     service = LocalService(settings).start()
     _stop_on_sigterm()
     try:

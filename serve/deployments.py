@@ -449,6 +449,7 @@ class Voter:
         for w in choice.warnings:
             log.warning("voter: %s", w)
         self.choice, self._metrics = choice, None
+        self._metrics_for(choice)  # the metric models load now, not in the first Ask's vote (its deadline)
         log.info("voter: %s", choice.describe())
 
     def reconfigure(self, user_config: dict) -> None:
@@ -456,14 +457,23 @@ class Voter:
         self._set_weights(user_config.get("weights"), user_config.get("weights_file")
                           or self.settings.voter.weights)
 
-    def _vote(self, results: list[QuestionResult]):
-        from voter.question_vote import build_metrics, vote_with_stats
+    def _metrics_for(self, choice):
+        """The similarity metrics of `choice`, built and loaded once per voter."""
+        from voter.question_vote import build_metrics
 
-        choice, metrics = self.choice, self._metrics  # one voter for the whole vote, even during a push
+        metrics = self._metrics
         if metrics is None or metrics[0] is not choice:
-            metrics = (choice, build_metrics(choice.options, self.reader_client))
-            self._metrics = metrics
-        return vote_with_stats(results, choice.saved, metrics[1])
+            built = build_metrics(choice.options, self.reader_client)
+            for m in built:
+                m.load()
+            metrics = self._metrics = (choice, built)
+        return metrics[1]
+
+    def _vote(self, results: list[QuestionResult]):
+        from voter.question_vote import vote_with_stats
+
+        choice = self.choice  # one voter for the whole vote, even during a push
+        return vote_with_stats(results, choice.saved, self._metrics_for(choice))
 
     async def vote_with_stats(self, results: list[QuestionResult]):
         return await asyncio.to_thread(self._vote, results)
