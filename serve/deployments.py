@@ -305,13 +305,17 @@ class Reader:
         return out
 
     async def stats(self) -> dict:
+        """Counters, and whether the engine is down: vLLM's own monitor notices a dead engine
+        core with no request running, so an idle service's Health turns NOT_SERVING too."""
+        dead = getattr(self.counting.engine, "dead_error", None)
+        down = self._mark_down(dead) if dead is not None and self.down is None else self.down
         st = self.reader.stats
         c = self.counting
         return {"model": self.reader.model_id, "prompts": st.prompts, "cache_hits": st.cache_hits,
                 "engine_calls": c.batches, "engine_prompts": c.batch_prompts,
                 "mean_batch": c.batch_prompts / c.batches if c.batches else 0.0,
                 "prompt_tokens": c.prompt_tokens, "generated_tokens": c.generated_tokens,
-                "cached_tokens": c.cached_tokens, "down": self.down, "restarts": self.restarts,
+                "cached_tokens": c.cached_tokens, "down": down, "restarts": self.restarts,
                 "in_flight": c.in_flight}
 
     async def model_id(self) -> str:
@@ -354,7 +358,10 @@ class GroupRun:
     shared: list[Any] | None = None  # the questions' QuestionWork, as this run extended it
 
 
-@serve.deployment(ray_actor_options=THIN, max_ongoing_requests=32)
+GROUP_CONCURRENCY = 32  # Asks one retriever actor runs at once (each a thread waiting on remote calls)
+
+
+@serve.deployment(ray_actor_options=THIN, max_ongoing_requests=GROUP_CONCURRENCY)
 class RetrieverGroup:
     """A few retriever specs in one thin actor, run by the ordinary staged RetrieverPool."""
 
@@ -374,6 +381,9 @@ class RetrieverGroup:
         reader_client = RemoteReader(reader, timeout_s=t)  # the Reader formats, deduplicates and caches
         self._pools = {0: RetrieverPool(self.config, sources, encoder, reader_client)}
         self._make = lambda k: RetrieverPool(replace(self.config, default_k=k), sources, encoder, reader_client)
+        # one thread per ongoing request: asyncio's default executor has min(32, cores + 4), and with
+        # one actor for the whole pool every concurrent Ask's stage runs here
+        self._threads = ThreadPoolExecutor(max_workers=GROUP_CONCURRENCY, thread_name_prefix="retrievers")
 
     def _pool(self, top_k: int):
         if top_k not in self._pools:
@@ -398,7 +408,8 @@ class RetrieverGroup:
                   shared: list | None = None, plan_specs: list[str] | None = None) -> GroupRun:
         """`timeout_s`: the request's time left; no source or reader call outlives it. `shared`:
         each question's QuestionWork from its earlier stages (searches, PK, reranking), reused."""
-        return await asyncio.to_thread(self._run, questions, specs, top_k, documents, timeout_s, shared, plan_specs)
+        return await asyncio.get_running_loop().run_in_executor(
+            self._threads, self._run, questions, specs, top_k, documents, timeout_s, shared, plan_specs)
 
     async def ping(self) -> list[str]:
         return self.specs

@@ -167,6 +167,12 @@ class AsyncVLLMEngine(VLLMEngine):
     is vLLM's own count, for checking that an abort reached the engine."""
 
     @property
+    def dead_error(self) -> BaseException | None:
+        """vLLM's EngineDeadError once its monitor saw the engine core exit (a killed worker takes
+        the core down with it), also while no request is running; else None."""
+        return self._llm.dead_error if self._llm is not None and self._llm.errored else None
+
+    @property
     def unfinished_requests(self) -> int:
         return self._llm.get_num_unfinished_requests() if self._llm is not None else 0
 

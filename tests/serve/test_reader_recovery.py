@@ -75,6 +75,47 @@ def test_a_dead_engine_is_reported_and_restarted():
     assert DyingEngine.started == started + 1
 
 
+class IdleDeathEngine(DyingEngine):
+    """Dies with no request running; says so as vLLM's AsyncLLM does (`dead_error`)."""
+
+    died = False
+
+    @property
+    def dead_error(self):
+        return EngineDeadError("EngineCore exited unexpectedly") if IdleDeathEngine.died and self is IdleDeathEngine.first \
+            else None
+
+    first = None
+
+
+def make_idle_death_engine(config):
+    engine = IdleDeathEngine()
+    IdleDeathEngine.first = IdleDeathEngine.first or engine
+    return engine
+
+
+def test_an_engine_that_dies_while_idle_is_reported_by_stats_and_restarted():
+    from serve.deployments import Reader
+
+    settings = config_from_dict({"cache": {"enabled": False}, "service": {
+        "engine_factory": f"{__name__}:make_idle_death_engine", "reader_batch_wait_s": 0.0}})
+    reader = Reader.func_or_class(settings.to_dict())
+
+    async def scenario():
+        assert (await reader.stats())["down"] is None
+        IdleDeathEngine.died = True  # no call in flight: only vLLM's monitor knows
+        stats = await reader.stats()
+        assert stats["down"] == "reader engine down (EngineDeadError: EngineCore exited unexpectedly); restarting"
+        for _ in range(200):
+            if reader.down is None:
+                break
+            await asyncio.sleep(0.01)
+        assert (await reader.stats())["down"] is None and reader.restarts == 1
+        assert await reader.generate(["c"], SamplingParams(max_tokens=4)) == ["out:c"]
+
+    asyncio.run(scenario())
+
+
 class _Remote:
     def __init__(self, fn):
         self._fn = fn
