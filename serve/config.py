@@ -63,7 +63,7 @@ class VoterSelection:
 # broken or slow actor takes out one retriever; each scales on its own). "one": one actor runs
 # every spec. Every Ray process wakes 100 times a second (Ray's fixed signal-check timer) and each
 # wakeup stalls the reader's bound OpenMP threads: on 2 cores, 16 actors made a cold question
-# 1.46x the in-process path's latency and one actor 1.13x (README, "serving overhead"). "auto":
+# 1.35x the in-process path's latency and one actor 1.12x (README, "serving overhead"). "auto":
 # per-spec on nodes with at least PER_SPEC_MIN_CPUS cores, else one. `groups` (lists of specs)
 # overrides the layout; specs it does not list get an actor each.
 RETRIEVER_ACTOR_LAYOUTS = ("auto", "per-spec", "one")

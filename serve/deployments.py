@@ -2,8 +2,9 @@
 
 - `Reader`: ONE reader engine (vLLM's AsyncLLM; loaded inside this actor) behind the disk
   cache. Prompts arrive typed (`PromptText`, formatted here with the model's chat template;
-  `generate_counted` also returns their token counts); every distinct uncached prompt is one engine request that joins the running batch
-  (continuous batching, across retrievers and questions); a prompt already in flight is
+  `generate_counted` also returns their token counts); every distinct uncached prompt is one
+  engine request that joins the running batch (continuous batching, across retrievers and
+  questions); a prompt already in flight is
   awaited, not sent twice; a cancelled call aborts the requests only it waited for. An
   engine without `agenerate` (test fakes) gets concurrent calls merged into one batch per
   SamplingParams instead (serve/batching.py).
