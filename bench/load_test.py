@@ -181,7 +181,7 @@ def cold_asks(client, questions: list[str]) -> dict:
     """Adaptive EoR (the service's voter) on never-asked questions, one at a time: the service
     side of `inprocess` (start `eor serve` with the reader cache off, e.g.
     `--config bench/configs/no-cache.yaml`, so both sides compute every prompt)."""
-    client.ask(WARM_UP)  # as `inprocess` does: the first vote builds the voter's metrics
+    client.ask(WARM_UP)  # as `inprocess` does: both sides are warm before the timed questions
     h0 = _health(client)
     latencies, stops = [], []
     for q in questions:
