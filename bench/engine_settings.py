@@ -37,7 +37,7 @@ def _one(model: str, n: int, setting: dict) -> dict:
                                   ("pk", pk, SamplingParams(max_tokens=200, repetition_penalty=1.1))):
         p0, g0 = engine.prompt_tokens, engine.generated_tokens
         t = time.perf_counter()
-        texts = engine.generate(prompts, params)
+        texts = [g.text for g in engine.generate(prompts, params)]
         s = time.perf_counter() - t
         out[name] = {"seconds": round(s, 2), "prompt_tokens": engine.prompt_tokens - p0,
                      "generated_tokens": engine.generated_tokens - g0}

@@ -14,7 +14,7 @@ from typing import Mapping, Sequence
 from retrievers.corpus import split_words, truncate_words
 from retrievers.encoder import Encoder
 from retrievers.prompts import PROMPT_LAYOUTS, answer_prompt, clean_answer, compress_prompt, pk_prompt
-from retrievers.reader import PromptReader, SamplingParams, shared_prefix_blocks
+from retrievers.reader import Counted, PromptReader, SamplingParams, shared_prefix_blocks
 from retrievers.sources.base import KnowledgeSource
 from retrievers.sources.dense import cosine_rerank
 from retrievers.spec import PAPER_POOL, RetrieverPlan, Term, parse_pool, parse_spec
@@ -203,7 +203,7 @@ class RetrieverPool:
         if todo:
             outs = self.reader.generate_counted([pk_prompt(qs[qi]) for qi in todo],
                                                 self._long_form(self.config.pk_tokens))
-            for qi, (o, ids, g) in zip(todo, outs):
+            for qi, (o, ids, g, _) in zip(todo, outs):
                 written[qi] = pk = (o.strip(), ReaderTokens(len(ids), g), list(ids))
                 if shared is not None:
                     shared[qi].pk = pk
@@ -303,13 +303,13 @@ class RetrieverPool:
     def _document(self, ctx: Context) -> str:
         return truncate_words(ctx.render(), self.config.max_context_words)
 
-    def _counted(self, slots: list[tuple[int, int]], outs: list[tuple[str, list[int], int]], work: _Work,
+    def _counted(self, slots: list[tuple[int, int]], outs: list[Counted], work: _Work,
                  plans: list[RetrieverPlan]) -> dict[tuple[int, int], tuple[ReaderTokens, str | None]]:
         """Tokens per slot and whose prompt its prefix-cache hits come from, estimated against the
         question's earlier engine calls (prompts of the same call prefill side by side)."""
         before = {qi: list(p) for qi, p in work.earlier.items()}
         tokens = {}
-        for slot, (_, ids, gen) in zip(slots, outs):
+        for slot, (_, ids, gen, _) in zip(slots, outs):
             hit, owner = shared_prefix_blocks(ids, before.get(slot[0], ()), self.config.prefix_block_tokens)
             tokens[slot] = (ReaderTokens(len(ids), gen, hit), owner)
             work.earlier.setdefault(slot[0], []).append((ids, plans[slot[1]].spec))
@@ -325,7 +325,7 @@ class RetrieverPool:
         prompts = [compress_prompt(qs[qi], self._document(contexts[qi][pi]), self.config.prompt_layout)
                    for qi, pi in slots]
         outs = self.reader.generate_counted(prompts, self._long_form(self.config.cp_tokens))
-        for (qi, pi), (summary, _, _) in zip(slots, outs):
+        for (qi, pi), (summary, _, _, _) in zip(slots, outs):
             ctx = contexts[qi][pi]
             contexts[qi][pi] = Context(ctx.spec, ctx.passages, summary.strip())
         return self._counted(slots, outs, work, plans)
@@ -340,7 +340,7 @@ class RetrieverPool:
             ctx = contexts[qi][pi]
             prompts.append(answer_prompt(qs[qi], None if plans[pi].retrieval_free else self._document(ctx)))
         outs = self.reader.generate_counted(prompts, SamplingParams(max_tokens=self.config.answer_tokens))
-        answers = {slot: o for slot, (o, _, _) in zip(slots, outs)}
+        answers = dict(zip(slots, outs))
         tokens = {}
         for slot, (t, owner) in self._counted(slots, outs, work, plans).items():
             cp, cp_owner = cp_tokens.get(slot, (ReaderTokens(), None))
@@ -354,8 +354,9 @@ class RetrieverPool:
                 if isinstance(ctx, Context):
                     shared = ("PK",) if plan.sources & {"PK", "HB"} else ()
                     t, owner = tokens[(qi, pi)]
-                    cands.append(Candidate(plan.spec, clean_answer(answers[(qi, pi)]), ctx,
-                                           tokens=t, shared=shared, cached_from=owner))
+                    out = answers[(qi, pi)]
+                    cands.append(Candidate(plan.spec, clean_answer(out.text), ctx, tokens=t, shared=shared,
+                                           cached_from=owner, logprobs=out.logprobs))
                 else:
                     cands.append(Candidate(plan.spec, "", Context(plan.spec), error=ctx))
             results.append(QuestionResult(q, tuple(cands)))

@@ -8,11 +8,12 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import sqlite3
 import threading
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Protocol, Sequence
+from typing import Mapping, NamedTuple, Protocol, Sequence
 
 
 @dataclass(frozen=True)
@@ -47,6 +48,40 @@ class PromptText:
         return f"{self.start}{glue}{generated}"
 
 
+@dataclass(frozen=True)
+class Generation:
+    """One finished completion: its text and the log-probability of each generated token
+    (greedy decoding: the chosen token's), read from the same engine request, so the
+    reader's confidence costs no extra prompt. `logprobs` is None where the engine reports
+    none (test fakes, outputs cached before they were recorded)."""
+
+    text: str
+    logprobs: tuple[float, ...] | None = None
+
+    @classmethod
+    def of(cls, out: "str | Generation") -> "Generation":
+        """An engine's output as a Generation (an engine may return plain strings: no log-probabilities)."""
+        return out if isinstance(out, Generation) else cls(out)
+
+    def stripped(self) -> "Generation":
+        return Generation(self.text.strip(), self.logprobs)
+
+
+class Counted(NamedTuple):
+    """One answered prompt with what it cost: the output, the prompt's token ids (by the
+    model's tokenizer), the tokens generated and their log-probabilities (None: not known)."""
+
+    text: str
+    prompt_ids: list[int]
+    generated: int
+    logprobs: tuple[float, ...] | None = None
+
+
+def clean_logprobs(values: Sequence[float | None]) -> tuple[float, ...]:
+    """Finite floats (vLLM gives -inf for a token outside a truncated distribution: clamp it)."""
+    return tuple(max(float(v), -100.0) if v is not None and not math.isnan(v) else -100.0 for v in values)
+
+
 class ReaderEngine(Protocol):
     """What the core needs from an LLM engine (vLLM on CPU or GPU, or a fake in unit tests)."""
 
@@ -55,11 +90,15 @@ class ReaderEngine(Protocol):
     def format(self, prompt: PromptText) -> str:
         """Turn a task prompt into the model's input string (chat template or completion)."""
 
-    def generate(self, prompts: Sequence[str], params: SamplingParams) -> list[str]:
-        """Complete every prompt in one batched engine call; same order as given."""
+    def generate(self, prompts: Sequence[str], params: SamplingParams) -> "Sequence[Generation | str]":
+        """Complete every prompt in one batched engine call; same order as given. A real engine
+        returns `Generation`s with their token log-probabilities; a plain string means none."""
 
     # Optional: `token_ids(texts) -> list[list[int]]` with the model's tokenizer. Without it the
     # reader counts whitespace words as tokens (test fakes).
+    # Optional: `score(prompts, outputs) -> list[tuple[float, ...]]`: the log-probabilities of
+    # given outputs after their prompts, from a prefill-only pass (outputs cached before their
+    # log-probabilities were recorded get them this way, once).
 
 
 class PromptReader(Protocol):
@@ -72,9 +111,8 @@ class PromptReader(Protocol):
     def generate(self, prompts: Sequence[PromptText], params: SamplingParams) -> list[str]:
         """One output per prompt, same order."""
 
-    def generate_counted(self, prompts: Sequence[PromptText],
-                         params: SamplingParams) -> list[tuple[str, list[int], int]]:
-        """(output, prompt token ids, generated tokens) per prompt, same order."""
+    def generate_counted(self, prompts: Sequence[PromptText], params: SamplingParams) -> list[Counted]:
+        """Output, prompt token ids, generated tokens and their log-probabilities per prompt, same order."""
 
 
 @dataclass
@@ -86,7 +124,9 @@ class ReaderStats:
 
 
 class ReaderCache:
-    """SQLite map (model, prompt, sampling params) -> output. Safe across threads."""
+    """SQLite map (model, prompt, sampling params) -> output and its token log-probabilities
+    (a second table: caches written before log-probabilities were recorded still load). Safe
+    across threads."""
 
     def __init__(self, path: str | Path):
         self.path = Path(path)
@@ -95,6 +135,7 @@ class ReaderCache:
         self._db = sqlite3.connect(str(self.path), check_same_thread=False)
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("CREATE TABLE IF NOT EXISTS out (k TEXT PRIMARY KEY, v TEXT NOT NULL)")
+        self._db.execute("CREATE TABLE IF NOT EXISTS logprobs (k TEXT PRIMARY KEY, v TEXT NOT NULL)")
         self._db.commit()
 
     @staticmethod
@@ -102,18 +143,24 @@ class ReaderCache:
         raw = json.dumps([model_id, prompt, params.key()])
         return hashlib.sha256(raw.encode()).hexdigest()
 
-    def get_many(self, keys: Sequence[str]) -> dict[str, str]:
-        found: dict[str, str] = {}
+    def get_many(self, keys: Sequence[str]) -> dict[str, Generation]:
+        found: dict[str, Generation] = {}
         with self._lock:
             for i in range(0, len(keys), 500):
                 chunk = list(keys[i : i + 500])
-                q = f"SELECT k, v FROM out WHERE k IN ({','.join('?' * len(chunk))})"
-                found.update(self._db.execute(q, chunk).fetchall())
+                q = (f"SELECT out.k, out.v, logprobs.v FROM out LEFT JOIN logprobs ON logprobs.k = out.k "
+                     f"WHERE out.k IN ({','.join('?' * len(chunk))})")
+                for k, v, lp in self._db.execute(q, chunk).fetchall():
+                    found[k] = Generation(v, tuple(json.loads(lp)) if lp is not None else None)
         return found
 
-    def put_many(self, items: dict[str, str]) -> None:
+    def put_many(self, items: Mapping[str, "Generation | str"]) -> None:
+        gens = {k: Generation.of(g) for k, g in items.items()}
         with self._lock:
-            self._db.executemany("INSERT OR REPLACE INTO out VALUES (?, ?)", items.items())
+            self._db.executemany("INSERT OR REPLACE INTO out VALUES (?, ?)", [(k, g.text) for k, g in gens.items()])
+            self._db.executemany("INSERT OR REPLACE INTO logprobs VALUES (?, ?)",
+                                 [(k, json.dumps([round(x, 5) for x in g.logprobs]))
+                                  for k, g in gens.items() if g.logprobs is not None])
             self._db.commit()
 
 
@@ -137,22 +184,22 @@ class CachedReader:
             return [list(x) for x in ids(texts)] if texts else []
         return [[hash(w) for w in t.split()] for t in texts]
 
-    def generate_counted(self, prompts: Sequence[PromptText],
-                         params: SamplingParams) -> list[tuple[str, list[int], int]]:
-        """(output, prompt token ids, generated tokens) per prompt."""
+    def generate_counted(self, prompts: Sequence[PromptText], params: SamplingParams) -> list[Counted]:
+        """Output, prompt token ids, generated tokens and log-probabilities per prompt."""
         texts = [self.engine.format(p) for p in prompts]
-        return self.counted(texts, self.generate_raw(texts, params))
+        return self.counted(texts, self.generate_full(texts, params))
 
-    def counted(self, texts: Sequence[str], outs: Sequence[str]) -> list[tuple[str, list[int], int]]:
-        """(output, prompt token ids, generated tokens) for formatted prompts and their outputs."""
-        ids = self.token_ids(list(texts) + list(outs))
-        return [(o, ids[i], len(ids[len(texts) + i])) for i, o in enumerate(outs)]
+    def counted(self, texts: Sequence[str], outs: Sequence[Generation]) -> list[Counted]:
+        """What each formatted prompt and its output cost, with the output's log-probabilities."""
+        ids = self.token_ids(list(texts) + [o.text for o in outs])
+        return [Counted(o.text, ids[i], len(ids[len(texts) + i]), o.logprobs) for i, o in enumerate(outs)]
 
     def generate(self, prompts: Sequence[PromptText], params: SamplingParams) -> list[str]:
         texts = [self.engine.format(p) for p in prompts]
         return self.generate_raw(texts, params)
 
-    def lookup(self, texts: Sequence[str], params: SamplingParams) -> tuple[list[str], dict[str, str], dict[str, str]]:
+    def lookup(self, texts: Sequence[str],
+               params: SamplingParams) -> tuple[list[str], dict[str, Generation], dict[str, str]]:
         """(cache key per text, the outputs the disk cache knows, the distinct texts it does not
         know by key, in first-seen order); counts the prompts and cache hits."""
         self.stats.prompts += len(texts)
@@ -166,6 +213,11 @@ class CachedReader:
         return keys, known, todo
 
     def generate_raw(self, texts: Sequence[str], params: SamplingParams) -> list[str]:
+        return [g.text for g in self.generate_full(texts, params)]
+
+    def generate_full(self, texts: Sequence[str], params: SamplingParams) -> list[Generation]:
+        """Formatted prompts in, outputs with their log-probabilities out (cache, dedup, one
+        engine call for what is new)."""
         if not texts:
             return []
         keys, known, todo = self.lookup(texts, params)
@@ -173,13 +225,30 @@ class CachedReader:
             outs = self.engine.generate(list(todo.values()), params)
             if len(outs) != len(todo):
                 raise RuntimeError(f"engine returned {len(outs)} outputs for {len(todo)} prompts")
-            fresh = {k: o.strip() for k, o in zip(todo, outs)}
+            fresh = {k: Generation.of(o).stripped() for k, o in zip(todo, outs)}
             self.stats.calls += 1
             self.stats.engine_prompts += len(todo)
             if self.cache:
                 self.cache.put_many(fresh)
             known = {**known, **fresh}
+        known = self._scored(keys, texts, known)
         return [known[k] for k in keys]
+
+    def _scored(self, keys: Sequence[str], texts: Sequence[str],
+                known: dict[str, Generation]) -> dict[str, Generation]:
+        """Cached outputs from before log-probabilities were recorded get them from the
+        engine's prefill-only scoring pass (when it has one), once: they are cached after."""
+        score = getattr(self.engine, "score", None)
+        if score is None:
+            return known
+        todo = {k: t for k, t in zip(keys, texts) if known[k].logprobs is None and known[k].text}
+        if not todo:
+            return known
+        lps = score(list(todo.values()), [known[k].text for k in todo])
+        rescored = {k: Generation(known[k].text, tuple(lp)) for k, lp in zip(todo, lps)}
+        if self.cache:
+            self.cache.put_many(rescored)
+        return {**known, **rescored}
 
 
 def shared_prefix_blocks(ids: Sequence[int], earlier: Sequence[tuple[Sequence[int], str]],

@@ -69,6 +69,13 @@ class Candidate:
     tokens: ReaderTokens = ReaderTokens()  # its own prompts: the @CP summary and the answer
     shared: tuple[str, ...] = ()  # generated documents it reads that others share ("PK")
     cached_from: str | None = None  # the retriever whose prompt shares `tokens.cached` with its own
+    # the reader's log-probability of each token it generated for this answer (same request; None: unknown)
+    logprobs: tuple[float, ...] | None = None
+
+    @property
+    def confidence(self) -> float | None:
+        """The reader's confidence in its answer: the mean token log-probability (None: unknown)."""
+        return sum(self.logprobs) / len(self.logprobs) if self.logprobs else None
 
 
 @dataclass(frozen=True)

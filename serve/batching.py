@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import asyncio
 from concurrent.futures import ThreadPoolExecutor
-from typing import Callable, Sequence
+from typing import Any, Callable, Sequence
 
 from retrievers.reader import SamplingParams
 
-BatchFn = Callable[[list[str], SamplingParams, int], list[str]]
+BatchFn = Callable[[list[str], SamplingParams, int], list[Any]]  # one output per text (Generation)
 
 
 class MergingBatcher:
@@ -26,7 +26,7 @@ class MergingBatcher:
         self._wake: asyncio.Event | None = None
         self._task: asyncio.Task | None = None
 
-    async def submit(self, texts: Sequence[str], params: SamplingParams) -> list[str]:
+    async def submit(self, texts: Sequence[str], params: SamplingParams) -> list[Any]:
         texts = list(texts)
         if not texts:
             return []

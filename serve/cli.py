@@ -419,6 +419,27 @@ def cmd_fit(args) -> int:
     return push_weights(args.push, Path(out)) if args.push else 0
 
 
+def cmd_run(args) -> int:
+    """Only the pool over the selected questions, into the run log (resumable, no vote): how a
+    long fit/eval run grows by steps in the background; `eor fit` / `eor eval` reuse it."""
+    from serve.builder import make_pool
+    from serve.dataset import select_questions
+
+    config = _config(args)
+    selection = _selection(args)
+    questions = select_questions(selection)
+    pool = make_pool(config)
+    scored, seconds = _run_pool(args, config, pool, selection, questions)
+    engine = getattr(pool.reader, "engine", None)
+    if engine is not None and hasattr(engine, "close"):
+        engine.close()
+    doc = {"questions": len(scored), "split": selection.split, "seconds": round(seconds, 1),
+           "pool_seconds_per_question": args.seconds_per_question}
+    print(json.dumps(doc) if args.json else
+          f"{len(scored)} questions of split {selection.split} in the run log ({seconds:.0f} s this time)")
+    return 0
+
+
 def cmd_eval(args) -> int:
     from serve.builder import make_pool
     from serve.dataset import select_questions
@@ -537,6 +558,12 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--out-dir", help=f"where eval.json and the PNGs go (default: $EOR_HOME/{DEFAULT_EVAL_DIR})")
     common(e)
     e.set_defaults(func=cmd_eval)
+
+    r = sub.add_parser("run", help="run the pool over questions into the resumable run log (no vote)")
+    questions_args(r, "all")
+    r.add_argument("--json", action="store_true", help="print a JSON summary")
+    common(r)
+    r.set_defaults(func=cmd_run)
 
     b = sub.add_parser("bench", help="robustness suites against a live server (SURE, RARE, query-level)",
                        add_help=False)

@@ -30,7 +30,7 @@ from typing import Any, Sequence
 
 from ray import serve
 
-from retrievers.reader import CachedReader, PromptText, ReaderEngine, SamplingParams
+from retrievers.reader import CachedReader, Counted, Generation, PromptText, ReaderEngine, SamplingParams
 from retrievers.types import Passage, QuestionResult
 from serve import metrics
 from serve.handles import CallDeadline, RemoteEncoder, RemoteReader, RemoteSource, StageClock
@@ -103,10 +103,10 @@ class CountingEngine:
         except Exception:
             return sum(len(o.split()) for o in outs)
 
-    def generate(self, prompts: Sequence[str], params: SamplingParams) -> list[str]:
+    def generate(self, prompts: Sequence[str], params: SamplingParams) -> list[Generation]:
         before = (getattr(self.engine, "prompt_tokens", None), getattr(self.engine, "generated_tokens", None))
         cached_before = getattr(self.engine, "cached_tokens", 0)
-        outs = self.engine.generate(prompts, params)
+        outs = [Generation.of(o) for o in self.engine.generate(prompts, params)]
         cached = getattr(self.engine, "cached_tokens", 0) - cached_before
         self.cached_tokens += cached
         metrics.inc("eor_reader_cached_tokens", cached)
@@ -114,7 +114,7 @@ class CountingEngine:
         self.batch_prompts += len(prompts)
         prompt_tokens = self.engine.prompt_tokens - before[0] if before[0] is not None else 0
         generated = (self.engine.generated_tokens - before[1] if before[1] is not None
-                     else self._tokens(outs))
+                     else self._tokens([o.text for o in outs]))
         self.prompt_tokens += prompt_tokens
         self.generated_tokens += generated
         metrics.observe("eor_reader_batch_size", len(prompts))
@@ -122,7 +122,7 @@ class CountingEngine:
         metrics.inc("eor_reader_prompt_tokens", prompt_tokens)
         return outs
 
-    async def agenerate(self, prompt: str, params: SamplingParams) -> str:
+    async def agenerate(self, prompt: str, params: SamplingParams) -> Generation:
         """One request of a continuously batching engine; the batch it joins is what is in
         flight when it arrives."""
         self.in_flight += 1
@@ -141,7 +141,7 @@ class CountingEngine:
         metrics.inc("eor_reader_cached_tokens", out.cached_tokens)
         metrics.inc("eor_reader_tokens", out.generated_tokens)
         metrics.inc("eor_reader_prompt_tokens", out.prompt_tokens)
-        return out.text
+        return Generation(out.text, out.logprobs)
 
 
 class ReaderUnavailable(RuntimeError):
@@ -224,12 +224,12 @@ class Reader:
                              daemon=True).start()
             return why
 
-    def _run(self, texts: list[str], params: SamplingParams, n_calls: int) -> list[str]:
+    def _run(self, texts: list[str], params: SamplingParams, n_calls: int) -> list[Generation]:
         if self.down is not None:
             raise ReaderUnavailable(self.down)
         before = (self.reader.stats.prompts, self.reader.stats.cache_hits)
         try:
-            outs = self.reader.generate_raw(texts, params)
+            outs = self.reader.generate_full(texts, params)
         except Exception as exc:
             if engine_died(exc):
                 raise ReaderUnavailable(self._mark_down(exc)) from None
@@ -242,15 +242,14 @@ class Reader:
     async def generate(self, prompts: list[PromptText | str], params: SamplingParams) -> list[str]:
         """Typed prompts are put in the model's format here (chat template or completion); a
         plain string is sent as it is (`Generate` with raw = true)."""
-        return await self._complete(self._formatted(prompts), params)
+        return [g.text for g in await self._complete(self._formatted(prompts), params)]
 
-    async def generate_counted(self, prompts: list[PromptText],
-                               params: SamplingParams) -> list[tuple[str, list[int], int]]:
-        """(output, prompt token ids, generated tokens) per prompt, by the model's tokenizer."""
+    async def generate_counted(self, prompts: list[PromptText], params: SamplingParams) -> list[Counted]:
+        """Output, prompt token ids (the model's tokenizer), generated tokens and log-probabilities per prompt."""
         texts = self._formatted(prompts)
         return self.reader.counted(texts, await self._complete(texts, params))
 
-    async def _complete(self, texts: list[str], params: SamplingParams) -> list[str]:
+    async def _complete(self, texts: list[str], params: SamplingParams) -> list[Generation]:
         if self.counting.continuous:
             return await self._generate_continuous(texts, params)
         return await self.batcher.submit(texts, params)
@@ -258,7 +257,7 @@ class Reader:
     def _formatted(self, prompts: Sequence[PromptText | str]) -> list[str]:
         return [self.reader.engine.format(p) if isinstance(p, PromptText) else p for p in prompts]
 
-    async def _generate_continuous(self, texts: list[str], params: SamplingParams) -> list[str]:
+    async def _generate_continuous(self, texts: list[str], params: SamplingParams) -> list[Generation]:
         """The disk cache, then one engine request per distinct uncached prompt. A prompt
         already in flight (another retriever, another question) is awaited, not sent again.
         When this call is cancelled (its deadline passed, its client went away), the requests
@@ -298,8 +297,8 @@ class Reader:
         fresh = dict(zip(tasks, outs))
         return [known[k] if k in known else fresh[k] for k in keys]
 
-    async def _request(self, key: str, text: str, params: SamplingParams) -> str:
-        out = (await self.counting.agenerate(text, params)).strip()
+    async def _request(self, key: str, text: str, params: SamplingParams) -> Generation:
+        out = (await self.counting.agenerate(text, params)).stripped()
         self.reader.stats.engine_prompts += 1
         if self.reader.cache:
             self.reader.cache.put_many({key: out})

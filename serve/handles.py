@@ -16,7 +16,7 @@ import threading
 import time
 from typing import Any, Sequence
 
-from retrievers.reader import PromptText, SamplingParams
+from retrievers.reader import Counted, PromptText, SamplingParams
 from retrievers.types import Passage
 
 class StageClock:
@@ -109,6 +109,5 @@ class RemoteReader:
     def generate(self, prompts: Sequence[PromptText], params: SamplingParams) -> list[str]:
         return _call("read", self.handle.generate, list(prompts), params, timeout_s=self.timeout_s)
 
-    def generate_counted(self, prompts: Sequence[PromptText],
-                         params: SamplingParams) -> list[tuple[str, list[int], int]]:
+    def generate_counted(self, prompts: Sequence[PromptText], params: SamplingParams) -> list[Counted]:
         return _call("read", self.handle.generate_counted, list(prompts), params, timeout_s=self.timeout_s)

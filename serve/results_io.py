@@ -13,7 +13,7 @@ from retrievers.types import Candidate, Context, Passage, QuestionResult, Reader
 
 
 def passage_ref(p: Passage) -> dict[str, Any]:
-    return {"id": p.pid, "title": p.title, "source": p.source}
+    return {"id": p.pid, "title": p.title, "source": p.source, "score": round(p.score, 5)}
 
 
 def candidate_to_dict(c: Candidate, **extra: Any) -> dict[str, Any]:
@@ -28,18 +28,22 @@ def candidate_to_dict(c: Candidate, **extra: Any) -> dict[str, Any]:
         "tokens": {"prompt": c.tokens.prompt, "generated": c.tokens.generated, "cached": c.tokens.cached},
         "shared": list(c.shared),
         "cached_from": c.cached_from,
+        "logprobs": list(c.logprobs) if c.logprobs is not None else None,
+        "confidence": c.confidence,
     }
 
 
 def candidate_from_dict(d: dict[str, Any]) -> Candidate:
-    passages = tuple(Passage(p["id"], p.get("title", ""), "", p.get("source", "")) for p in d.get("passages", ()))
+    passages = tuple(Passage(p["id"], p.get("title", ""), "", p.get("source", ""), float(p.get("score", 0.0)))
+                     for p in d.get("passages", ()))
     ctx = Context(d["retriever"], passages, d.get("document"))
     tokens = _tokens(d.get("tokens"))
     owner = d.get("cached_from")
     if owner is None and tokens.cached and not d["retriever"].endswith("@CP"):
         owner = d["retriever"] + "@CP"  # records before cached_from: the hit came from its own @CP prompt
+    lps = d.get("logprobs")
     return Candidate(d["retriever"], d.get("answer", ""), ctx, d.get("error"), tokens,
-                     tuple(d.get("shared", ())), owner)
+                     tuple(d.get("shared", ())), owner, tuple(lps) if lps is not None else None)
 
 
 def _tokens(d: dict[str, Any] | None) -> ReaderTokens:

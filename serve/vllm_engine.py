@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from retrievers.hardware import cpu_has_bf16
-from retrievers.reader import PromptText, SamplingParams
+from retrievers.reader import Generation, PromptText, SamplingParams, clean_logprobs
 from serve.models import DEFAULT_READER, is_chat_model, resolve_model
 
 
@@ -96,9 +96,46 @@ class VLLMEngine:
     def _sampling(self, params: SamplingParams):
         from vllm import SamplingParams as VSamplingParams
 
+        # logprobs=0: the chosen token's log-probability only (a gather, no top-k), every request
         return VSamplingParams(temperature=params.temperature, max_tokens=params.max_tokens,
                                stop=list(params.stop) or None, seed=self.config.seed,
-                               repetition_penalty=params.repetition_penalty)
+                               repetition_penalty=params.repetition_penalty, logprobs=0)
+
+    def _generation(self, completion) -> Generation:
+        """vLLM's completion as a Generation: the text and its tokens' log-probabilities,
+        without the end-of-sequence token (it is not part of the text, and a scoring pass of
+        the text alone must give the same numbers)."""
+        ids = list(completion.token_ids or ())
+        lps = completion.logprobs
+        if lps is None or len(lps) != len(ids):
+            return Generation(completion.text)
+        special = set(self.tokenizer.all_special_ids)
+        n = len(ids)
+        while n and ids[n - 1] in special:
+            n -= 1
+        return Generation(completion.text, clean_logprobs([lps[i][ids[i]].logprob for i in range(n)]))
+
+    def score(self, prompts: Sequence[str], outputs: Sequence[str]) -> list[tuple[float, ...]]:
+        """The log-probabilities of given outputs after their prompts, from one prefill-only
+        pass (vLLM's `prompt_logprobs` over prompt + output; one token is generated and
+        discarded): how outputs cached before log-probabilities were recorded get them."""
+        from vllm import SamplingParams as VSamplingParams
+        from vllm.inputs import TokensPrompt
+
+        self.load()
+        requests, sizes = [], []
+        for ids, out in zip(self.token_ids(list(prompts)), outputs):
+            out_ids = self.tokenizer(out, add_special_tokens=False)["input_ids"]
+            requests.append(TokensPrompt(prompt_token_ids=list(ids) + list(out_ids)))
+            sizes.append(len(out_ids))
+        done = self._llm.generate(requests, VSamplingParams(max_tokens=1, temperature=0.0, prompt_logprobs=0),
+                                  use_tqdm=False)
+        scored = []
+        for req, n, out in zip(requests, sizes, done):
+            ids = req["prompt_token_ids"]
+            first = len(ids) - n
+            scored.append(clean_logprobs([out.prompt_logprobs[i][ids[i]].logprob for i in range(first, len(ids))]))
+        return scored
 
     def _count(self, out) -> None:
         """Add one finished request's tokens to the engine's counters (vLLM's own numbers)."""
@@ -140,19 +177,20 @@ class VLLMEngine:
                 [{"role": "user", "content": prompt.body}], tokenize=False, add_generation_prompt=True) + prompt.start
         return f"{prompt.body}\n{prompt.cue}" + (f" {prompt.start}" if prompt.start else "")
 
-    def generate(self, prompts: Sequence[str], params: SamplingParams) -> list[str]:
+    def generate(self, prompts: Sequence[str], params: SamplingParams) -> list[Generation]:
         self.load()
         outs = self._llm.generate(list(prompts), self._sampling(params), use_tqdm=False)
         for o in outs:
             self._count(o)
-        return [o.outputs[0].text for o in outs]
+        return [self._generation(o.outputs[0]) for o in outs]
 
 
 @dataclass(frozen=True)
 class EngineOutput:
-    """One finished request: its text and vLLM's token counts."""
+    """One finished request: its text, its tokens' log-probabilities and vLLM's token counts."""
 
     text: str
+    logprobs: tuple[float, ...] | None = None
     prompt_tokens: int = 0
     cached_tokens: int = 0
     generated_tokens: int = 0
@@ -185,7 +223,7 @@ class AsyncVLLMEngine(VLLMEngine):
     def _shutdown(self) -> None:
         self._llm.shutdown()
 
-    def generate(self, prompts: Sequence[str], params: SamplingParams) -> list[str]:
+    def generate(self, prompts: Sequence[str], params: SamplingParams) -> list[Generation]:
         raise TypeError("AsyncVLLMEngine answers agenerate(); the in-process pool uses VLLMEngine")
 
     async def agenerate(self, prompt: str, params: SamplingParams) -> "EngineOutput":
@@ -199,5 +237,6 @@ class AsyncVLLMEngine(VLLMEngine):
         if final is None:
             raise RuntimeError("the engine finished a request without output")
         self._count(final)
-        return EngineOutput(final.outputs[0].text, len(final.prompt_token_ids or ()),
+        gen = self._generation(final.outputs[0])
+        return EngineOutput(gen.text, gen.logprobs, len(final.prompt_token_ids or ()),
                             final.num_cached_tokens or 0, len(final.outputs[0].token_ids or ()))

@@ -203,7 +203,10 @@ def ask_reply(result: QuestionResult, vote: Any, missing: Sequence[str], latency
         reply.margin = vote.margin
     scores = vote.scores if vote is not None else {}
     for c in result.candidates:
-        cand = eor_pb2.Candidate(retriever=c.retriever, answer=c.answer, error=c.error or "")
+        cand = eor_pb2.Candidate(retriever=c.retriever, answer=c.answer, error=c.error or "",
+                                 token_logprobs=list(c.logprobs or ()))
+        if c.confidence is not None:
+            cand.confidence = c.confidence
         s = scores.get(c.retriever)
         if s is not None:
             cand.score = s

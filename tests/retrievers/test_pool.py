@@ -10,7 +10,7 @@ import pytest
 from retrievers.corpus import split_words, truncate_words
 from retrievers.pool import MAX_QUESTION_CHARS, PoolConfig, QuestionError, RetrieverPool, check_question
 from retrievers.prompts import answer_prompt, clean_answer, compress_prompt
-from retrievers.reader import CachedReader, ReaderCache
+from retrievers.reader import CachedReader, Generation, ReaderCache
 from retrievers.spec import PAPER_POOL, parse_spec
 from retrievers.types import Context, Passage
 
@@ -472,3 +472,23 @@ def test_stages_of_one_question_share_searches_pk_and_reranking(memo_encoder):
     for st in stages:
         again.pool.run([QUESTION], st)
     assert len(again.se.calls) == 4
+
+
+class LogprobEngine(FakeEngine):
+    """The fake engine, with a log-probability per output word (as vLLM gives per token)."""
+
+    def generate(self, prompts, params):
+        outs = super().generate(prompts, params)
+        return [Generation(o, tuple(-0.1 * (i + 1) for i in range(len(o.split())))) for o in outs]
+
+
+def test_every_answer_carries_the_readers_logprobs(memo_encoder):
+    s = Setup(memo_encoder, specs=["SE@1", "Wiki@10@CP", "ReFree"])
+    s.reader = s.pool.reader = CachedReader(LogprobEngine())
+    (result,) = s.pool.run([QUESTION])
+    for c in result.candidates:
+        assert c.error is None
+        assert c.logprobs is not None and len(c.logprobs) > 0
+        assert c.confidence == pytest.approx(sum(c.logprobs) / len(c.logprobs))
+    (plain,) = Setup(memo_encoder, specs=["SE@1"]).pool.run([QUESTION])
+    assert plain.candidates[0].logprobs is None and plain.candidates[0].confidence is None

@@ -5,7 +5,8 @@ import threading
 
 import pytest
 
-from retrievers.reader import CachedReader, PromptText, ReaderCache, ReaderStats, SamplingParams
+from retrievers.reader import (CachedReader, Generation, PromptText, ReaderCache, ReaderStats, SamplingParams,
+                               clean_logprobs)
 
 
 class EchoEngine:
@@ -122,7 +123,7 @@ def test_cache_get_many_beyond_one_sql_chunk(tmp_path):
     cache = ReaderCache(tmp_path / "c.sqlite")
     items = {f"k{i}": f"v{i}" for i in range(1234)}
     cache.put_many(items)
-    assert cache.get_many(list(items) + ["missing"]) == items
+    assert cache.get_many(list(items) + ["missing"]) == {k: Generation(v) for k, v in items.items()}
 
 
 def test_cache_is_safe_across_threads(tmp_path):
@@ -133,7 +134,7 @@ def test_cache_is_safe_across_threads(tmp_path):
         try:
             for i in range(20):
                 cache.put_many({f"{n}-{i}": str(i)})
-                assert cache.get_many([f"{n}-{i}"]) == {f"{n}-{i}": str(i)}
+                assert cache.get_many([f"{n}-{i}"]) == {f"{n}-{i}": Generation(str(i))}
         except Exception as exc:  # pragma: no cover - reported below
             errors.append(exc)
 
@@ -156,3 +157,55 @@ def test_a_reply_begun_for_the_model_is_the_start_then_what_it_wrote():
     assert p.reply(", a tragedy?") == "Who wrote hamlet, knowing that, a tragedy?"  # no space before punctuation
     assert PromptText("x", start="Tell me ").reply("more") == "Tell me more"
     assert PromptText("x").reply("as generated") == "as generated"
+
+
+class ScoringEngine(EchoEngine):
+    """Returns Generations with log-probabilities; `score` answers the prefill-only pass."""
+
+    def __init__(self):
+        super().__init__()
+        self.scored: list[tuple[list[str], list[str]]] = []
+
+    def generate(self, prompts, params):
+        self.calls.append((list(prompts), params))
+        return [Generation(f" out:{p}", (-0.5, -0.25)) for p in prompts]
+
+    def score(self, prompts, outputs):
+        self.scored.append((list(prompts), list(outputs)))
+        return [(-1.0,) * len(o.split(":")) for o in outputs]
+
+
+def test_outputs_carry_their_logprobs_through_the_cache(tmp_path):
+    cache = ReaderCache(tmp_path / "c.sqlite")
+    first = CachedReader(ScoringEngine(), cache).generate_full(["a", "b"], P)
+    assert first == [Generation("out:a", (-0.5, -0.25)), Generation("out:b", (-0.5, -0.25))]
+    eng = ScoringEngine()
+    again = CachedReader(eng, cache).generate_full(["b", "a"], P)
+    assert again == [first[1], first[0]]
+    assert eng.calls == [] and eng.scored == []  # cached with their log-probabilities: nothing to do
+
+
+def test_cached_outputs_without_logprobs_are_scored_once(tmp_path):
+    """A cache written before log-probabilities were recorded (plain text only) still loads;
+    the engine's prefill-only pass scores each such output once, and the scores are cached."""
+    cache = ReaderCache(tmp_path / "c.sqlite")
+    cache.put_many({ReaderCache.key("m1", "a", P): "old answer"})  # a string: no log-probabilities
+    eng = ScoringEngine()
+    out = CachedReader(eng, cache).generate_full(["a", "c"], P)
+    assert out[0] == Generation("old answer", (-1.0,))
+    assert out[1].logprobs == (-0.5, -0.25)  # generated now, with its own
+    assert eng.scored == [(["a"], ["old answer"])] and eng.calls == [(["c"], P)]
+    eng2 = ScoringEngine()
+    assert CachedReader(eng2, cache).generate_full(["a"], P) == [Generation("old answer", (-1.0,))]
+    assert eng2.scored == []
+
+
+def test_an_engine_of_plain_strings_gives_no_logprobs():
+    out = CachedReader(EchoEngine()).generate_full(["a"], P)
+    assert out == [Generation("out:a", None)]
+    counted = CachedReader(EchoEngine()).generate_counted([PromptText("q")], P)
+    assert counted[0].text == "out:<q|Answer:>" and counted[0].logprobs is None
+
+
+def test_clean_logprobs_clamps_what_is_not_finite():
+    assert clean_logprobs([-0.1, float("-inf"), float("nan"), None]) == (-0.1, -100.0, -100.0, -100.0)

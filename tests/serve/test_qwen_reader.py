@@ -47,7 +47,7 @@ def test_qwen_answers_in_a_few_words_rewrites_and_reuses_prefixes(qwen):
     rag = qwen.format(answer_prompt("who painted the mona lisa", doc))
     rewrite = qwen.format(PromptText("Rewrite this question in a formal tone. Reply with the rewritten question "
                                      "only: who painted the mona lisa"))
-    out = qwen.generate([rag, rewrite], SamplingParams(max_tokens=32))
+    out = [o.text for o in qwen.generate([rag, rewrite], SamplingParams(max_tokens=32))]
     short = clean_answer(out[0])
     assert "leonardo" in short.lower() and len(short.split()) <= 5, out[0]
     assert "?" in out[1] and out[1].strip().lower() != "who painted the mona lisa", out[1]
@@ -55,7 +55,7 @@ def test_qwen_answers_in_a_few_words_rewrites_and_reuses_prefixes(qwen):
                        "rewritten question only.\n\nQuestion: who painted the mona lisa",
                        start="Who painted the Mona Lisa, knowing that")
     assert qwen.format(begun).endswith("<|im_start|>assistant\nWho painted the Mona Lisa, knowing that")
-    more = qwen.generate([qwen.format(begun)], SamplingParams(max_tokens=24))[0]
+    more = qwen.generate([qwen.format(begun)], SamplingParams(max_tokens=24))[0].text
     assert len(more.split()) >= 2 and begun.reply(more.strip()).startswith("Who painted the Mona Lisa, knowing that ")
     before = qwen.cached_tokens
     qwen.generate([rag], SamplingParams(max_tokens=4))  # the same document again: vLLM's prefix cache serves it

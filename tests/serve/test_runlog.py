@@ -76,3 +76,16 @@ def test_records_round_trip_without_passage_text():
     assert [c.answer for c in back.candidates] == [c.answer for c in r.candidates]
     assert back.failed == ["SE@1"] and back.candidates[2].context.document == "background on who?"
     assert back.candidates[0].context.passages[0].pid == "Wiki@10-p1"
+
+
+def test_records_keep_logprobs_and_passage_scores():
+    from retrievers.types import Candidate, Context, Passage, QuestionResult
+
+    c = Candidate("Wiki@10", "Paris", Context("Wiki@10", (Passage("p1", "T", "text", "Wiki", 0.73125),)),
+                  logprobs=(-0.01, -0.5))
+    old = Candidate("SE@1", "Rome", Context("SE@1"))
+    back = result_from_record(json.loads(json.dumps(result_to_record(QuestionResult("q", (c, old))))))
+    assert back.candidates[0].logprobs == (-0.01, -0.5)
+    assert back.candidates[0].confidence == pytest.approx(-0.255)
+    assert back.candidates[0].context.passages[0].score == pytest.approx(0.73125)
+    assert back.candidates[1].logprobs is None  # records from before log-probabilities: unknown, not zero

@@ -34,10 +34,30 @@ def test_chat_model_uses_its_template(engine):
 def test_batched_generation_answers_each_prompt(engine):
     prompts = [engine.format(PromptText(f"Please directly answer the following question with one or few words: {q}"))
                for q in ["what is the capital of france", "who wrote hamlet"]]
-    outs = engine.generate(prompts, SamplingParams(max_tokens=16))
+    outs = [o.text for o in engine.generate(prompts, SamplingParams(max_tokens=16))]
     assert len(outs) == 2
     assert "paris" in outs[0].lower()
     assert "shakespeare" in outs[1].lower()
+
+
+def test_answers_carry_logprobs_that_a_scoring_pass_reproduces(engine):
+    """Each generated token's log-probability comes from the same request; a prefill-only
+    pass over prompt + answer (how outputs cached without them get them) gives the same
+    numbers, within the engine's numeric noise."""
+    qs = ["what is the capital of france", "who wrote hamlet", "how many legs does a spider have"]
+    prompts = [engine.format(PromptText(f"Please directly answer the following question with one or few words: {q}"))
+               for q in qs]
+    outs = engine.generate(prompts, SamplingParams(max_tokens=12))
+    for o in outs:
+        n = len(engine.tokenizer(o.text, add_special_tokens=False)["input_ids"])
+        assert o.logprobs is not None and len(o.logprobs) == n  # the end-of-sequence token is not counted
+        assert all(-100.0 <= x <= 0.0 for x in o.logprobs)
+    rescored = engine.score(prompts, [o.text for o in outs])
+    for o, lp in zip(outs, rescored):
+        assert len(lp) == len(o.logprobs)
+        assert max(abs(a - b) for a, b in zip(o.logprobs, lp)) < 0.05, (o.logprobs, lp)
+    confident = engine.generate(prompts[:1], SamplingParams(max_tokens=12))[0]
+    assert sum(confident.logprobs) / len(confident.logprobs) > -1.0  # greedy, an easy question
 
 
 def test_engine_counts_prompt_and_generated_tokens(engine):
@@ -53,8 +73,11 @@ def test_cached_reader_never_pays_twice(engine, tmp_path):
     reader = CachedReader(engine, ReaderCache(tmp_path / "c.sqlite"))
     p = [PromptText("Name a primary colour.")]
     first = reader.generate(p, SamplingParams(max_tokens=8))
-    again = CachedReader(engine, ReaderCache(tmp_path / "c.sqlite")).generate(p, SamplingParams(max_tokens=8))
+    again_reader = CachedReader(engine, ReaderCache(tmp_path / "c.sqlite"))
+    again = again_reader.generate(p, SamplingParams(max_tokens=8))
     assert first == again and reader.stats.engine_prompts == 1
+    text = engine.format(p[0])
+    assert again_reader.generate_full([text], SamplingParams(max_tokens=8))[0].logprobs  # cached with them
 
 
 def test_missing_model_is_a_clear_error(tmp_path):
