@@ -336,16 +336,10 @@ def _selection(args):
 
 def _run_pool(args, config, pool, selection, questions):
     """(question, result) pairs, resumably (run log keyed by file, reader, pool), and the seconds."""
-    from dataclasses import asdict
+    from serve.runlog import run_log_for, run_questions
 
-    from serve.runlog import RunKey, RunLog, run_questions
-
-    pool_config = asdict(getattr(pool, "config", config.pool))
-    pool_config.pop("specs", None)
-    key = RunKey.create(selection.path, pool.reader.model_id, pool.specs,
-                        {"pool": pool_config, "index": asdict(config.index)})
     t = time.perf_counter()
-    log = RunLog(key)
+    log = run_log_for(config, pool, selection.path)
     scored = run_questions(pool, questions, log, args.batch_size, progress=not args.no_progress)
     if not scored:
         raise ValueError("the pool accepted none of the selected questions")

@@ -131,6 +131,16 @@ class RunLog:
             f.flush()
 
 
+def run_log_for(config: Any, pool: Any, questions_file: str | Path) -> RunLog:
+    """The run log of this pool (its specs, processing settings and reader) and index over a
+    question file: the one `eor run`, `eor fit` and `eor eval` all append to and read."""
+    pool_config = asdict(getattr(pool, "config", config.pool))
+    pool_config.pop("specs", None)
+    key = RunKey.create(questions_file, pool.reader.model_id, pool.specs,
+                        {"pool": pool_config, "index": asdict(config.index)})
+    return RunLog(key)
+
+
 def _batches(items: Sequence[Question], size: int) -> Iterator[list[Question]]:
     for i in range(0, len(items), size):
         yield list(items[i : i + size])

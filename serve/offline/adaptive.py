@@ -1,0 +1,194 @@
+"""Confidence-aware adaptive EoR on the questions a run log already holds:
+
+    .venv/bin/python -m serve.offline.adaptive --questions ../shared/data/questions.dev.jsonl --index shared
+
+Fits on the fit split (layouts, 5-fold CV by question, stop thresholds for expected latency
+within 0.5 pt of running every round), then reports on the eval split, per dataset: Match,
+EM, F1, tokens computed and rounds per question of the adaptive model, the selector with
+every round, the shipped voter's cascade (adaptive and pruned), EoR-16 with equal weights and
+every single retriever; the paired counts and sign test against the fit split's best single
+retriever; the Match-vs-latency frontier. Reads only finished questions (`bench/grow_runs.sh`
+grows them): it never starts the reader engine.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+
+from voter.adaptive import (LatencyModel, PoolRun, apply_model, candidate_layouts, choose_layout, fit_layout,
+                            fit_model)
+from voter.qa_metrics import exact_match, match, token_f1
+from voter.selector import sign_test
+
+ADAPTIVE = "adaptive (confidence)"
+SELECTOR = "selector, every round"
+
+
+def finished(args) -> tuple[Any, list, list]:
+    """(config, fit pairs, eval pairs): the selected questions the run log has finished."""
+    from serve.builder import make_pool
+    from serve.config import load_config
+    from serve.dataset import Selection, select_questions
+    from serve.runlog import run_log_for
+
+    config = load_config(args.config, {"index": {"name": args.index}})
+    pool = make_pool(config)
+    done = run_log_for(config, pool, args.questions).load()
+    parts = []
+    for split, limit in (("fit", args.fit_limit), ("eval", args.eval_limit)):
+        qs = select_questions(Selection(args.questions, None, split, limit))
+        parts.append([(q, done[q.qid]) for q in qs if q.qid in done])
+    return config, pool, parts[0], parts[1]
+
+
+def pool_run(scored: Sequence, pool: Sequence[str], metrics: Sequence[Any], vote) -> PoolRun:
+    from voter.question_vote import answer_grid, similarity_inputs
+
+    results = [r for _, r in scored]
+    grid = answer_grid(results, pool)
+    sim, mask = similarity_inputs(results, grid, metrics)
+    right = np.array([[match(a, q.answers) if a is not None else 0.0 for a in row]
+                      for (q, _), row in zip(scored, grid)]).reshape(len(scored), len(pool))
+    lps = [[{c.retriever: c.logprobs for c in r.candidates}.get(s) for s in pool] for r in results]
+    return PoolRun(tuple(pool), grid, right, lps, sim, mask, vote,
+                   lambda i, specs: float(results[i].reader_tokens(set(specs)).computed),
+                   [q.dataset for q, _ in scored])
+
+
+def measured_latency(scored: Sequence, seconds: dict[str, float], overhead_s: float) -> LatencyModel:
+    """Reader tokens computed per second on this machine, from the run log's cold seconds."""
+    pairs = [(seconds[q.qid], r.reader_tokens().computed) for q, r in scored if q.qid in seconds]
+    secs, toks = sum(p[0] for p in pairs), sum(p[1] for p in pairs)
+    return LatencyModel(overhead_s, toks / secs if secs > 0 else LatencyModel().tokens_per_s)
+
+
+def scores(answers: Sequence[str], golds: Sequence[Sequence[str]]) -> dict[str, float]:
+    n = max(len(answers), 1)
+    return {"match": sum(match(a, g) for a, g in zip(answers, golds)) / n,
+            "em": sum(exact_match(a, g) for a, g in zip(answers, golds)) / n,
+            "f1": sum(token_f1(a, g) for a, g in zip(answers, golds)) / n}
+
+
+def report(args) -> dict[str, Any]:
+    from serve.evaluation import EOR, EOR_16, EOR_PRUNED, replay_ensembles
+    from serve.runlog import run_log_for
+    from voter.question_vote import build_metrics, choose_voter, equal_weights
+
+    config, pool, fit, held = finished(args)
+    if len(fit) < 20 or len(held) < 10:
+        raise SystemExit(f"the run log holds {len(fit)} fit and {len(held)} eval questions of this selection: "
+                         "grow it first (bench/grow_runs.sh)")
+    specs = list(pool.specs)
+    choice = choose_voter(specs, pool.reader.model_id)
+    metrics = build_metrics(choice.options, pool.reader)
+    equal = equal_weights(specs, choice.saved.metrics, choice.saved.pooling).voter()
+    vote = lambda s, m: equal.decision_scores((s, m))  # noqa: E731  (every retriever may win; the scorer weighs them)
+    fit_run, eval_run = pool_run(fit, specs, metrics, vote), pool_run(held, specs, metrics, vote)
+    seconds = run_log_for(config, pool, args.questions).seconds()
+    latency = measured_latency(fit + held, seconds, args.round_overhead)
+    acc = {s: float(fit_run.right[:, m].mean()) for m, s in enumerate(specs)}
+    cost = {s: float(np.mean([fit_run.cost(i, frozenset({s})) for i in range(len(fit_run))])) for s in specs}
+    best_single = max(specs, key=lambda s: (acc[s], -specs.index(s)))
+    fits = [fit_layout(fit_run, lay, latency, tolerance=args.tolerance) for lay in candidate_layouts(specs, acc, cost)]
+    chosen = choose_layout(fits, args.tolerance)
+    model = fit_model(fit_run, chosen)
+    out = apply_model(eval_run, model)
+    every = apply_model(eval_run, type(model)(model.layout, model.scorer, (float("inf"),) * (len(model.layout) - 1)))
+    shipped = replay_ensembles(held, choice.saved, metrics)
+    golds = [q.answers for q, _ in held]
+    systems: dict[str, list[str]] = {
+        ADAPTIVE: [eval_run.answers[i][w] or "" if w >= 0 else "" for i, w in enumerate(out.picked)],
+        SELECTOR: [eval_run.answers[i][w] or "" if w >= 0 else "" for i, w in enumerate(every.picked)],
+        "shipped cascade": shipped.answers[EOR], EOR_PRUNED: shipped.answers[EOR_PRUNED],
+        EOR_16: shipped.answers[EOR_16]}
+    tokens = {ADAPTIVE: out.tokens, SELECTOR: every.tokens,
+              "shipped cascade": np.array([t.computed for t in shipped.tokens[EOR]], dtype=float),
+              EOR_PRUNED: np.array([t.computed for t in shipped.tokens[EOR_PRUNED]], dtype=float),
+              EOR_16: np.array([t.computed for t in shipped.tokens[EOR_16]], dtype=float)}
+    rounds = {ADAPTIVE: out.rounds, SELECTOR: every.rounds}
+    for m, s in enumerate(specs):
+        systems[s] = [a or "" for a in (row[m] for row in eval_run.answers)]
+        tokens[s] = np.array([eval_run.cost(i, frozenset({s})) for i in range(len(eval_run))])
+        rounds[s] = np.ones(len(eval_run))
+    per_dataset = {}
+    datasets = sorted(set(eval_run.datasets)) + ["all"]
+    for ds in datasets:
+        rows = [i for i, d in enumerate(eval_run.datasets) if ds == "all" or d == ds]
+        table = {}
+        for name, answers in systems.items():
+            sc = scores([answers[i] for i in rows], [golds[i] for i in rows])
+            sc["tokens"] = float(np.mean(tokens[name][rows]))
+            if name in rounds:
+                sc["rounds"] = float(np.mean(rounds[name][rows]))
+            table[name] = sc
+        a = np.array([match(systems[ADAPTIVE][i], golds[i]) for i in rows])
+        b = np.array([match(systems[best_single][i], golds[i]) for i in rows])
+        wins, losses = int(((a > 0) & (b == 0)).sum()), int(((a == 0) & (b > 0)).sum())
+        per_dataset[ds] = {"n": len(rows), "systems": table, "vs_best_single": {
+            "best_single": best_single, "adaptive_only_right": wins, "best_single_only_right": losses,
+            "sign_test_p": sign_test(wins, losses)},
+            "first_round_share": float((out.stop[rows] == 0).mean())}
+    return {"fit_questions": len(fit), "eval_questions": len(held),
+            "fit_datasets": {d: fit_run.datasets.count(d) for d in sorted(set(fit_run.datasets))},
+            "latency_model": {"round_overhead_s": latency.round_overhead_s, "tokens_per_s": round(latency.tokens_per_s, 1)},
+            "fit_best_single": best_single, "fit_single_match": acc,
+            "layouts": [{"rounds": [list(r) for r in f.layout], "cv_match": f.cv_accuracy,
+                         "cv_match_every_round": f.cv_all_rounds, "tokens": f.tokens, "rounds_run": f.rounds,
+                         "latency_s": f.latency_s, "first_round_share": f.first_round_share,
+                         "thresholds": [None if t == float("inf") else t for t in f.thresholds]} for f in fits],
+            "chosen": {"rounds": [list(r) for r in chosen.layout],
+                       "thresholds": [None if t == float("inf") else t for t in chosen.thresholds]},
+            "frontier_fit_cv": chosen.frontier, "eval": per_dataset,
+            "model": model.to_dict(specs)}
+
+
+def format_report(doc: dict[str, Any]) -> str:
+    lines = [f"fit: {doc['fit_questions']} questions {doc['fit_datasets']}; eval: {doc['eval_questions']}; "
+             f"best single on fit: {doc['fit_best_single']}; latency model {doc['latency_model']}",
+             "chosen rounds: " + " | ".join(", ".join(r) for r in doc["chosen"]["rounds"])
+             + f"; thresholds {doc['chosen']['thresholds']}"]
+    for ds, d in doc["eval"].items():
+        v = d["vs_best_single"]
+        lines.append(f"\n{ds} (n={d['n']}): adaptive vs {v['best_single']}: {v['adaptive_only_right']} vs "
+                     f"{v['best_single_only_right']} questions right only by one, sign test p = {v['sign_test_p']:.3f}; "
+                     f"stopped after round 1: {d['first_round_share']:.0%}")
+        lines.append(f"  {'system':28s} {'Match':>6s} {'EM':>6s} {'F1':>6s} {'tokens':>7s} {'rounds':>6s}")
+        for name, sc in d["systems"].items():
+            r = f"{sc['rounds']:.2f}" if "rounds" in sc else ""
+            lines.append(f"  {name:28s} {sc['match']:6.3f} {sc['em']:6.3f} {sc['f1']:6.3f} {sc['tokens']:7.0f} {r:>6s}")
+    lines.append("\nfrontier (fit, out-of-fold; one shared threshold): " + "; ".join(
+        f"{p['threshold']:.2f}: {p['accuracy']:.3f} @ {p['cost']:.1f}s ({p['first_round_share']:.0%} stop at 1)"
+        for p in doc["frontier_fit_cv"][::4]))
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--questions", required=True)
+    ap.add_argument("--index", default="shared")
+    ap.add_argument("--config")
+    ap.add_argument("--fit-limit", type=int, default=None)
+    ap.add_argument("--eval-limit", type=int, default=None)
+    ap.add_argument("--tolerance", type=float, default=0.005, help="Match the stop rule may give up (0.005 = 0.5 pt)")
+    ap.add_argument("--round-overhead", type=float, default=1.0, help="seconds each round adds beyond its tokens")
+    ap.add_argument("--json", action="store_true")
+    ap.add_argument("--out", type=Path, help="also write the report here (JSON)")
+    args = ap.parse_args(argv)
+    from serve.cli import _quiet_logs
+
+    _quiet_logs()
+    doc = report(args)
+    if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps(doc, indent=2) + "\n")
+    print(json.dumps(doc, indent=2) if args.json else format_report(doc))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,130 @@
+"""The confidence-aware answer scorer, the stop rule over rounds and the layout fit, on seeded
+data whose right answers are known."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from voter.adaptive import (AdaptiveModel, LatencyModel, PoolRun, apply_model, candidate_layouts, choose_layout,
+                            fit_layout, fit_model)
+from voter.selector import (NO_LOGPROB, AnswerScorer, RoundTrace, RoundView, candidate_features, evaluate_stop,
+                            feature_names, fit_stop_thresholds, frontier, pick, sign_test, stop_rounds)
+
+POOL = ("A", "B", "C", "D")
+
+
+def test_features_count_agreement_and_mark_unknown_confidence():
+    view = RoundView(("paris", "Paris", "rome", None), (0.9, 0.8, 0.2, -math.inf),
+                     ((-0.1, -0.3), None, (-2.0,), None))
+    X, idx = candidate_features(view, POOL)
+    names = feature_names(POOL)
+    col = {n: i for i, n in enumerate(names)}
+    assert idx.tolist() == [0, 1, 2] and X.shape == (3, len(names))
+    assert X[0, col["agree_count"]] == 1 and X[2, col["agree_count"]] == 0  # "paris" == "Paris" normalised
+    assert X[0, col["mean_logprob"]] == pytest.approx(-0.2) and X[0, col["min_logprob"]] == -0.3
+    assert X[1, col["mean_logprob"]] == NO_LOGPROB and X[1, col["logprob_known"]] == 0
+    assert X[0, col["vote_rank_top"]] == 1 and X[1, col["vote_rank_top"]] == 0
+    assert X[2, col["is:C"]] == 1 and X[2, col["is:A"]] == 0
+    empty = RoundView((None,) * 4, (-math.inf,) * 4, (None,) * 4)
+    assert candidate_features(empty, POOL)[0].shape == (0, len(names))
+
+
+def synthetic_run(n: int, seed: int = 0) -> PoolRun:
+    """A is right 70% of the time and sure (log-prob ~ -0.05) exactly when right; B, C, D are
+    right 40% each, with uninformative confidence; wrong answers differ from each other."""
+    rng = np.random.default_rng(seed)
+    right = np.zeros((n, 4), dtype=bool)
+    right[:, 0] = rng.random(n) < 0.7
+    right[:, 1:] = rng.random((n, 3)) < 0.4
+    answers, logprobs = [], []
+    for i in range(n):
+        answers.append(["gold" if right[i, m] else f"wrong{m}-{i}" for m in range(4)])
+        lp = [(-0.05,) if right[i, 0] else (-2.5,)] + [(float(-rng.uniform(0.1, 2.0)),) for _ in range(3)]
+        logprobs.append(lp)
+    same = np.array([[[a == b for b in row] for a in row] for row in answers], dtype=np.float64)
+    sim = same[..., None]
+    mask = np.ones((n, 4), dtype=bool)
+
+    def vote(s, m):  # mean similarity to the other voters, -inf where it cannot win
+        tot = (s[..., 0] * m[:, None, :]).sum(axis=2) - 1.0
+        return np.where(m, tot / np.maximum(m.sum(axis=1, keepdims=True) - 1, 1), -np.inf)
+
+    cost = {"A": 100.0, "B": 300.0, "C": 300.0, "D": 300.0}
+    return PoolRun(POOL, answers, right.astype(float), logprobs, sim, mask, vote,
+                   lambda i, specs: sum(cost[s] for s in specs), ["d"] * n)
+
+
+def test_scorer_learns_when_to_trust_a_confident_retriever_and_round_trips():
+    run = synthetic_run(300)
+    layout = (("A",), ("B", "C", "D"))
+    from voter.adaptive import round_views, training_rows
+
+    views, _, _ = round_views(run, layout)
+    scorer = AnswerScorer().fit(*training_rows(views, run.right, POOL, range(300)))
+    sure = pick(RoundView(("x", None, None, None), (0.0, -math.inf, -math.inf, -math.inf),
+                          ((-0.05,), None, None, None)), POOL, scorer)
+    unsure = pick(RoundView(("x", None, None, None), (0.0, -math.inf, -math.inf, -math.inf),
+                            ((-2.5,), None, None, None)), POOL, scorer)
+    assert sure.index == 0 and sure.p > 0.9 and unsure.p < 0.2
+    back = AnswerScorer.from_dict(scorer.to_dict(feature_names(POOL)), feature_names(POOL))
+    X = np.random.default_rng(1).normal(size=(5, len(feature_names(POOL))))
+    assert np.allclose(back.predict_proba(X), scorer.predict_proba(X), atol=1e-5)
+    with pytest.raises(ValueError, match="features"):
+        AnswerScorer.from_dict(scorer.to_dict(feature_names(POOL)), feature_names(POOL[:3]))
+
+
+def test_constant_labels_give_a_constant_scorer():
+    s = AnswerScorer().fit(np.zeros((4, 3)), np.ones(4))
+    assert np.all(s.predict_proba(np.ones((2, 3))) > 0.9)
+
+
+def test_stop_rule_stops_where_p_reaches_the_threshold():
+    p = np.array([[0.95, 0.5], [0.2, 0.9], [0.6, 0.1]])
+    assert stop_rounds(p, [0.9]).tolist() == [0, 1, 1]
+    assert stop_rounds(p, [math.inf]).tolist() == [1, 1, 1]
+    assert stop_rounds(p, [0.0]).tolist() == [0, 0, 0]
+
+
+def test_thresholds_are_the_cheapest_within_the_tolerance():
+    # rounds: confident first-round picks are right; unsure ones need round 2
+    p = np.array([[0.95, 0.9], [0.9, 0.9], [0.3, 0.9], [0.2, 0.9]])
+    right = np.array([[1, 1], [1, 1], [0, 1], [0, 1]], dtype=float)
+    cost = np.array([[1, 3]] * 4, dtype=float)
+    trace = RoundTrace(p, right, cost)
+    tau = fit_stop_thresholds(trace, tolerance=0.0)
+    acc, mean_cost, stop = evaluate_stop(trace, tau)
+    assert acc == 1.0 and stop.tolist() == [0, 0, 1, 1] and mean_cost == 2.0
+    loose = fit_stop_thresholds(trace, tolerance=0.5)  # half may be lost: stop everything after round 1
+    assert evaluate_stop(trace, loose)[1] == 1.0
+    points = frontier(trace)
+    assert points[0]["first_round_share"] == 1.0 and points[-1]["first_round_share"] == 0.0
+    assert points[-1]["accuracy"] == 1.0 and points[0]["accuracy"] == 0.5
+
+
+def test_layout_fit_stops_early_and_beats_the_best_single_on_held_out_questions():
+    fit_run, eval_run = synthetic_run(300, seed=0), synthetic_run(200, seed=1)
+    latency = LatencyModel(round_overhead_s=1.0, tokens_per_s=100.0)
+    acc = {s: float(fit_run.right[:, m].mean()) for m, s in enumerate(POOL)}
+    cost = {"A": 100.0, "B": 300.0, "C": 300.0, "D": 300.0}
+    layouts = candidate_layouts(list(POOL), acc, cost, firsts=(1,), seconds=(0,))
+    assert layouts == [(POOL,), (("A",), ("B", "C", "D"))]
+    fits = [fit_layout(fit_run, lay, latency) for lay in layouts]
+    best = choose_layout(fits)
+    assert best.layout == (("A",), ("B", "C", "D")) and best.first_round_share > 0.5
+    model = fit_model(fit_run, best)
+    out = apply_model(eval_run, model)
+    single = float(eval_run.right[:, 0].mean())
+    assert out.right.mean() >= single and (out.stop == 0).mean() > 0.5
+    back = AdaptiveModel.from_dict(model.to_dict(POOL), POOL)
+    assert back.layout == model.layout and back.thresholds == model.thresholds
+    with pytest.raises(ValueError, match="not in the pool"):
+        AdaptiveModel.from_dict(model.to_dict(POOL), POOL[:2])
+
+
+def test_sign_test_known_values():
+    assert sign_test(10, 0) == pytest.approx(2 / 1024)
+    assert sign_test(5, 5) == 1.0
+    assert sign_test(0, 0) == 1.0
+    assert sign_test(34, 24) == pytest.approx(0.237, abs=0.002)  # the figure quoted in issue 26

@@ -1,0 +1,233 @@
+"""Fitting confidence-aware adaptive EoR on a run of the whole pool: round layouts, the answer
+scorer (cross-validated by question), the stop thresholds and the choice of layout by expected
+latency at the accuracy target. Pure numpy on arrays the run already holds (voter/selector.py
+is the per-question logic; serve/ reads run logs and prints).
+
+A *round* is one batched fan-out of retrievers; its cost is the reader tokens it computes plus
+a fixed per-round overhead (a sequential engine round trip), so a layout is judged by expected
+latency = rounds run x overhead + tokens computed / throughput, not by tokens alone.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from voter.selector import (AnswerScorer, RoundTrace, RoundView, candidate_features, evaluate_stop,
+                            feature_names, fit_stop_thresholds, frontier)
+
+DEFAULT_ROUND_OVERHEAD_S = 1.0  # measured in the service: each stage is ~1 s beyond its tokens (issue 26)
+DEFAULT_TOKENS_PER_S = 400.0  # reader tokens computed per second on the 2-core CPU (bf16); set from the run
+
+
+@dataclass
+class PoolRun:
+    """The whole pool's run over N questions, as the fit needs it.
+
+    answers [N][M] (None: no vote), right [N, M] (is the answer correct), logprobs [N][M],
+    sim [N, M, M, K] and mask [N, M] (the voter's inputs), vote(sim, mask) -> scores [N, M],
+    cost(i, specs) -> reader tokens computed by question i when `specs` ran."""
+
+    pool: tuple[str, ...]
+    answers: list[list[str | None]]
+    right: np.ndarray
+    logprobs: list[list[tuple[float, ...] | None]]
+    sim: np.ndarray
+    mask: np.ndarray
+    vote: Callable[[np.ndarray, np.ndarray], np.ndarray]
+    cost: Callable[[int, frozenset], float]
+    datasets: list[str] = field(default_factory=list)
+
+    def __len__(self) -> int:
+        return len(self.answers)
+
+    def subset(self, rows: Sequence[int]) -> "PoolRun":
+        rows = list(rows)
+        return PoolRun(self.pool, [self.answers[i] for i in rows], self.right[rows],
+                       [self.logprobs[i] for i in rows], self.sim[rows], self.mask[rows], self.vote,
+                       lambda i, s, rows=rows: self.cost(rows[i], s), [self.datasets[i] for i in rows])
+
+
+Layout = tuple[tuple[str, ...], ...]
+
+
+@dataclass(frozen=True)
+class LatencyModel:
+    round_overhead_s: float = DEFAULT_ROUND_OVERHEAD_S
+    tokens_per_s: float = DEFAULT_TOKENS_PER_S
+
+    def seconds(self, rounds: float, tokens: float) -> float:
+        return rounds * self.round_overhead_s + tokens / self.tokens_per_s
+
+
+def round_views(run: PoolRun, layout: Layout) -> tuple[list[list[RoundView]], np.ndarray, np.ndarray]:
+    """(views [N][R], tokens [N, R], rounds [N, R]): each question after each round, and what
+    it cost so far."""
+    index = {s: m for m, s in enumerate(run.pool)}
+    n, r = len(run), len(layout)
+    views: list[list[RoundView]] = [[None] * r for _ in range(n)]  # type: ignore[list-item]
+    tokens = np.zeros((n, r))
+    cols = np.zeros(len(run.pool), dtype=bool)
+    ran: set[str] = set()
+    for k, rnd in enumerate(layout):
+        cols[[index[s] for s in rnd]] = True
+        ran |= set(rnd)
+        scores = run.vote(run.sim, run.mask & cols[None, :])
+        for i in range(n):
+            answers = tuple(a if cols[m] else None for m, a in enumerate(run.answers[i]))
+            views[i][k] = RoundView(answers, tuple(float(x) for x in scores[i]), tuple(run.logprobs[i]))
+            tokens[i, k] = run.cost(i, frozenset(ran))
+    rounds = np.broadcast_to(np.arange(1, r + 1, dtype=np.float64), (n, r)).copy()
+    return views, tokens, rounds
+
+
+def training_rows(views: list[list[RoundView]], right: np.ndarray, pool: Sequence[str],
+                  rows: Sequence[int]) -> tuple[np.ndarray, np.ndarray]:
+    """Every candidate of every round of the given questions: (X, y)."""
+    xs, ys = [], []
+    for i in rows:
+        for view in views[i]:
+            X, idx = candidate_features(view, pool)
+            if len(idx):
+                xs.append(X)
+                ys.append(right[i, idx])
+    if not xs:
+        return np.zeros((0, len(feature_names(pool)))), np.zeros(0)
+    return np.vstack(xs), np.concatenate(ys)
+
+
+def picks(views: list[list[RoundView]], right: np.ndarray, pool: Sequence[str], scorer: AnswerScorer,
+          rows: Sequence[int]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(P of the pick [n, R], pick right [n, R], picked pool index [n, R]) for the given questions."""
+    r = len(views[0]) if views else 0
+    p = np.zeros((len(rows), r))
+    ok = np.zeros((len(rows), r))
+    who = np.full((len(rows), r), -1)
+    for j, i in enumerate(rows):
+        for k, view in enumerate(views[i]):
+            X, idx = candidate_features(view, pool)
+            if not len(idx):
+                continue
+            probs = scorer.predict_proba(X)
+            b = int(np.argmax(probs))
+            p[j, k], ok[j, k], who[j, k] = probs[b], right[i, idx[b]], idx[b]
+    return p, ok, who
+
+
+def folds_by_question(n: int, k: int, seed: int = 0) -> list[np.ndarray]:
+    order = np.random.default_rng(seed).permutation(n)
+    return [order[f::k] for f in range(k)]
+
+
+@dataclass(frozen=True)
+class LayoutFit:
+    """A layout's fit on the fit split: the out-of-fold trace, thresholds, and its CV figures."""
+
+    layout: Layout
+    thresholds: tuple[float, ...]
+    cv_accuracy: float  # out-of-fold: stop rule applied to out-of-fold probabilities
+    cv_all_rounds: float  # out-of-fold accuracy when every round runs (the selector alone)
+    tokens: float
+    rounds: float
+    latency_s: float
+    first_round_share: float
+    frontier: list[dict[str, float]]
+
+
+def fit_layout(run: PoolRun, layout: Layout, latency: LatencyModel, folds: int = 5, C: float = 1.0,
+               tolerance: float = 0.005, seed: int = 0) -> LayoutFit:
+    """Out-of-fold P for every question and round (the scorer never sees the question it
+    scores), then the cheapest-latency thresholds within `tolerance` of running every round."""
+    views, tokens, rounds = round_views(run, layout)
+    n, r = len(run), len(layout)
+    p, ok = np.zeros((n, r)), np.zeros((n, r))
+    for test in folds_by_question(n, min(folds, n), seed):
+        train = np.setdiff1d(np.arange(n), test)
+        scorer = AnswerScorer(C).fit(*training_rows(views, run.right, run.pool, train))
+        p[test], ok[test], _ = picks(views, run.right, run.pool, scorer, test)
+    cost = np.vectorize(latency.seconds)(rounds, tokens)
+    trace = RoundTrace(p, ok, cost)
+    tau = fit_stop_thresholds(trace, tolerance)
+    acc, lat, stop = evaluate_stop(trace, tau)
+    rows = np.arange(n)
+    return LayoutFit(layout, tau, acc, float(ok[:, -1].mean()), float(tokens[rows, stop].mean()),
+                     float(rounds[rows, stop].mean()), lat, float((stop == 0).mean()), frontier(trace))
+
+
+@dataclass(frozen=True)
+class AdaptiveModel:
+    """What the fit ships: the layout, the scorer and the thresholds."""
+
+    layout: Layout
+    scorer: AnswerScorer
+    thresholds: tuple[float, ...]
+
+    def to_dict(self, pool: Sequence[str]) -> dict[str, Any]:
+        return {"rounds": [list(r) for r in self.layout],
+                "thresholds": [None if not math.isfinite(t) else t for t in self.thresholds],
+                "scorer": self.scorer.to_dict(feature_names(pool))}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any], pool: Sequence[str]) -> "AdaptiveModel":
+        layout = tuple(tuple(str(s) for s in r) for r in d["rounds"])
+        unknown = sorted({s for r in layout for s in r} - set(pool))
+        if unknown:
+            raise ValueError(f"adaptive model: rounds name retrievers not in the pool: {unknown}")
+        tau = tuple(math.inf if t is None else float(t) for t in d["thresholds"])
+        if len(tau) != len(layout) - 1:
+            raise ValueError(f"adaptive model: {len(tau)} thresholds for {len(layout)} rounds")
+        return cls(layout, AnswerScorer.from_dict(d["scorer"], feature_names(pool)), tau)
+
+
+def fit_model(run: PoolRun, fit: LayoutFit, C: float = 1.0) -> AdaptiveModel:
+    views, _, _ = round_views(run, fit.layout)
+    scorer = AnswerScorer(C).fit(*training_rows(views, run.right, run.pool, range(len(run))))
+    return AdaptiveModel(fit.layout, scorer, fit.thresholds)
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """The adaptive model on questions: per question its answer index, right or not, cost."""
+
+    picked: np.ndarray
+    right: np.ndarray
+    tokens: np.ndarray
+    rounds: np.ndarray
+    stop: np.ndarray
+
+
+def apply_model(run: PoolRun, model: AdaptiveModel) -> Outcome:
+    views, tokens, rounds = round_views(run, model.layout)
+    rows = list(range(len(run)))
+    p, ok, who = picks(views, run.right, run.pool, model.scorer, rows)
+    from voter.selector import stop_rounds
+
+    stop = stop_rounds(p, model.thresholds)
+    i = np.arange(len(run))
+    return Outcome(who[i, stop], ok[i, stop], tokens[i, stop], rounds[i, stop], stop)
+
+
+def candidate_layouts(pool: Sequence[str], accuracy: dict[str, float], cost: dict[str, float],
+                      firsts: Sequence[int] = (1, 2, 3), seconds: Sequence[int] = (0, 3, 5)) -> list[Layout]:
+    """Round layouts to compare: the first round is the best retrievers by accuracy per token
+    cost (so it can answer alone), an optional middle round the next best, the last the rest;
+    and the one-round layout (the whole pool, no stop)."""
+    value = sorted(pool, key=lambda s: (-accuracy[s] / max(cost[s], 1.0) ** 0.5, s))
+    out: list[Layout] = [(tuple(pool),)]
+    for f in firsts:
+        for m in seconds:
+            first, mid, rest = value[:f], value[f:f + m], value[f + m:]
+            layout = tuple(tuple(s for s in pool if s in x) for x in (first, mid, rest) if x)  # pool order within a round
+            if len(layout) > 1 and layout not in out:
+                out.append(layout)
+    return out
+
+
+def choose_layout(fits: Sequence[LayoutFit], tolerance: float = 0.005) -> LayoutFit:
+    """The lowest expected latency among layouts whose CV accuracy is within `tolerance` of the
+    best CV accuracy any layout reaches."""
+    best = max(f.cv_accuracy for f in fits)
+    ok = [f for f in fits if f.cv_accuracy >= best - tolerance]
+    return min(ok, key=lambda f: (f.latency_s, -f.cv_accuracy))

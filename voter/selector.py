@@ -1,0 +1,206 @@
+"""Confidence-aware adaptive EoR: a learned scorer of candidate answers and a stop rule fitted
+for accuracy under cost (FrugalGPT's scorer + thresholds; the reader's own confidence).
+
+After each *round* (a batch of retrievers run together), every candidate so far gets features:
+its EoR vote score over the candidates so far, how many of them give the same normalised
+answer, the reader's confidence in it (mean, min and first token log-probability from the
+same engine request), its length, which retriever gave it, and how many answered. A logistic
+regression predicts P(the candidate is right); the selector answers with the most probable
+candidate, and the stop rule ends the question after round r when that probability reaches
+tau_r (the last round always ends it). So the first round can stop when the reader is sure and
+the cheap retrievers agree, and a lone retriever can win when it is usually right alone.
+
+Pure numpy + scikit-learn: the run log's candidates and the voter's scores in, arrays out.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+import numpy as np
+
+from voter.normalize import normalize_answer
+
+NO_LOGPROB = -5.0  # stands in for an unknown confidence (a cached output never scored); rare by design
+BASE_FEATURES = ("vote_score", "vote_rank_top", "agree_share", "agree_count", "mean_logprob", "min_logprob",
+                 "first_logprob", "answer_words", "answered", "logprob_known")
+
+
+@dataclass(frozen=True)
+class RoundView:
+    """One question as it stands after a round: per pool retriever, its answer (None: no vote),
+    its vote score over the candidates so far (-inf: cannot win) and its token log-probabilities."""
+
+    answers: tuple[str | None, ...]
+    scores: tuple[float, ...]
+    logprobs: tuple[tuple[float, ...] | None, ...]
+
+
+def feature_names(pool: Sequence[str]) -> tuple[str, ...]:
+    return BASE_FEATURES + tuple(f"is:{s}" for s in pool)
+
+
+def candidate_features(view: RoundView, pool: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
+    """(X [C, F], the pool index of each row): one row per candidate that can win."""
+    live = [m for m, (a, s) in enumerate(zip(view.answers, view.scores)) if a is not None and math.isfinite(s)]
+    if not live:
+        return np.zeros((0, len(feature_names(pool)))), np.zeros(0, dtype=int)
+    norm = {m: normalize_answer(view.answers[m] or "") for m in live}
+    top = max(view.scores[m] for m in live)
+    rows = []
+    for m in live:
+        agree = sum(1 for o in live if o != m and norm[o] == norm[m])
+        lps = view.logprobs[m]
+        known = bool(lps)
+        mean = float(np.mean(lps)) if known else NO_LOGPROB
+        low = float(np.min(lps)) if known else NO_LOGPROB
+        first = float(lps[0]) if known else NO_LOGPROB
+        onehot = [1.0 if k == m else 0.0 for k in range(len(pool))]
+        rows.append([view.scores[m], 1.0 if view.scores[m] >= top else 0.0,
+                     agree / max(1, len(live) - 1), float(agree), mean, low, first,
+                     float(len((view.answers[m] or "").split())), float(len(live)), float(known), *onehot])
+    return np.asarray(rows, dtype=np.float64), np.asarray(live, dtype=int)
+
+
+class AnswerScorer:
+    """P(a candidate answer is right) from its features: standardised logistic regression
+    (scikit-learn style: settings in __init__, fitted state ends in _, fit returns self)."""
+
+    def __init__(self, C: float = 1.0):
+        self.C = C
+
+    def fit(self, X: np.ndarray, y: np.ndarray) -> "AnswerScorer":
+        from sklearn.linear_model import LogisticRegression
+
+        X = np.asarray(X, dtype=np.float64)
+        y = np.asarray(y, dtype=int)
+        self.mean_ = X.mean(axis=0)
+        self.scale_ = np.where(X.std(axis=0) > 1e-9, X.std(axis=0), 1.0)
+        if len(set(y.tolist())) < 2:  # all right or all wrong: a constant scorer
+            self.coef_ = np.zeros(X.shape[1])
+            self.intercept_ = float(np.log((y.mean() + 1e-3) / (1 - y.mean() + 1e-3)))
+            return self
+        model = LogisticRegression(C=self.C, max_iter=2000).fit((X - self.mean_) / self.scale_, y)
+        self.coef_ = model.coef_[0].astype(np.float64)
+        self.intercept_ = float(model.intercept_[0])
+        return self
+
+    def predict_proba(self, X: np.ndarray) -> np.ndarray:
+        z = ((np.asarray(X, dtype=np.float64) - self.mean_) / self.scale_) @ self.coef_ + self.intercept_
+        return 1.0 / (1.0 + np.exp(-np.clip(z, -40, 40)))
+
+    def to_dict(self, names: Sequence[str]) -> dict[str, Any]:
+        return {"C": self.C, "features": list(names), "mean": self.mean_.round(6).tolist(),
+                "scale": self.scale_.round(6).tolist(), "coef": self.coef_.round(6).tolist(),
+                "intercept": round(self.intercept_, 6)}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any], names: Sequence[str]) -> "AnswerScorer":
+        if list(d.get("features", [])) != list(names):
+            raise ValueError(f"answer scorer: fitted on features {d.get('features')}, this pool gives {list(names)}")
+        s = cls(float(d.get("C", 1.0)))
+        s.mean_, s.scale_, s.coef_ = (np.asarray(d[k], dtype=np.float64) for k in ("mean", "scale", "coef"))
+        s.intercept_ = float(d["intercept"])
+        if not (len(s.mean_) == len(s.scale_) == len(s.coef_) == len(names)):
+            raise ValueError("answer scorer: array lengths differ from the feature list")
+        return s
+
+
+@dataclass(frozen=True)
+class Pick:
+    """The selector's answer after a round: the pool index (-1: none), its answer and P(right)."""
+
+    index: int
+    answer: str
+    p: float
+
+
+def pick(view: RoundView, pool: Sequence[str], scorer: AnswerScorer) -> Pick:
+    X, idx = candidate_features(view, pool)
+    if not len(idx):
+        return Pick(-1, "", 0.0)
+    p = scorer.predict_proba(X)
+    best = int(np.argmax(p))
+    return Pick(int(idx[best]), view.answers[idx[best]] or "", float(p[best]))
+
+
+# ---- the stop rule over rounds ------------------------------------------------------------------
+@dataclass(frozen=True)
+class RoundTrace:
+    """Every question after every round: [N, R] arrays of the pick's P(right), whether the pick
+    is right, and the cost (reader tokens computed, rounds) spent up to that round."""
+
+    p: np.ndarray
+    right: np.ndarray
+    cost: np.ndarray
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        return self.p.shape
+
+
+def stop_rounds(p: np.ndarray, thresholds: Sequence[float]) -> np.ndarray:
+    """[N] 0-based round after which each question stops: the first round whose P reaches its
+    threshold (+inf: never stop there), else the last."""
+    n, r = p.shape
+    stop = np.full(n, r - 1)
+    for k in range(r - 2, -1, -1):
+        t = thresholds[k]
+        if math.isfinite(t):
+            stop = np.where(p[:, k] >= t, k, stop)
+    return stop
+
+
+def evaluate_stop(trace: RoundTrace, thresholds: Sequence[float]) -> tuple[float, float, np.ndarray]:
+    """(accuracy, mean cost, stop round per question) of a rule."""
+    stop = stop_rounds(trace.p, thresholds)
+    rows = np.arange(len(stop))
+    return float(trace.right[rows, stop].mean()), float(trace.cost[rows, stop].mean()), stop
+
+
+def fit_stop_thresholds(trace: RoundTrace, tolerance: float = 0.005) -> tuple[float, ...]:
+    """The cheapest thresholds whose accuracy stays within `tolerance` of running every round:
+    greedy coordinate descent from never stopping, each move the threshold drop that saves the
+    most cost while accuracy >= all-rounds accuracy - tolerance."""
+    n, r = trace.shape
+    tau = [math.inf] * (r - 1)
+    if n == 0 or r < 2:
+        return tuple(tau)
+    target = float(trace.right[:, -1].mean()) - tolerance
+    grid = [sorted({float(x) for x in trace.p[:, k]}) for k in range(r - 1)]
+    _, best_cost, _ = evaluate_stop(trace, tau)
+    while True:
+        move = None
+        for k in range(r - 1):
+            for c in grid[k]:
+                if c >= tau[k]:
+                    continue
+                trial = tau[:k] + [c] + tau[k + 1:]
+                acc, cost, _ = evaluate_stop(trace, trial)
+                if acc >= target - 1e-12 and cost < best_cost - 1e-9:
+                    best_cost, move = cost, (k, c)
+        if move is None:
+            return tuple(tau)
+        tau[move[0]] = move[1]
+
+
+def frontier(trace: RoundTrace, levels: Sequence[float] = tuple(np.linspace(0.0, 1.0, 21))) -> list[dict[str, float]]:
+    """Accuracy against cost as one shared threshold sweeps from 0 (stop after round 1) to
+    above 1 (run every round)."""
+    out = []
+    for t in list(levels) + [math.inf]:
+        acc, cost, stop = evaluate_stop(trace, [t] * (trace.shape[1] - 1))
+        out.append({"threshold": t, "accuracy": acc, "cost": cost,
+                    "first_round_share": float((stop == 0).mean())})
+    return out
+
+
+def sign_test(wins: int, losses: int) -> float:
+    """Two-sided exact sign test p-value of paired wins vs losses (ties dropped)."""
+    n = wins + losses
+    if n == 0:
+        return 1.0
+    k = min(wins, losses)
+    tail = sum(math.comb(n, i) for i in range(k + 1)) / 2 ** n
+    return min(1.0, 2 * tail)
