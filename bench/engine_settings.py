@@ -22,7 +22,7 @@ from bench.common import DEFAULT_CORPUS, DEFAULT_QUESTIONS, read_corpus, read_qu
 def _one(model: str, n: int, setting: dict) -> dict:
     from retrievers.prompts import answer_prompt, clean_answer, pk_prompt
     from retrievers.reader import SamplingParams
-    from serve.vllm_engine import VLLMConfig, VLLMEngine
+    from serve.engine.vllm_engine import VLLMConfig, VLLMEngine
     from voter.qa_metrics import match
 
     rows = read_questions(DEFAULT_QUESTIONS, "nq-open-oracle", n)

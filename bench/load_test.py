@@ -428,7 +428,7 @@ def main(argv: list[str] | None = None) -> int:
         return _write_report(report, args.out)
     service = None
     if args.start:
-        from serve.app import LocalService
+        from serve.app.application import LocalService
         from serve.config import actor_groups, load_config
 
         service = LocalService(load_config(args.config, {"service": {"port": 0}})).start()

@@ -44,7 +44,7 @@ def main(argv: list[str] | None = None) -> dict:
 
     from serve.builder import make_pool
     from serve.config import CacheConfig, EorConfig, IndexConfig
-    from serve.vllm_engine import VLLMConfig, VLLMEngine
+    from serve.engine.vllm_engine import VLLMConfig, VLLMEngine
 
     rows = read_questions(args.questions, "nq-open-oracle", args.offset + args.n)[args.offset:]
     t = time.perf_counter()

@@ -54,7 +54,7 @@ def make_reader(engine: ReaderEngine, config: EorConfig) -> CachedReader:
 
 
 def make_engine(config: EorConfig) -> ReaderEngine:
-    from serve.vllm_engine import VLLMEngine
+    from serve.engine.vllm_engine import VLLMEngine
 
     return VLLMEngine(config.reader)
 

@@ -17,8 +17,8 @@ import yaml
 
 from retrievers.encoder import DEFAULT_ENCODER
 from retrievers.pool import PoolConfig
-from serve.models import DEFAULT_GENERATOR
-from serve.vllm_engine import VLLMConfig
+from serve.engine.models import DEFAULT_GENERATOR
+from serve.engine.vllm_engine import VLLMConfig
 
 
 @dataclass(frozen=True)

@@ -33,8 +33,8 @@ def finished(args) -> tuple[Any, list, list]:
     """(config, fit pairs, eval pairs): the selected questions the run log has finished."""
     from serve.builder import make_pool
     from serve.config import load_config
-    from serve.dataset import Selection, select_questions
-    from serve.runlog import run_log_for
+    from serve.offline.dataset import Selection, select_questions
+    from serve.offline.runlog import run_log_for
 
     config = load_config(args.config, {"index": {"name": args.index}})
     pool = make_pool(config)
@@ -75,8 +75,8 @@ def scores(answers: Sequence[str], golds: Sequence[Sequence[str]]) -> dict[str, 
 
 
 def report(args) -> dict[str, Any]:
-    from serve.evaluation import EOR, EOR_16, EOR_PRUNED, replay_ensembles
-    from serve.runlog import run_log_for
+    from serve.offline.evaluation import EOR, EOR_16, EOR_PRUNED, replay_ensembles
+    from serve.offline.runlog import run_log_for
     from voter.question_vote import build_metrics, choose_voter, equal_weights
 
     config, pool, fit, held = finished(args)

@@ -28,7 +28,7 @@ def server_imports(path: Path) -> list[tuple[int, str]]:
         elif (isinstance(node, ast.Call) and getattr(node.func, "attr", getattr(node.func, "id", "")) in
               ("import_module", "__import__") and node.args and isinstance(node.args[0], ast.Constant)
               and isinstance(node.args[0].value, str)):
-            mods = [node.args[0].value]  # importlib.import_module("serve.app")
+            mods = [node.args[0].value]  # importlib.import_module("serve.app.application")
         else:
             continue
         found += [(node.lineno, m) for m in mods if m.split(".")[0] in FORBIDDEN]
@@ -37,9 +37,9 @@ def server_imports(path: Path) -> list[tuple[int, str]]:
 
 def test_the_scan_sees_imports_inside_functions(tmp_path):
     f = tmp_path / "x.py"
-    f.write_text("import os\ndef f():\n    from serve.app import X\n    import voter.estimator\n"
+    f.write_text("import os\ndef f():\n    from serve.app.application import X\n    import voter.estimator\n"
                  "    importlib.import_module('retrievers.pool')\n    from protos import eor_pb2\n")
-    assert server_imports(f) == [(3, "serve.app"), (4, "voter.estimator"), (5, "retrievers.pool")]
+    assert server_imports(f) == [(3, "serve.app.application"), (4, "voter.estimator"), (5, "retrievers.pool")]
 
 
 def test_no_client_module_under_bench_imports_the_server():

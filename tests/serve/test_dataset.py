@@ -3,7 +3,7 @@ from pathlib import Path
 
 import pytest
 
-from serve.dataset import Selection, qids_digest, read_questions, select_questions, split_assignment
+from serve.offline.dataset import Selection, qids_digest, read_questions, select_questions, split_assignment
 from tests.serve.conftest import write_questions
 
 from tests.shared_data import QUESTIONS_FILE as DEV

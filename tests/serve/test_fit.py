@@ -6,7 +6,7 @@ import json
 import pytest
 
 from serve.cli import main
-from serve.dataset import Selection, select_questions
+from serve.offline.dataset import Selection, select_questions
 from voter.question_vote import build_metrics, vote
 from tests.serve.conftest import FakePool, write_questions
 from voter.weights_io import load_weights

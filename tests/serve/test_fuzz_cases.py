@@ -9,7 +9,7 @@ import pytest
 from bench.fuzz import cases
 from protos import eor_pb2
 from serve.config import ServiceConfig
-from serve.wire import InvalidArgument, lenient, parse_ask, parse_generate, parse_retrieve, parse_weights
+from serve.app.wire import InvalidArgument, lenient, parse_ask, parse_generate, parse_retrieve, parse_weights
 
 POOL = ("Wiki@10", "SE@1", "ReFree")
 LIMITS = ServiceConfig()

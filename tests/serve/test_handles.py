@@ -1,11 +1,11 @@
-"""serve/handles.py: a remote call never waits past the request's deadline, and one that
+"""serve/app/handles.py: a remote call never waits past the request's deadline, and one that
 would is cancelled (so the deployment behind it stops: the reader aborts its requests)."""
 from __future__ import annotations
 
 import pytest
 
 from retrievers.reader import SamplingParams
-from serve.handles import CallDeadline, RemoteReader
+from serve.app.handles import CallDeadline, RemoteReader
 
 
 class _Response:

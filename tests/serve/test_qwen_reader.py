@@ -8,7 +8,7 @@ import pytest
 
 from retrievers.prompts import answer_prompt, clean_answer
 from retrievers.reader import PromptText, SamplingParams
-from serve.models import assemble_parts, models_dir
+from serve.engine.models import assemble_parts, models_dir
 
 
 def test_slices_are_joined_in_order_and_checked(tmp_path):
@@ -30,7 +30,7 @@ def test_slices_are_joined_in_order_and_checked(tmp_path):
 def qwen():
     if not (models_dir() / "qwen2.5-coder-0.5b" / "config.json").exists():
         pytest.fail("reader model not prepared: run ./setup.sh (eor models prepare qwen2.5-coder-0.5b)")
-    from serve.vllm_engine import VLLMConfig, VLLMEngine
+    from serve.engine.vllm_engine import VLLMConfig, VLLMEngine
 
     engine = VLLMEngine(VLLMConfig(model="qwen2.5-coder-0.5b", max_model_len=2048, enforce_eager=True)).load()
     yield engine
@@ -68,7 +68,7 @@ def test_async_engine_batches_continuously_and_aborts_a_cancelled_request():
     offline engine gives, and a cancelled one leaves the engine at once."""
     import asyncio
 
-    from serve.vllm_engine import AsyncVLLMEngine, VLLMConfig
+    from serve.engine.vllm_engine import AsyncVLLMEngine, VLLMConfig
 
     engine = AsyncVLLMEngine(VLLMConfig(model="qwen2.5-coder-0.5b", max_model_len=2048, enforce_eager=True))
     doc = "Mona Lisa\n" + "The Mona Lisa is a half-length portrait painting by the Italian artist Leonardo da Vinci. " * 12

@@ -1,5 +1,5 @@
 """The Reader deployment with a continuously batching engine (an `agenerate` per prompt, as
-serve/vllm_engine.py's AsyncVLLMEngine): cache first, one request per distinct prompt, a
+serve/engine/vllm_engine.py's AsyncVLLMEngine): cache first, one request per distinct prompt, a
 prompt in flight awaited not resent, a cancelled call aborts what only it waited for, a dead
 engine reported in one line. The class runs without Ray; the engine is a fake here and the
 real AsyncLLM in tests/serve/test_qwen_reader.py."""
@@ -11,7 +11,7 @@ import pytest
 
 from retrievers.reader import PromptText, SamplingParams
 from serve.config import config_from_dict
-from serve.vllm_engine import EngineOutput
+from serve.engine.vllm_engine import EngineOutput
 from tests.serve.test_reader_recovery import EngineDeadError
 
 
@@ -53,7 +53,7 @@ def make_slow_engine(config):
 
 @pytest.fixture
 def reader(tmp_path):
-    from serve.deployments import Reader
+    from serve.app.deployments import Reader
 
     SlowEngine.delay, SlowEngine.die = 0.05, False
     settings = config_from_dict({"cache": {"path": str(tmp_path / "cache.sqlite")},
@@ -99,7 +99,7 @@ def test_a_cancelled_call_aborts_only_what_no_other_call_waits_for(reader):
 
 
 def test_a_dead_continuous_engine_is_reported_in_one_line_and_replaced(reader):
-    from serve.deployments import ReaderUnavailable
+    from serve.app.deployments import ReaderUnavailable
 
     async def scenario():
         SlowEngine.die = True

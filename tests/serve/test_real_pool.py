@@ -3,8 +3,8 @@ fakes used elsewhere cannot drift from what the pool really returns."""
 from retrievers.pool import PoolConfig, RetrieverPool
 from retrievers.reader import CachedReader, PromptText
 from retrievers.types import Passage
-from serve.dataset import Question
-from serve.runlog import RunKey, RunLog, run_questions
+from serve.offline.dataset import Question
+from serve.offline.runlog import RunKey, RunLog, run_questions
 from voter.question_vote import MetricOptions, build_metrics, equal_weights, vote
 
 

@@ -3,9 +3,9 @@ import json
 
 import pytest
 
-from serve.dataset import Question
-from serve.results_io import result_from_record, result_to_record
-from serve.runlog import RunKey, RunLog, run_questions
+from serve.offline.dataset import Question
+from serve.offline.results_io import result_from_record, result_to_record
+from serve.offline.runlog import RunKey, RunLog, run_questions
 from tests.serve.conftest import FakePool
 
 SPECS = ["Wiki@10", "SE@1", "PK", "ReFree"]

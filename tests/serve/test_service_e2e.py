@@ -35,7 +35,7 @@ def _small_corpus(n_vital: int = 120, n_gold: int = 60):
 
 @pytest.fixture(scope="module")
 def live(tmp_path_factory):
-    from serve.models import models_dir
+    from serve.engine.models import models_dir
 
     model = models_dir() / "smollm2-135m"  # resolved before EOR_HOME moves to the temp folder
     if not (model / "config.json").exists():
@@ -45,7 +45,7 @@ def live(tmp_path_factory):
     mp = pytest.MonkeyPatch()
     mp.setenv("EOR_HOME", str(home))
     from retrievers.encoder import Encoder
-    from serve.app import LocalService
+    from serve.app.application import LocalService
     from serve.builder import build_indexes
     from serve.config import config_from_dict
 

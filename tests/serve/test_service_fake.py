@@ -26,7 +26,7 @@ def _free_port() -> int:
 
 @pytest.fixture(scope="module")
 def service(tmp_path_factory):
-    from serve.app import LocalService
+    from serve.app.application import LocalService
     from serve.config import config_from_dict
 
     mp = pytest.MonkeyPatch()
@@ -366,7 +366,7 @@ def test_tls_front(service, tmp_path):
     import asyncio
 
     from protos.client import EorClient
-    from serve.grpc_service import EorFront
+    from serve.app.grpc_service import EorFront
 
     cert, key = _self_signed(tmp_path)
     async def start():  # the grpc.aio server belongs to the front's event loop

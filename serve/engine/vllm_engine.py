@@ -11,7 +11,7 @@ from typing import Sequence
 
 from retrievers.hardware import cpu_has_bf16
 from retrievers.reader import Generation, PromptText, SamplingParams, clean_logprobs
-from serve.models import DEFAULT_READER, is_chat_model, resolve_model
+from serve.engine.models import DEFAULT_READER, is_chat_model, resolve_model
 
 
 @dataclass(frozen=True)

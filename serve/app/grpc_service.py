@@ -1,13 +1,13 @@
 """gRPC ingress for eor.v1.Eor, two ways, one handler (EorIngress.call):
 
-1. Ray Serve's gRPC proxy: `gRPCOptions(grpc_servicer_functions=["serve.grpc_service.add_eor_servicer"])`
+1. Ray Serve's gRPC proxy: `gRPCOptions(grpc_servicer_functions=["serve.app.grpc_service.add_eor_servicer"])`
    (deploy/serve.yaml, `eor serve --ray-grpc-port`). Reflection is Ray's. Limits of Ray
    2.60's proxy: it binds every interface ("[::]:port") and has no TLS option.
 2. The front (`EorFront`, what `eor serve` listens on): a plain grpc.aio server in the
    driver that binds 127.0.0.1 by default, serves TLS when given a cert and key, has
    reflection, and forwards every rpc to the ingress deployment through a Serve handle.
 
-Both register the rpcs with a lenient request deserializer (serve/wire.py), so a message
+Both register the rpcs with a lenient request deserializer (serve/app/wire.py), so a message
 with invalid UTF-8 or wrong field types is answered INVALID_ARGUMENT, not INTERNAL.
 """
 from __future__ import annotations
@@ -21,7 +21,7 @@ from typing import Any, Awaitable, Callable
 import grpc
 
 from protos import eor_pb2
-from serve.wire import BadRequest
+from serve.app.wire import BadRequest
 
 log = logging.getLogger(__name__)
 
@@ -31,7 +31,7 @@ RPCS = {m.name: (m.input_type.name, m.output_type.name)
 
 
 def _handlers(servicer: Any) -> dict[str, grpc.RpcMethodHandler]:
-    from serve.wire import lenient
+    from serve.app.wire import lenient
 
     out = {}
     for name, (req, rep) in RPCS.items():
@@ -91,7 +91,7 @@ class _Forward:
             return await self.apply_weights(json.loads(request.weights_json))
         except Exception as exc:
             log.exception("applying pushed weights failed")
-            from serve.deployments import one_line
+            from serve.app.deployments import one_line
 
             await context.abort(grpc.StatusCode.INTERNAL, f"applying the weights failed: {one_line(exc)}")
 
@@ -105,7 +105,7 @@ def _bound_by_grpc_deadline(request: Any, left: float | None) -> None:
     the work stops, and the reply with what finished goes out, before the client gives up."""
     if left is None or not hasattr(request, "deadline_s"):
         return  # no gRPC deadline, or a request that did not parse (refused later)
-    from serve.wire import MAX_DEADLINE_S
+    from serve.app.wire import MAX_DEADLINE_S
 
     bound = min(max(left - REPLY_MARGIN_S, 0.05), MAX_DEADLINE_S)
     d = float(request.deadline_s)
@@ -146,7 +146,7 @@ def _add_health_servicer(servicer: Any, server: Any) -> None:
     request that does not parse is INVALID_ARGUMENT, not UNKNOWN)."""
     from grpc_health.v1 import health_pb2
 
-    from serve.wire import lenient
+    from serve.app.wire import lenient
 
     name = health_pb2.DESCRIPTOR.services_by_name["Health"].full_name
     handlers = {

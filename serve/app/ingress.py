@@ -1,7 +1,7 @@
 """The ingress deployment: the four rpcs of eor.v1.Eor.
 
 Ray Serve's gRPC proxy calls `Ask`/`AskBatch`/`Generate`/`Health` (methods named after the
-rpcs, `grpc_context` for status codes); the standalone front (serve/grpc_service.py) calls
+rpcs, `grpc_context` for status codes); the standalone front (serve/app/grpc_service.py) calls
 `call(method, request, metadata)`. Both go through `_dispatch`, so validation, auth and the
 fan-out are one code path.
 
@@ -26,9 +26,9 @@ from protos import eor_pb2
 from retrievers.pool import QuestionWork
 from retrievers.reader import SamplingParams
 from retrievers.types import Candidate, Context, QuestionResult
-from serve import metrics
+from serve.app import metrics
 from serve.config import config_from_dict
-from serve.wire import (AskSpec, InvalidArgument, ask_reply, parse_ask, parse_generate, parse_retrieve,
+from serve.app.wire import (AskSpec, InvalidArgument, ask_reply, parse_ask, parse_generate, parse_retrieve,
                         parse_weights, retrieve_reply)
 
 log = logging.getLogger(__name__)
@@ -118,7 +118,7 @@ class EorIngress:
         except RpcError as exc:
             reply, code, details = None, exc.code, exc.details
         except Exception as exc:  # never leak a traceback to the client
-            from serve.deployments import one_line
+            from serve.app.deployments import one_line
 
             if _reader_unavailable(exc):
                 reply, code, details = None, grpc.StatusCode.UNAVAILABLE, _cause_line(exc)
@@ -289,7 +289,7 @@ class EorIngress:
 
     async def _check_weights(self, request) -> eor_pb2.SetVoterWeightsReply:
         """Pushed weights, checked against the pool (auth included). Applying them is the front's
-        job: it holds the app and redeploys the Voter's user_config (serve/app.py). The front
+        job: it holds the app and redeploys the Voter's user_config (serve/app/application.py). The front
         calls this as "CheckVoterWeights", a name no proxy routes (it is not in the proto)."""
         saved = parse_weights(request, self.pool)
         return eor_pb2.SetVoterWeightsReply(source="checked", retrievers=saved.kept_specs())
@@ -387,7 +387,7 @@ def _reader_unavailable(exc: BaseException) -> bool:
 
 def _cause_line(exc: BaseException) -> str:
     """The reader's own one-line message, without Ray's wrapping and traceback."""
-    from serve.deployments import one_line
+    from serve.app.deployments import one_line
 
     cause = getattr(exc, "cause", None) or exc
     line = one_line(cause)

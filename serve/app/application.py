@@ -58,8 +58,8 @@ def _pin_version(deployment: Any, version: str) -> Any:
 def build_app(settings: EorConfig, voter_config: dict | None = None):
     """The application; `voter_config` (the Voter's user_config) defaults to the settings'
     weights file, or equal weights."""
-    from serve.deployments import Reader, RetrieverGroup, Source, Voter
-    from serve.ingress import EorIngress
+    from serve.app.deployments import Reader, RetrieverGroup, Source, Voter
+    from serve.app.ingress import EorIngress
 
     d = settings.to_dict()
     version = hashlib.sha256(json.dumps(d, sort_keys=True).encode()).hexdigest()[:16]
@@ -136,7 +136,7 @@ class LocalService:
         if svc.ray_grpc_port:
             serve.start(proxy_location="HeadOnly", http_options={"host": "127.0.0.1", "port": 0},
                         grpc_options=gRPCOptions(port=svc.ray_grpc_port,
-                                                 grpc_servicer_functions=["serve.grpc_service.add_eor_servicer"]))
+                                                 grpc_servicer_functions=["serve.app.grpc_service.add_eor_servicer"]))
         else:
             serve.start(proxy_location="Disabled")
         handle = self._deploy(None)
@@ -157,7 +157,7 @@ class LocalService:
         return "user_config weights (pushed)"
 
     def _start_front(self, handle: Any) -> None:
-        from serve.grpc_service import EorFront
+        from serve.app.grpc_service import EorFront
 
         svc = self.settings.service
         self._loop = asyncio.new_event_loop()

@@ -1,4 +1,4 @@
-"""The Ray Serve deployments behind the gRPC ingress (serve/ingress.py):
+"""The Ray Serve deployments behind the gRPC ingress (serve/app/ingress.py):
 
 - `Reader`: ONE reader engine (vLLM's AsyncLLM; loaded inside this actor) behind the disk
   cache. Prompts arrive typed (`PromptText`, formatted here with the model's chat template;
@@ -7,12 +7,12 @@
   questions); a prompt already in flight is
   awaited, not sent twice; a cancelled call aborts the requests only it waited for. An
   engine without `agenerate` (test fakes) gets concurrent calls merged into one batch per
-  SamplingParams instead (serve/batching.py).
+  SamplingParams instead (serve/app/batching.py).
 - `Source`: one heavy knowledge source, loaded once (Wiki: encoder + faiss, and `encode()`
   for @RR; SE: Lucene or the HTTP client), shared by every retriever group.
 - `RetrieverGroup`: a thin actor (no torch) running the ordinary `RetrieverPool` over its
   specs (one, or the whole pool: `service.retriever_actors`) with remote sources, encoder and
-  reader (serve/handles.py).
+  reader (serve/app/handles.py).
 - `Voter`: the EoR voter; its weights come from `user_config` (live updates, no restart).
 
 Every deployment takes the application settings as a plain dict (EorConfig.to_dict()).
@@ -32,8 +32,8 @@ from ray import serve
 
 from retrievers.reader import CachedReader, Counted, Generation, PromptText, ReaderEngine, SamplingParams
 from retrievers.types import Passage, QuestionResult
-from serve import metrics
-from serve.handles import CallDeadline, RemoteEncoder, RemoteReader, RemoteSource, StageClock
+from serve.app import metrics
+from serve.app.handles import CallDeadline, RemoteEncoder, RemoteReader, RemoteSource, StageClock
 from serve.config import EorConfig, config_from_dict
 
 log = logging.getLogger(__name__)
@@ -51,7 +51,7 @@ def import_factory(path: str) -> Any:
 def make_engine(settings: EorConfig) -> ReaderEngine:
     if settings.service.engine_factory:
         return import_factory(settings.service.engine_factory)(settings)
-    from serve.vllm_engine import AsyncVLLMEngine
+    from serve.engine.vllm_engine import AsyncVLLMEngine
 
     return AsyncVLLMEngine(settings.reader)  # continuous batching: every prompt joins the running batch
 
@@ -323,7 +323,7 @@ class Reader:
 
 
 def _batcher(fn, s: EorConfig):
-    from serve.batching import MergingBatcher
+    from serve.app.batching import MergingBatcher
 
     return MergingBatcher(fn, s.service.reader_batch_wait_s, s.service.reader_max_batch)
 
