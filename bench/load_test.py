@@ -203,14 +203,14 @@ def inprocess_asks(questions: list[str], config_path: str | None) -> dict:
     pool, the offline vLLM engine), one at a time, in one process; the engine is started and
     warmed before the first timed question."""
     from serve.builder import make_pool
-    from serve.cli import _voter_choice
+    from serve.cli.common import voter_choice
     from serve.config import load_config
     from serve.ensemble import answer
     from voter.question_vote import build_metrics
 
     config = load_config(config_path)
     pool = make_pool(config)
-    choice = _voter_choice(argparse.Namespace(metrics=None, pooling=None, nli_model=None), pool, config=config)
+    choice = voter_choice(argparse.Namespace(metrics=None, pooling=None, nli_model=None), pool, config=config)
     metrics = build_metrics(choice.options, pool.reader)
     pool.load()
     engine = pool.reader.engine
@@ -429,7 +429,7 @@ def main(argv: list[str] | None = None) -> int:
     service = None
     if args.start:
         from serve.app.application import LocalService
-        from serve.config import actor_groups, load_config
+        from serve.config import load_config
 
         service = LocalService(load_config(args.config, {"service": {"port": 0}})).start()
         args.server = service.address
@@ -485,10 +485,10 @@ def _write_report(report: dict, out: str | None) -> int:
 
 
 def _group_specs(service, config: str | None, group: int) -> list[str]:
-    if service is not None:
-        return list(actor_groups(service.settings)[group])
     from serve.config import actor_groups, load_config  # the same config file the server was given
 
+    if service is not None:
+        return list(actor_groups(service.settings)[group])
     return list(actor_groups(load_config(config))[group])
 
 

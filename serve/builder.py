@@ -1,9 +1,10 @@
 """Wire configured components into a running pool (the only place that knows them all)."""
 from __future__ import annotations
 
+import importlib
 import json
 from pathlib import Path
-from typing import TextIO
+from typing import Any, TextIO
 
 from retrievers.corpus import Document
 from retrievers.encoder import Encoder
@@ -53,10 +54,30 @@ def make_reader(engine: ReaderEngine, config: EorConfig) -> CachedReader:
     return CachedReader(engine, cache)
 
 
-def make_engine(config: EorConfig) -> ReaderEngine:
-    from serve.engine.vllm_engine import VLLMEngine
+def import_factory(path: str) -> Any:
+    """A `module:callable` named in the config (service.engine_factory / sources_factory)."""
+    module, _, attr = path.partition(":")
+    if not module or not attr:
+        raise ValueError(f"expected 'module:callable', got {path!r}")
+    return getattr(importlib.import_module(module), attr)
 
-    return VLLMEngine(config.reader)
+
+def make_engine(config: EorConfig, continuous: bool = False) -> ReaderEngine:
+    """The reader engine: vLLM's offline engine in-process (`eor ask`, fit, eval), its
+    continuously batching AsyncLLM in the service; `service.engine_factory` replaces both."""
+    if config.service.engine_factory:
+        return import_factory(config.service.engine_factory)(config)
+    from serve.engine.vllm_engine import AsyncVLLMEngine, VLLMEngine
+
+    return AsyncVLLMEngine(config.reader) if continuous else VLLMEngine(config.reader)
+
+
+def make_service_sources(config: EorConfig) -> tuple[dict, Any]:
+    """(sources, encoder) for a Source deployment; `service.sources_factory` replaces them."""
+    if config.service.sources_factory:
+        return import_factory(config.service.sources_factory)(config)
+    encoder = Encoder(config.index.encoder)
+    return make_sources(config, encoder), encoder
 
 
 def make_pool(config: EorConfig, engine: ReaderEngine | None = None) -> RetrieverPool:

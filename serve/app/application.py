@@ -58,7 +58,8 @@ def _pin_version(deployment: Any, version: str) -> Any:
 def build_app(settings: EorConfig, voter_config: dict | None = None):
     """The application; `voter_config` (the Voter's user_config) defaults to the settings'
     weights file, or equal weights."""
-    from serve.app.deployments import Reader, RetrieverGroup, Source, Voter
+    from serve.app.deployments import RetrieverGroup, Source, Voter
+    from serve.app.reader import Reader
     from serve.app.ingress import EorIngress
 
     d = settings.to_dict()

@@ -91,7 +91,7 @@ class _Forward:
             return await self.apply_weights(json.loads(request.weights_json))
         except Exception as exc:
             log.exception("applying pushed weights failed")
-            from serve.app.deployments import one_line
+            from serve.app.errors import one_line
 
             await context.abort(grpc.StatusCode.INTERNAL, f"applying the weights failed: {one_line(exc)}")
 

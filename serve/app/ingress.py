@@ -118,7 +118,7 @@ class EorIngress:
         except RpcError as exc:
             reply, code, details = None, exc.code, exc.details
         except Exception as exc:  # never leak a traceback to the client
-            from serve.app.deployments import one_line
+            from serve.app.errors import one_line
 
             if _reader_unavailable(exc):
                 reply, code, details = None, grpc.StatusCode.UNAVAILABLE, _cause_line(exc)
@@ -387,7 +387,7 @@ def _reader_unavailable(exc: BaseException) -> bool:
 
 def _cause_line(exc: BaseException) -> str:
     """The reader's own one-line message, without Ray's wrapping and traceback."""
-    from serve.app.deployments import one_line
+    from serve.app.errors import one_line
 
     cause = getattr(exc, "cause", None) or exc
     line = one_line(cause)

@@ -179,7 +179,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--out", type=Path, help="also write the report here (JSON)")
     args = ap.parse_args(argv)
-    from serve.cli import _quiet_logs
+    from serve.cli.common import _quiet_logs
 
     _quiet_logs()
     doc = report(args)

@@ -53,7 +53,7 @@ def make_slow_engine(config):
 
 @pytest.fixture
 def reader(tmp_path):
-    from serve.app.deployments import Reader
+    from serve.app.reader import Reader
 
     SlowEngine.delay, SlowEngine.die = 0.05, False
     settings = config_from_dict({"cache": {"path": str(tmp_path / "cache.sqlite")},
@@ -99,7 +99,7 @@ def test_a_cancelled_call_aborts_only_what_no_other_call_waits_for(reader):
 
 
 def test_a_dead_continuous_engine_is_reported_in_one_line_and_replaced(reader):
-    from serve.app.deployments import ReaderUnavailable
+    from serve.app.errors import ReaderUnavailable
 
     async def scenario():
         SlowEngine.die = True

@@ -47,7 +47,7 @@ def make_dying_engine(config):
 
 
 def test_a_dead_engine_is_reported_and_restarted():
-    from serve.app.deployments import Reader, ReaderUnavailable
+    from serve.app.reader import Reader, ReaderUnavailable
 
     settings = config_from_dict({"cache": {"enabled": False}, "service": {
         "engine_factory": f"{__name__}:make_dying_engine", "reader_batch_wait_s": 0.0}})
@@ -95,7 +95,7 @@ def make_idle_death_engine(config):
 
 
 def test_an_engine_that_dies_while_idle_is_reported_by_stats_and_restarted():
-    from serve.app.deployments import Reader
+    from serve.app.reader import Reader
 
     settings = config_from_dict({"cache": {"enabled": False}, "service": {
         "engine_factory": f"{__name__}:make_idle_death_engine", "reader_batch_wait_s": 0.0}})
@@ -152,7 +152,7 @@ def _ingress(reader, group, voter):
 
 
 def test_ask_while_the_reader_is_down_is_unavailable_and_health_says_why():
-    from serve.app.deployments import ReaderUnavailable
+    from serve.app.errors import ReaderUnavailable
     from voter.cascade import Cascade
 
     down = "reader engine down (EngineDeadError: boom); restarting"

@@ -64,7 +64,7 @@ def test_batcher_caps_batches_and_reports_engine_errors():
 
 
 def test_counting_engine_reads_the_engines_token_counters_or_retokenizes():
-    from serve.app.deployments import CountingEngine
+    from serve.app.reader import CountingEngine
 
     class Counted:
         model_id = "counted"

@@ -1,0 +1,66 @@
+"""`eor eval`: EoR against every single retriever on the eval split, per dataset."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from serve.cli.common import DEFAULT_EVAL_DIR, _config, voter_choice
+from serve.cli.fit import _warn_overlap
+from serve.cli.runs import _run_pool, _selection
+
+
+def cmd_eval(args) -> int:
+    from serve.builder import make_pool
+    from serve.offline.dataset import select_questions
+    import math
+
+    from serve.offline.evaluation import evaluate, format_table, replay_ensembles, report_dict
+    from serve.paths import eor_home
+    from serve.offline.plots import cost_accuracy_plot, rwr_heatmap, safe_name, weights_plot
+    from voter.question_vote import build_metrics
+
+    config = _config(args)
+    selection = _selection(args)
+    questions = select_questions(selection)
+    pool = make_pool(config)
+    choice = voter_choice(args, pool, config=config)  # a wrong voter file fails before any work
+    saved, options, source = choice.saved, choice.options, choice.source
+    _warn_overlap(saved, selection)
+    scored, _ = _run_pool(args, config, pool, selection, questions)
+    runs = replay_ensembles(scored, saved, build_metrics(options, pool.reader))
+    reports = evaluate(scored, runs.answers, pool.specs, runs.tokens)
+    out_dir = Path(args.out_dir) if args.out_dir else eor_home() / DEFAULT_EVAL_DIR
+    out_dir.mkdir(parents=True, exist_ok=True)
+    plots = [str(rwr_heatmap(r.rwr, r.rwr_labels, f"RWR, {r.dataset} (n={r.n}, Match)",
+                             out_dir / f"rwr_{safe_name(r.dataset)}.png")) for r in reports]
+    plots.append(str(weights_plot(saved, f"retriever weights ({source})", out_dir / "retriever_weights.png")))
+    whole = reports[-1]
+    singles = {s: (whole.systems[s].tokens.computed, whole.systems[s].match)
+               for s in pool.specs if whole.systems[s].tokens is not None}
+    plots.append(str(cost_accuracy_plot(runs.sweep, singles, f"adaptive EoR, {whole.dataset} (n={whole.n})",
+                                        out_dir / "match_vs_tokens.png")))
+    doc = report_dict(reports, saved, source, plots, selection.describe())
+    doc["voter"] = choice.describe()
+    doc["reader"] = pool.reader.model_id
+    doc["pool_seconds_per_question"] = args.seconds_per_question
+    said = [a for a in runs.answers["EoR"] if a]
+    doc["words_per_answer"] = round(sum(len(a.split()) for a in said) / len(said), 2) if said else None
+    doc["cascade"] = {"stages": runs.stages, "thresholds": [None if not math.isfinite(t) else t
+                                                            for t in saved.stages.thresholds],
+                      "stop_rate": runs.stop_rate, "threshold_sweep": [
+                          {**p, "scale": None if not math.isfinite(p["scale"]) else p["scale"]} for p in runs.sweep]}
+    (out_dir / "eval.json").write_text(json.dumps(doc, indent=2) + "\n")
+    if args.json:
+        print(json.dumps(doc, indent=2))
+    else:
+        print(f"voter: {choice.describe()}; metrics {','.join(saved.metrics)}; correctness: Match")
+        for r in reports:
+            print(format_table(r))
+        print("adaptive EoR stops after stage: " + ", ".join(
+            f"{k + 1} ({'+'.join(st)}) {rate:.0%}" for k, (st, rate) in enumerate(zip(runs.stages, runs.stop_rate))))
+        print("threshold sweep (scale: Match, tokens computed per question): " + "; ".join(
+            f"{'inf' if not math.isfinite(p['scale']) else format(p['scale'], 'g')}: {p['match']:.3f}, "
+            f"{p['computed_tokens']:.0f}" for p in runs.sweep))
+        print(f"plots and eval.json in {out_dir}")
+    return 0
+

@@ -1,0 +1,73 @@
+"""`eor fit`: fit the voter on the fit split, optionally push it into a live service."""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from serve.cli.common import DEFAULT_WEIGHTS, _config
+from serve.cli.runs import _run_pool, _selection
+
+
+def _warn_overlap(saved, selection) -> None:
+    """Evaluating on questions the weights were fitted on flatters EoR: say so."""
+    extra = saved.provenance.extra
+    if saved.provenance.questions_file != selection.describe()["questions_file"] or "split" not in extra:
+        return
+    same_split = (extra.get("split_seed"), extra.get("fit_fraction")) == (selection.seed, selection.fit_fraction)
+    if not (extra["split"] == "fit" and selection.split == "eval" and same_split):
+        print(f"eor: warning: the weights were fitted on split {extra['split']!r} (seed {extra.get('split_seed')}) "
+              f"of this file; evaluating on split {selection.split!r} (seed {selection.seed}) may reuse "
+              "training questions", file=sys.stderr)
+
+
+def _check_push(target: str | None) -> None:
+    if target is None:
+        return
+    host, _, port = target.rpartition(":")
+    if not host or not port.isdigit():
+        raise ValueError(f"--push expects HOST:PORT, got {target!r}")
+
+
+def push_weights(target: str, path: Path) -> int:
+    """Send a weights file to a live system (SetVoterWeights): the Voter's user_config changes,
+    nothing restarts. The file stays the record of what was pushed."""
+    import grpc
+
+    from protos.client import EorClient
+
+    with EorClient(target, timeout_s=300.0) as client:
+        try:
+            reply = client.set_voter_weights(path.read_text())
+        except grpc.RpcError as exc:
+            print(f"eor: push to {target} failed: {exc.code().name}: {exc.details()}", file=sys.stderr)
+            return 1
+    print(f"weights pushed to {target}: {reply.source}; voting retrievers: {', '.join(reply.retrievers)}")
+    return 0
+
+
+def cmd_fit(args) -> int:
+    from serve.builder import make_pool
+    from serve.offline.dataset import qids_digest, select_questions
+    from serve.offline.fitting import FitConfig, fit_weights, format_report
+    from serve.paths import eor_home
+    from voter.question_vote import MetricOptions, build_metrics
+    from voter.weights_io import file_sha256, save_weights
+
+    _check_push(args.push)
+    config = _config(args)
+    selection = _selection(args)
+    questions = select_questions(selection)
+    fit_config = FitConfig(metrics=MetricOptions.parse(args.metrics, args.nli_model), pooling=args.pooling or config.voter.pooling)
+    pool = make_pool(config)
+    scored, pool_s = _run_pool(args, config, pool, selection, questions)
+    sel = selection.describe()
+    extra = {**{k: v for k, v in sel.items() if k != "questions_file"},
+             "questions_sha256": file_sha256(selection.path),
+             "qids_sha256": qids_digest([q for q, _ in scored]), "seconds": {"pool": round(pool_s, 3)}}
+    report = fit_weights(scored, pool.specs, build_metrics(fit_config.metrics, pool.reader), fit_config,
+                         sel["questions_file"], pool.reader.model_id, extra)
+    out = save_weights(args.out or eor_home() / DEFAULT_WEIGHTS, report.saved)
+    print(format_report(report))
+    print(f"weights written to {out}")
+    return push_weights(args.push, Path(out)) if args.push else 0
+

@@ -1,0 +1,50 @@
+"""`eor run`, and the resumable pool run over a question file that fit and eval share."""
+from __future__ import annotations
+
+import json
+import time
+
+from serve.cli.common import _config
+
+
+def _selection(args):
+    from serve.offline.dataset import Selection
+
+    return Selection(args.questions, args.dataset, args.split, args.limit, args.split_seed)
+
+
+def _run_pool(args, config, pool, selection, questions):
+    """(question, result) pairs, resumably (run log keyed by file, reader, pool), and the seconds."""
+    from serve.offline.runlog import run_log_for, run_questions
+
+    t = time.perf_counter()
+    log = run_log_for(config, pool, selection.path)
+    scored = run_questions(pool, questions, log, args.batch_size, progress=not args.no_progress)
+    if not scored:
+        raise ValueError("the pool accepted none of the selected questions")
+    seconds = log.seconds()
+    timed = [seconds[q.qid] for q, _ in scored if q.qid in seconds]
+    args.seconds_per_question = sum(timed) / len(timed) if timed else None  # cold pool seconds, from the run log
+    return scored, time.perf_counter() - t
+
+
+def cmd_run(args) -> int:
+    """Only the pool over the selected questions, into the run log (resumable, no vote): how a
+    long fit/eval run grows by steps in the background; `eor fit` / `eor eval` reuse it."""
+    from serve.builder import make_pool
+    from serve.offline.dataset import select_questions
+
+    config = _config(args)
+    selection = _selection(args)
+    questions = select_questions(selection)
+    pool = make_pool(config)
+    scored, seconds = _run_pool(args, config, pool, selection, questions)
+    engine = getattr(pool.reader, "engine", None)
+    if engine is not None and hasattr(engine, "close"):
+        engine.close()
+    doc = {"questions": len(scored), "split": selection.split, "seconds": round(seconds, 1),
+           "pool_seconds_per_question": args.seconds_per_question}
+    print(json.dumps(doc) if args.json else
+          f"{len(scored)} questions of split {selection.split} in the run log ({seconds:.0f} s this time)")
+    return 0
+

@@ -1,0 +1,57 @@
+"""`eor serve`: Ray on this machine, the Serve application and the gRPC front."""
+from __future__ import annotations
+
+import os
+import sys
+import time
+
+
+def _stop_on_sigterm() -> None:
+    """SIGTERM (systemd, Kubernetes, `kill`) stops the service like Ctrl-C: Ray, its actors
+    and the vLLM engine go down with it instead of being orphaned. A backgrounded process
+    ignores SIGINT, so SIGINT is re-enabled too."""
+    import signal
+
+    def stop(signum, frame):
+        raise KeyboardInterrupt
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+
+
+def cmd_serve(args) -> int:
+    """`eor serve`: Ray on this machine, the Serve app, the gRPC front; Ctrl-C stops it."""
+    from serve.app.application import LocalService
+    from serve.config import actor_groups, actor_layout, load_config
+
+    overrides = {"reader": {"model": args.model}, "index": {"name": args.index},
+                 "service": {"host": args.host, "port": args.port, "ray_grpc_port": args.ray_grpc_port,
+                             "metrics_port": args.metrics_port, "tls_cert": args.tls_cert, "tls_key": args.tls_key},
+                 "voter": {"weights": args.weights}}
+    settings = load_config(args.config, overrides)
+    svc = settings.service
+    if svc.host not in ("127.0.0.1", "localhost", "::1") and not (svc.tls_cert and os.environ.get(svc.token_env)):
+        print(f"eor: warning: listening on {svc.host} without TLS and a bearer token (${svc.token_env})",
+              file=sys.stderr)
+    t = time.time()
+    n_actors = len(actor_groups(settings))
+    layout = "service.groups" if settings.service.groups else f"service.retriever_actors: {actor_layout(settings)}"
+    print(f"starting Ray and the eor application ({len(settings.pool.specs)} retrievers in {n_actors} "
+          f"actor{'s' if n_actors != 1 else ''}, {layout}; "
+          f"the reader loads its model first)...", file=sys.stderr)
+    service = LocalService(settings).start()
+    _stop_on_sigterm()
+    try:
+        tls = " (TLS)" if svc.tls_cert else ""
+        print(f"eor gRPC: {service.address}{tls}", flush=True)
+        if svc.ray_grpc_port:
+            print(f"Ray Serve gRPC proxy: 0.0.0.0:{svc.ray_grpc_port} (no TLS)", flush=True)
+        print(f"metrics: http://{service.metrics_address}/metrics", flush=True)
+        print(f"ready in {time.time() - t:.0f} s; Ctrl-C stops", file=sys.stderr, flush=True)
+        while True:
+            time.sleep(3600)
+    except KeyboardInterrupt:
+        print("stopping...", file=sys.stderr)
+    finally:
+        service.stop()
+    return 0
+
