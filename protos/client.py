@@ -96,7 +96,10 @@ def reply_to_dict(r: eor_pb2.AskReply) -> dict:
         "score": r.score if r.HasField("score") else None,
         "margin": r.margin if r.HasField("margin") else None,
         "candidates": [{"retriever": c.retriever, "answer": c.answer,
-                        "score": c.score if c.HasField("score") else None, "error": c.error or None}
+                        "score": c.score if c.HasField("score") else None, "error": c.error or None,
+                        "error_kind": c.error_kind or None,
+                        "confidence": c.confidence if c.HasField("confidence") else None,
+                        "token_logprobs": list(c.token_logprobs)}
                        for c in r.candidates],
         "passages": [{"id": p.id, "title": p.title, "source": p.source, "score": p.score} for p in r.passages],
         "document": r.document or None,

@@ -56,20 +56,22 @@ class Passage(_message.Message):
     def __init__(self, id: _Optional[str] = ..., title: _Optional[str] = ..., text: _Optional[str] = ..., source: _Optional[str] = ..., score: _Optional[float] = ...) -> None: ...
 
 class Candidate(_message.Message):
-    __slots__ = ("retriever", "answer", "score", "error", "token_logprobs", "confidence")
+    __slots__ = ("retriever", "answer", "score", "error", "token_logprobs", "confidence", "error_kind")
     RETRIEVER_FIELD_NUMBER: _ClassVar[int]
     ANSWER_FIELD_NUMBER: _ClassVar[int]
     SCORE_FIELD_NUMBER: _ClassVar[int]
     ERROR_FIELD_NUMBER: _ClassVar[int]
     TOKEN_LOGPROBS_FIELD_NUMBER: _ClassVar[int]
     CONFIDENCE_FIELD_NUMBER: _ClassVar[int]
+    ERROR_KIND_FIELD_NUMBER: _ClassVar[int]
     retriever: str
     answer: str
     score: float
     error: str
     token_logprobs: _containers.RepeatedScalarFieldContainer[float]
     confidence: float
-    def __init__(self, retriever: _Optional[str] = ..., answer: _Optional[str] = ..., score: _Optional[float] = ..., error: _Optional[str] = ..., token_logprobs: _Optional[_Iterable[float]] = ..., confidence: _Optional[float] = ...) -> None: ...
+    error_kind: str
+    def __init__(self, retriever: _Optional[str] = ..., answer: _Optional[str] = ..., score: _Optional[float] = ..., error: _Optional[str] = ..., token_logprobs: _Optional[_Iterable[float]] = ..., confidence: _Optional[float] = ..., error_kind: _Optional[str] = ...) -> None: ...
 
 class AskReply(_message.Message):
     __slots__ = ("question", "answer", "retriever", "score", "margin", "candidates", "passages", "document", "missing", "latency_s", "reader_s", "voter", "ran", "stopped_at_stage", "stages")

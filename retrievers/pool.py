@@ -18,7 +18,7 @@ from retrievers.reader import Counted, PromptReader, SamplingParams, shared_pref
 from retrievers.sources.base import KnowledgeSource
 from retrievers.sources.dense import cosine_rerank
 from retrievers.spec import PAPER_POOL, RetrieverPlan, Term, parse_pool, parse_spec
-from retrievers.types import Candidate, Context, Passage, QuestionResult, ReaderTokens
+from retrievers.types import ERROR, TIMEOUT, Candidate, Context, Failure, Passage, QuestionResult, ReaderTokens
 
 log = logging.getLogger(__name__)
 
@@ -49,6 +49,14 @@ class PoolConfig:
             raise ValueError(f"pool.prompt_layout must be one of {PROMPT_LAYOUTS}, got {self.prompt_layout!r}")
 
 
+class SourceFailed(Exception):
+    """A source this retriever reads failed for the question (raised inside the pool only)."""
+
+    def __init__(self, failure: Failure):
+        super().__init__(failure.message)
+        self.failure = failure
+
+
 class QuestionError(ValueError):
     """A question the pool refuses (empty, too long)."""
 
@@ -76,7 +84,7 @@ class QuestionWork:
     pk: tuple[str, ReaderTokens, list[int]] | None = None  # document, its tokens, its prompt ids
     earlier: list[tuple[list[int], str]] = field(default_factory=list)  # (prompt ids, owner spec)
     reranked: dict[str, list[Passage]] = field(default_factory=dict)  # @RR order per source key (SE, Wiki, HB)
-    failed: dict[str, str] = field(default_factory=dict)  # source -> why its search failed
+    failed: dict[str, Failure] = field(default_factory=dict)  # source -> why its search failed
 
     def merge(self, other: "QuestionWork") -> None:
         """Take in what a copy of this record learned elsewhere (a retriever actor's stage)."""
@@ -122,7 +130,7 @@ class _Work:
     earlier: dict[int, list[tuple[list[int], str]]] = field(default_factory=dict)  # per question: (prompt ids,
     # owner spec) of earlier engine calls
     hits: dict[str, list[list[Passage]]] = field(default_factory=dict)
-    source_errors: dict[tuple[int, str], str] = field(default_factory=dict)  # (question, source) -> why
+    source_errors: dict[tuple[int, str], Failure] = field(default_factory=dict)  # (question, source) -> why
     reranked: dict[tuple[int, str], list[Passage]] = field(default_factory=dict)
     shared: Sequence[QuestionWork] | None = None
 
@@ -178,7 +186,7 @@ class RetrieverPool:
             self._pk(qs, work, shared)
         depth_plans = plans + [self._plan(s) for s in plan_specs or () if s in self.plans]
         self._search(qs, plans, work, given, shared, search_depths(depth_plans, self.config))
-        contexts: list[list[Context | str]] = []  # Context, or an error message
+        contexts: list[list[Context | Failure]] = []  # Context, or why there is none
         for qi, q in enumerate(qs):
             contexts.append([self._context(qi, q, p, work) for p in plans])
         cp_tokens = self._compress(qs, plans, contexts, work)
@@ -234,7 +242,8 @@ class RetrieverPool:
                 except Exception as exc:  # a broken source fails only the retrievers that use it
                     log.exception("source %s failed", src)
                     for qi in todo:
-                        why = work.source_errors[(qi, src)] = f"{src} search failed: {exc}"
+                        kind = TIMEOUT if isinstance(exc, TimeoutError) else ERROR
+                        why = work.source_errors[(qi, src)] = Failure(kind, f"{src} search failed: {exc}")
                         if shared is not None:
                             shared[qi].failed[src] = why
                 else:
@@ -248,7 +257,7 @@ class RetrieverPool:
         c = self.config
         for src in {"Wiki": ["Wiki"], "SE": ["SE"], "HB": ["SE", "Wiki"]}.get(t.source, []):
             if (qi, src) in work.source_errors:
-                raise RuntimeError(work.source_errors[(qi, src)])
+                raise SourceFailed(work.source_errors[(qi, src)])
         if t.source == "PK":
             return [Passage(f"pk:{qi}", "", work.pk_docs[qi], "PK")]
         if t.source == "Wiki":
@@ -287,7 +296,7 @@ class RetrieverPool:
             work.reranked[(qi, key)] = memo[key]
         return work.reranked[(qi, key)]
 
-    def _context(self, qi: int, q: str, plan: RetrieverPlan, work: _Work) -> Context | str:
+    def _context(self, qi: int, q: str, plan: RetrieverPlan, work: _Work) -> Context | Failure:
         if plan.retrieval_free:
             return Context(plan.spec)
         try:
@@ -297,8 +306,11 @@ class RetrieverPool:
             if plan.terms == (Term("PK"),) and not plan.compress:
                 return Context(plan.spec, (), work.pk_docs[qi])  # PK alone: the document, no passages
             return Context(plan.spec, tuple(passages))
-        except Exception as exc:
-            return f"{type(exc).__name__}: {exc}"
+        except SourceFailed as exc:
+            return exc.failure
+        except Exception as exc:  # a processing op failed: this retriever only
+            log.exception("retriever %s failed", plan.spec)
+            return Failure(ERROR, f"{type(exc).__name__}: {exc}")
 
     def _document(self, ctx: Context) -> str:
         return truncate_words(ctx.render(), self.config.max_context_words)
@@ -315,7 +327,7 @@ class RetrieverPool:
             work.earlier.setdefault(slot[0], []).append((ids, plans[slot[1]].spec))
         return tokens
 
-    def _compress(self, qs: list[str], plans: list[RetrieverPlan], contexts: list[list[Context | str]],
+    def _compress(self, qs: list[str], plans: list[RetrieverPlan], contexts: list[list[Context | Failure]],
                   work: _Work) -> dict[tuple[int, int], tuple[ReaderTokens, str | None]]:
         """Replace each @CP context by its summary; the tokens each summary cost."""
         slots = [(qi, pi) for qi in range(len(qs)) for pi, p in enumerate(plans)
@@ -330,7 +342,7 @@ class RetrieverPool:
             contexts[qi][pi] = Context(ctx.spec, ctx.passages, summary.strip())
         return self._counted(slots, outs, work, plans)
 
-    def _answer(self, qs: list[str], plans: list[RetrieverPlan], contexts: list[list[Context | str]],
+    def _answer(self, qs: list[str], plans: list[RetrieverPlan], contexts: list[list[Context | Failure]],
                 cp_tokens: dict[tuple[int, int], tuple[ReaderTokens, str | None]],
                 work: _Work) -> list[QuestionResult]:
         slots = [(qi, pi) for qi in range(len(qs)) for pi in range(len(plans))
@@ -358,6 +370,6 @@ class RetrieverPool:
                     cands.append(Candidate(plan.spec, clean_answer(out.text), ctx, tokens=t, shared=shared,
                                            cached_from=owner, logprobs=out.logprobs))
                 else:
-                    cands.append(Candidate(plan.spec, "", Context(plan.spec), error=ctx))
+                    cands.append(Candidate.failed(plan.spec, ctx))
             results.append(QuestionResult(q, tuple(cands)))
         return results

@@ -103,7 +103,7 @@ class ReaderEngine(Protocol):
 
 class PromptReader(Protocol):
     """What the pool and the LLM judge call: typed prompts in, outputs out. In-process it is
-    `CachedReader`; in a thin retriever actor it is `serve.handles.RemoteReader`, which sends
+    `CachedReader`; in a thin retriever actor it is `serve.app.handles.RemoteReader`, which sends
     the prompts as they are to the shared Reader deployment (the one cache and dedup layer)."""
 
     model_id: str

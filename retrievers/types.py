@@ -58,6 +58,24 @@ class ReaderTokens:
         return self.prompt - self.cached + self.generated
 
 
+TIMEOUT = "timeout"  # its source or its retriever missed the Ask's deadline
+ERROR = "error"  # its source or its processing failed
+UNAVAILABLE = "unavailable"  # what it needs is down (the reader engine restarting)
+ERROR_KINDS = (TIMEOUT, ERROR, UNAVAILABLE)
+
+
+@dataclass(frozen=True)
+class Failure:
+    """Why a source or a retriever gave no answer: a kind from ERROR_KINDS and one line for people."""
+
+    kind: str
+    message: str
+
+    def __post_init__(self) -> None:
+        if self.kind not in ERROR_KINDS:
+            raise ValueError(f"failure kind must be one of {ERROR_KINDS}, got {self.kind!r}")
+
+
 @dataclass(frozen=True)
 class Candidate:
     """One retriever's answer to one question."""
@@ -65,12 +83,18 @@ class Candidate:
     retriever: str
     answer: str
     context: Context
-    error: str | None = None  # set when the retriever failed; answer is then ""
+    error: str | None = None  # set when the retriever failed (one line); answer is then ""
     tokens: ReaderTokens = ReaderTokens()  # its own prompts: the @CP summary and the answer
     shared: tuple[str, ...] = ()  # generated documents it reads that others share ("PK")
     cached_from: str | None = None  # the retriever whose prompt shares `tokens.cached` with its own
     # the reader's log-probability of each token it generated for this answer (same request; None: unknown)
     logprobs: tuple[float, ...] | None = None
+    error_kind: str | None = None  # with `error`: one of ERROR_KINDS
+
+    @classmethod
+    def failed(cls, retriever: str, failure: Failure) -> "Candidate":
+        """A retriever that gave no answer, and why."""
+        return cls(retriever, "", Context(retriever), error=failure.message, error_kind=failure.kind)
 
     @property
     def confidence(self) -> float | None:

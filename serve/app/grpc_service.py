@@ -77,8 +77,8 @@ class _Forward:
             except Exception as exc:  # the ingress itself is down
                 log.exception("ingress call failed")
                 await context.abort(grpc.StatusCode.UNAVAILABLE, f"ingress unavailable: {type(exc).__name__}")
-            if code != "OK":
-                await context.abort(grpc.StatusCode[code], details)
+            if code != grpc.StatusCode.OK:
+                await context.abort(code, details)
             if name == "SetVoterWeights":
                 reply.source = await self._apply(request, context)
             return reply

@@ -25,16 +25,17 @@ from ray import serve
 from protos import eor_pb2
 from retrievers.pool import QuestionWork
 from retrievers.reader import SamplingParams
-from retrievers.types import Candidate, Context, QuestionResult
+from retrievers.types import ERROR, TIMEOUT, Candidate, Failure, QuestionResult
 from serve.app import metrics
+from serve.app.errors import (DeadlineExceeded, FailedPrecondition, Unauthenticated, Unimplemented, reader_unavailable,
+                              status_of)
 from serve.config import config_from_dict
-from serve.app.wire import (AskSpec, InvalidArgument, ask_reply, parse_ask, parse_generate, parse_retrieve,
+from serve.app.wire import (AskSpec, ask_reply, parse_ask, parse_generate, parse_retrieve,
                         parse_weights, retrieve_reply)
 
 log = logging.getLogger(__name__)
 
 OK = grpc.StatusCode.OK
-SEARCH_TIMED_OUT = "search timed out"  # in the error of a retriever whose source missed the deadline
 
 
 async def _bounded(response: Any, timeout: float) -> Any:
@@ -50,12 +51,6 @@ async def _bounded(response: Any, timeout: float) -> Any:
     except (asyncio.TimeoutError, asyncio.CancelledError):
         response.cancel()
         raise
-
-
-class RpcError(Exception):
-    def __init__(self, code: grpc.StatusCode, details: str):
-        super().__init__(details)
-        self.code, self.details = code, details
 
 
 @serve.deployment(ray_actor_options={"num_cpus": 0}, max_ongoing_requests=256)
@@ -76,9 +71,9 @@ class EorIngress:
     async def _proxy(self, method: str, request: Any, grpc_context: Any, empty: Any) -> Any:
         reply, code, details = await self.call(method, request, grpc_context.invocation_metadata()
                                                if grpc_context is not None else ())
-        if code != OK.name:
+        if code != OK:
             if grpc_context is not None:
-                grpc_context.set_code(grpc.StatusCode[code])
+                grpc_context.set_code(code)
                 grpc_context.set_details(details)
             return empty
         return reply
@@ -102,8 +97,9 @@ class EorIngress:
         return await self._proxy("SetVoterWeights", request, grpc_context, eor_pb2.SetVoterWeightsReply())
 
     # ---- one code path for both fronts ---------------------------------------------
-    async def call(self, method: str, request: Any, metadata: Sequence[tuple[str, Any]] = ()) -> tuple[Any, str, str]:
-        """(reply or None, status code name, details)."""
+    async def call(self, method: str, request: Any,
+                   metadata: Sequence[tuple[str, Any]] = ()) -> tuple[Any, grpc.StatusCode, str]:
+        """(reply or None, status code, details): the one code path of both fronts."""
         try:
             self._check_token(metadata)
             handler = {"Ask": self._ask_one, "AskBatch": self._ask_batch, "Generate": self._generate,
@@ -111,22 +107,15 @@ class EorIngress:
                        "SetVoterWeights": self._refuse_weights, "CheckVoterWeights": self._check_weights,
                        }.get(method)
             if handler is None:
-                raise RpcError(grpc.StatusCode.UNIMPLEMENTED, f"no rpc {method!r}")
+                raise Unimplemented(f"no rpc {method!r}")
             reply, code, details = await handler(request), OK, ""
-        except InvalidArgument as exc:
-            reply, code, details = None, grpc.StatusCode.INVALID_ARGUMENT, str(exc)
-        except RpcError as exc:
-            reply, code, details = None, exc.code, exc.details
-        except Exception as exc:  # never leak a traceback to the client
-            from serve.app.errors import one_line
-
-            if _reader_unavailable(exc):
-                reply, code, details = None, grpc.StatusCode.UNAVAILABLE, _cause_line(exc)
-            else:
+        except Exception as exc:  # never leak a traceback to the client: one table, one line
+            code, details = status_of(exc)
+            if code == grpc.StatusCode.INTERNAL:
                 log.exception("%s failed", method)
-                reply, code, details = None, grpc.StatusCode.INTERNAL, one_line(exc)
+            reply = None
         metrics.inc("eor_requests", rpc=method, code=code.name)
-        return reply, code.name, details
+        return reply, code, details
 
     def _check_token(self, metadata: Sequence[tuple[str, Any]]) -> None:
         if not self.token:
@@ -136,7 +125,7 @@ class EorIngress:
             if k.lower() == "authorization":
                 got = v.decode() if isinstance(v, bytes) else str(v)
         if not got.startswith("Bearer ") or not hmac.compare_digest(got[7:].encode(), self.token.encode()):
-            raise RpcError(grpc.StatusCode.UNAUTHENTICATED, "missing or wrong bearer token")
+            raise Unauthenticated("missing or wrong bearer token")
 
     async def _ask_one(self, request) -> eor_pb2.AskReply:
         spec = parse_ask(request, self.pool, self.limits, batch=False)
@@ -193,7 +182,7 @@ class EorIngress:
         try:
             answers = await answer_async(spec.questions, cascade, run_stage, vote, time_left=time_left)
         except VoteDeadline:
-            raise RpcError(grpc.StatusCode.DEADLINE_EXCEEDED,
+            raise DeadlineExceeded(
                            f"the first vote did not finish within the {budget:g} s deadline") from None
         voter = await self.voter.weights_source.remote()
         now = time.perf_counter()
@@ -231,8 +220,9 @@ class EorIngress:
                                       for src, todo, kk in calls], return_exceptions=True)
         for (src, todo, kk), out in zip(calls, outs):
             if isinstance(out, BaseException):  # not searched again for these questions: the retrievers
-                why = (f"{src} {SEARCH_TIMED_OUT} after {timeout:g} s" if isinstance(out, asyncio.TimeoutError)
-                       else f"{src} search failed: {_cause_line(out)}")  # that read it report it
+                why = (Failure(TIMEOUT, f"{src} search timed out after {timeout:g} s")
+                       if isinstance(out, asyncio.TimeoutError)  # that read it report it
+                       else Failure(ERROR, f"{src} search failed: {status_of(out)[1]}"))
                 for j in todo:
                     shared[j].failed[src] = why
                 continue
@@ -253,15 +243,14 @@ class EorIngress:
         shared: list[dict] = [{} for _ in qs]
         reader_s = 0.0
         for (sub, _), out in zip(calls, outcomes):
-            if isinstance(out, BaseException) and _reader_unavailable(out):
-                raise RpcError(grpc.StatusCode.UNAVAILABLE, _cause_line(out))  # nothing can be read: say so
+            if isinstance(out, BaseException) and reader_unavailable(out):
+                raise out  # nothing can be read: UNAVAILABLE, with the reader's own line
             if isinstance(out, BaseException):
-                timed_out = isinstance(out, asyncio.TimeoutError)
-                why = f"timed out after {timeout:g} s" if timed_out else f"retriever actor failed: {type(out).__name__}"
+                why = (Failure(TIMEOUT, f"timed out after {timeout:g} s") if isinstance(out, asyncio.TimeoutError)
+                       else Failure(ERROR, f"retriever actor failed: {type(out).__name__}"))
                 for s in sub:
-                    metrics.inc("eor_retriever_timeouts" if timed_out else "eor_retriever_errors", retriever=s)
                     for d in by_spec:
-                        d[s] = Candidate(s, "", Context(s), error=why)
+                        d[s] = Candidate.failed(s, why)
                 continue
             reader_s += out.reader_s
             for w, theirs in zip(work or (), getattr(out, "shared", None) or ()):
@@ -270,11 +259,12 @@ class EorIngress:
                 sh.update(result.shared_tokens)
                 for c in result.candidates:
                     d[c.retriever] = c
-                    if c.error is not None:  # its source missed the deadline, or its processing failed
-                        metrics.inc("eor_retriever_timeouts" if SEARCH_TIMED_OUT in c.error else
-                                    "eor_retriever_errors", retriever=c.retriever)
         results = [QuestionResult(q, tuple(d[s] for s in wanted_specs if s in d), sh)
                    for q, d, sh in zip(qs, by_spec, shared)]
+        for c in (c for r in results for c in r.candidates):  # each failed answer, by its kind
+            if c.error_kind is not None:
+                metrics.inc("eor_retriever_timeouts" if c.error_kind == TIMEOUT else "eor_retriever_errors",
+                            retriever=c.retriever)
         return results, reader_s
 
     async def _retrieve(self, request) -> eor_pb2.RetrieveReply:
@@ -297,7 +287,7 @@ class EorIngress:
     async def _refuse_weights(self, request) -> eor_pb2.SetVoterWeightsReply:
         """SetVoterWeights through Ray Serve's own proxy: there is no front to redeploy the app."""
         await self._check_weights(request)
-        raise RpcError(grpc.StatusCode.FAILED_PRECONDITION,
+        raise FailedPrecondition(
                        "this endpoint cannot apply weights: push through `eor serve`'s gRPC front, or set the "
                        "Voter's user_config ({\"weights_file\": PATH}) in deploy/serve.yaml and `serve deploy` it")
 
@@ -374,21 +364,3 @@ class EorIngress:
 
     async def _stats(self) -> dict:
         return await self.reader.stats.remote()
-
-
-def _reader_unavailable(exc: BaseException) -> bool:
-    """A ReaderUnavailable, also when Ray wraps it (RayTaskError subclasses the cause's type)."""
-    seen = {t.__name__ for t in type(exc).__mro__}
-    cause = getattr(exc, "cause", None)
-    if cause is not None:
-        seen |= {t.__name__ for t in type(cause).__mro__}
-    return "ReaderUnavailable" in seen
-
-
-def _cause_line(exc: BaseException) -> str:
-    """The reader's own one-line message, without Ray's wrapping and traceback."""
-    from serve.app.errors import one_line
-
-    cause = getattr(exc, "cause", None) or exc
-    line = one_line(cause)
-    return line.split(": ", 1)[1] if line.startswith("ReaderUnavailable: ") else line

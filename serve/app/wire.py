@@ -13,6 +13,7 @@ from typing import Any, Callable, Sequence
 
 from protos import eor_pb2
 from retrievers.types import Passage, QuestionResult
+from serve.app.errors import InvalidArgument
 from serve.config import ServiceConfig
 
 MAX_TOP_K = 100
@@ -46,10 +47,6 @@ def lenient(message_cls: type) -> Callable[[bytes], Any]:
             return BadRequest(f"request is not a valid {name}: wrong type for field(s) {', '.join(mistyped)}")
         return msg
     return deserialize
-
-
-class InvalidArgument(ValueError):
-    """An input-limit violation; the message goes back to the client."""
 
 
 def check_question(q: Any, limits: ServiceConfig, where: str = "question") -> str:
@@ -204,6 +201,7 @@ def ask_reply(result: QuestionResult, vote: Any, missing: Sequence[str], latency
     scores = vote.scores if vote is not None else {}
     for c in result.candidates:
         cand = eor_pb2.Candidate(retriever=c.retriever, answer=c.answer, error=c.error or "",
+                                 error_kind=c.error_kind or "",
                                  token_logprobs=list(c.logprobs or ()))
         if c.confidence is not None:
             cand.confidence = c.confidence

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from retrievers.types import Candidate, Context, Passage, QuestionResult, ReaderTokens
+from retrievers.types import ERROR, TIMEOUT, Candidate, Context, Passage, QuestionResult, ReaderTokens
 
 
 def passage_ref(p: Passage) -> dict[str, Any]:
@@ -25,6 +25,7 @@ def candidate_to_dict(c: Candidate, **extra: Any) -> dict[str, Any]:
         "passages": [passage_ref(p) for p in c.context.passages],
         "document": c.context.document,
         "error": c.error,
+        "error_kind": c.error_kind,
         "tokens": {"prompt": c.tokens.prompt, "generated": c.tokens.generated, "cached": c.tokens.cached},
         "shared": list(c.shared),
         "cached_from": c.cached_from,
@@ -42,8 +43,10 @@ def candidate_from_dict(d: dict[str, Any]) -> Candidate:
     if owner is None and tokens.cached and not d["retriever"].endswith("@CP"):
         owner = d["retriever"] + "@CP"  # records before cached_from: the hit came from its own @CP prompt
     lps = d.get("logprobs")
-    return Candidate(d["retriever"], d.get("answer", ""), ctx, d.get("error"), tokens,
-                     tuple(d.get("shared", ())), owner, tuple(lps) if lps is not None else None)
+    error = d.get("error")
+    kind = d.get("error_kind") or (None if error is None else TIMEOUT if "timed out" in error else ERROR)  # older records
+    return Candidate(d["retriever"], d.get("answer", ""), ctx, error, tokens,
+                     tuple(d.get("shared", ())), owner, tuple(lps) if lps is not None else None, kind)
 
 
 def _tokens(d: dict[str, Any] | None) -> ReaderTokens:

@@ -12,7 +12,7 @@ from retrievers.pool import MAX_QUESTION_CHARS, PoolConfig, QuestionError, Retri
 from retrievers.prompts import answer_prompt, clean_answer, compress_prompt
 from retrievers.reader import CachedReader, Generation, ReaderCache
 from retrievers.spec import PAPER_POOL, parse_spec
-from retrievers.types import Context, Passage
+from retrievers.types import TIMEOUT, Context, Failure, Passage
 
 from tests.retrievers.fakes import PK_WORDS, QUESTION, SE_PAGES, WIKI_PASSAGES, FakeEngine, FakeSource, fill
 
@@ -189,11 +189,11 @@ def test_a_failed_search_is_not_redone_by_later_stages_of_the_question(memo_enco
     s = Setup(memo_encoder, se=bad)
     shared = [QuestionWork()]
     (first,) = s.pool.run([QUESTION], ["SE@1", "Wiki@10"], shared=shared)
-    assert first.failed == ["SE@1"] and shared[0].failed == {"SE": "SE search failed: slow"}
+    assert first.failed == ["SE@1"] and shared[0].failed == {"SE": Failure(TIMEOUT, "SE search failed: slow")}
     (later,) = s.pool.run([QUESTION], ["SE@4", "SE@RR@10", "Wiki@10@CP"], shared=shared)
     assert later.failed == ["SE@4", "SE@RR@10"] and len(bad.calls) == 1
     assert all(c.error.endswith("SE search failed: slow") for c in later.candidates if c.error)
-    recorded = [QuestionWork(failed={"SE": "SE search timed out after 2 s"})]  # as the ingress records it
+    recorded = [QuestionWork(failed={"SE": Failure(TIMEOUT, "SE search timed out after 2 s")})]  # as the ingress does
     (r,) = s.pool.run([QUESTION], ["SE@1", "ReFree"], shared=recorded)
     assert r.failed == ["SE@1"] and r.candidates[0].error.endswith("SE search timed out after 2 s")
     assert len(bad.calls) == 1

@@ -13,8 +13,14 @@ from retrievers.reader import PromptText, SamplingParams
 from serve.config import config_from_dict
 
 
-class EngineDeadError(RuntimeError):
-    """Named like vLLM's: what its LLM raises once the engine core is gone."""
+from vllm.v1.engine.exceptions import EngineDeadError as VLLMEngineDeadError  # noqa: E402
+
+
+class EngineDeadError(VLLMEngineDeadError):
+    """vLLM's own error (what its LLM raises once the engine core is gone), with our message."""
+
+    def __init__(self, message: str):
+        Exception.__init__(self, message)
 
 
 class DyingEngine:
@@ -164,9 +170,9 @@ def test_ask_while_the_reader_is_down_is_unavailable_and_health_says_why():
     voter = _Handle(cascade=lambda: Cascade.single_stage(["ReFree"]), weights_source=lambda: "equal weights")
     ing = _ingress(reader, group, voter)
     reply, code, details = asyncio.run(ing.call("Ask", eor_pb2.AskRequest(question="who?")))
-    assert (reply, code, details) == (None, grpc.StatusCode.UNAVAILABLE.name, down)
+    assert (reply, code, details) == (None, grpc.StatusCode.UNAVAILABLE, down)
     health, code, _ = asyncio.run(ing.call("Health", eor_pb2.HealthRequest()))
-    assert code == "OK" and health.status == eor_pb2.HealthReply.NOT_SERVING and health.detail == down
+    assert code == grpc.StatusCode.OK and health.status == eor_pb2.HealthReply.NOT_SERVING and health.detail == down
     assert asyncio.run(ing.serving()) == (False, down)
 
 
@@ -177,4 +183,4 @@ def test_an_unexpected_error_is_internal_with_one_line():
                     weights_source=lambda: "equal weights")
     ing = _ingress(_Handle(), _Handle(), voter)
     reply, code, details = asyncio.run(ing.call("Ask", eor_pb2.AskRequest(question="who?")))
-    assert code == "INTERNAL" and details == "RuntimeError: bad thing"
+    assert code == grpc.StatusCode.INTERNAL and details == "RuntimeError: bad thing"

@@ -125,9 +125,9 @@ def test_bearer_token_is_checked_on_every_rpc(monkeypatch):
 
     for meta in [(), [("authorization", "Bearer nope")], [("authorization", "s3cret")]]:
         reply, code, details = asyncio.run(call(meta))
-        assert code == grpc.StatusCode.UNAUTHENTICATED.name and reply is None
+        assert code == grpc.StatusCode.UNAUTHENTICATED and reply is None
     reply, code, _ = asyncio.run(call([("authorization", "Bearer s3cret")]))
-    assert code == "OK" and reply.status == eor_pb2.HealthReply.NOT_SERVING  # no reader in this unit test
+    assert code == grpc.StatusCode.OK and reply.status == eor_pb2.HealthReply.NOT_SERVING  # no reader in this unit test
 
 
 def test_voter_weights_come_from_user_config_and_a_push_survives_a_restart(tmp_path, monkeypatch):
