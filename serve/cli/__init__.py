@@ -120,6 +120,7 @@ def questions_args(sp, default_split: str) -> None:
     sp.add_argument("--split-seed", type=int, default=DEFAULT_SPLIT_SEED, help="seed of the split's shuffle")
     sp.add_argument("--batch-size", type=int, default=DEFAULT_BATCH_SIZE, help="questions per pool run")
     sp.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
+    sp.add_argument("--verbose", action="store_true", help="library logs on the terminal, not in $EOR_HOME/logs")
 
 
 def voter_args(sp, choose: bool = True) -> None:

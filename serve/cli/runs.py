@@ -14,12 +14,20 @@ def _selection(args):
 
 
 def _run_pool(args, config, pool, selection, questions):
-    """(question, result) pairs, resumably (run log keyed by file, reader, pool), and the seconds."""
+    """(question, result) pairs, resumably (run log keyed by file, reader, pool), and the seconds.
+    Quiet like `eor ask`: what vLLM and the other libraries print (its worker processes too)
+    goes to $EOR_HOME/logs/eor.log unless --verbose, so stdout carries only the command's
+    result (`--json`: JSON alone); the engine is stopped before the result is printed."""
+    from serve.cli.console import Console
     from serve.offline.runlog import run_log_for, run_questions
 
     t = time.perf_counter()
     log = run_log_for(config, pool, selection.path)
-    scored = run_questions(pool, questions, log, args.batch_size, progress=not args.no_progress)
+    with Console(verbose=args.verbose) as con:
+        scored = run_questions(pool, questions, log, args.batch_size, progress=not args.no_progress, stream=con.out)
+        engine = getattr(pool.reader, "engine", None)
+        if engine is not None and hasattr(engine, "close"):
+            engine.close()  # its shutdown messages go to the log too (a later NLI judge starts it again)
     if not scored:
         raise ValueError("the pool accepted none of the selected questions")
     seconds = log.seconds()
@@ -39,9 +47,6 @@ def cmd_run(args) -> int:
     questions = select_questions(selection)
     pool = make_pool(config)
     scored, seconds = _run_pool(args, config, pool, selection, questions)
-    engine = getattr(pool.reader, "engine", None)
-    if engine is not None and hasattr(engine, "close"):
-        engine.close()
     doc = {"questions": len(scored), "split": selection.split, "seconds": round(seconds, 1),
            "pool_seconds_per_question": args.seconds_per_question}
     print(json.dumps(doc) if args.json else

@@ -18,7 +18,7 @@ import sys
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Iterator, Protocol, Sequence
+from typing import Any, Iterator, Protocol, Sequence, TextIO
 
 from retrievers.pool import QuestionError, check_question
 from retrievers.types import QuestionResult
@@ -147,7 +147,8 @@ def _batches(items: Sequence[Question], size: int) -> Iterator[list[Question]]:
 
 
 def run_questions(pool: Pool, questions: Sequence[Question], runlog: RunLog,
-                  batch_size: int = DEFAULT_BATCH_SIZE, progress: bool = True) -> list[tuple[Question, QuestionResult]]:
+                  batch_size: int = DEFAULT_BATCH_SIZE, progress: bool = True,
+                  stream: TextIO | None = None) -> list[tuple[Question, QuestionResult]]:
     """(question, result) for every question the pool accepts, in the given order.
 
     Questions already in the run log (same qid and question text) are not run again; the
@@ -170,7 +171,7 @@ def run_questions(pool: Pool, questions: Sequence[Question], runlog: RunLog,
 
         pool.load()
         bar = tqdm(total=len(valid), initial=len(valid) - len(todo), desc="pool", unit="q",
-                   file=sys.stderr, disable=not progress)
+                   file=stream or sys.stderr, disable=not progress)
         try:
             for batch in _batches(todo, batch_size):
                 t = time.perf_counter()

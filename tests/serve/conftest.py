@@ -16,7 +16,7 @@ import pytest
 
 from retrievers.pool import PoolConfig
 from retrievers.reader import CachedReader, PromptText, SamplingParams
-from retrievers.types import ERROR, Failure, Candidate, Context, Passage, QuestionResult
+from retrievers.types import ERROR, TIMEOUT, Candidate, Failure, Context, Passage, QuestionResult
 from voter.normalize import normalize_answer
 
 _ANSWER = r"(?:Question: .*? Answer: )?(.*)"
@@ -82,7 +82,8 @@ class FakePool:
             for spec in specs or self.specs:
                 a = given[spec]
                 if isinstance(a, Exception):
-                    cands.append(Candidate.failed(spec, Failure(ERROR, f"{type(a).__name__}: {a}")))
+                    kind = TIMEOUT if isinstance(a, TimeoutError) else ERROR
+                    cands.append(Candidate.failed(spec, Failure(kind, f"{type(a).__name__}: {a}")))
                 elif spec == "PK":
                     cands.append(Candidate(spec, str(a), Context(spec, (), f"background on {q}")))
                 else:

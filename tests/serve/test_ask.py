@@ -40,10 +40,12 @@ def test_ask_json_with_default_metrics_and_a_failed_retriever(eor_home, use_pool
     cands = {c["retriever"]: c for c in d["candidates"]}
     assert list(cands) == SPECS
     for c in d["candidates"]:
-        assert list(c) == ["retriever", "answer", "score", "passages", "document", "error", "tokens", "shared",
-                           "cached_from"]
+        assert list(c) == ["retriever", "answer", "score", "passages", "document", "error", "error_kind", "tokens",
+                           "shared", "cached_from", "logprobs", "confidence"]
     assert cands["ReFree"]["score"] is None and cands["ReFree"]["error"] == "TimeoutError: deadline exceeded"
-    assert cands["Wiki@10"]["passages"] == [{"id": "Wiki@10-p1", "title": "Title for Wiki@10", "source": "Wiki"}]
+    assert cands["ReFree"]["error_kind"] == "timeout" and cands["Wiki@10"]["error_kind"] is None
+    assert cands["Wiki@10"]["passages"] == [{"id": "Wiki@10-p1", "title": "Title for Wiki@10", "source": "Wiki",
+                                             "score": 0.0}]
     assert cands["PK"]["document"] == f"background on {Q}" and cands["PK"]["passages"] == []
     assert d["score"] == cands["Wiki@10"]["score"] == cands["SE@1"]["score"]  # the same answer, twice
     assert 0 < cands["PK"]["score"] < d["score"]

@@ -110,3 +110,28 @@ def test_eval_with_fitted_weights_and_a_wrong_weights_file(qfile, tmp_path, eor_
     err = capsys.readouterr().err
     assert rc == 2 and "fitted for a different retriever pool" in err and "['PK']" in err
     assert pool.calls == []  # refused before running anything
+
+
+class NoisyPool(FakePool):
+    """Writes to the process's standard output file descriptors as vLLM's engine workers do."""
+
+    def run(self, questions, specs=None, **kw):
+        import os
+
+        os.write(1, b"INFO vllm worker: noise on stdout\n")
+        os.write(2, b"WARNING torch: noise on stderr\n")
+        return super().run(questions, specs, **kw)
+
+
+@pytest.mark.parametrize("command", ["eval", "fit", "run"])
+def test_json_is_alone_on_stdout_whatever_the_libraries_print(command, qfile, tmp_path, eor_home, use_pool, capfd):
+    use_pool(NoisyPool(SPECS, answers))
+    extra = {"eval": ["--equal-weights", "--metrics", "em", "--out-dir", str(tmp_path / "r"), "--json"],
+             "fit": ["--metrics", "em", "--out", str(tmp_path / "w.json")], "run": ["--json"]}[command]
+    rc = main([command, "--questions", str(qfile), "--split", "all", "--no-progress", *extra])
+    out = capfd.readouterr()
+    assert rc == 0, out.err
+    assert "noise" not in out.out and "noise" not in out.err  # in $EOR_HOME/logs/eor.log instead
+    if command != "fit":  # fit prints its report as text
+        json.loads(out.out)
+    assert "noise on stdout" in (eor_home / "logs" / "eor.log").read_text()
