@@ -9,7 +9,7 @@ from pathlib import Path
 def cpu_has_bf16() -> bool:
     """AVX512-BF16 or AMX: bf16 matrix maths in hardware. Measured here: the reader prefills
     1.9x and the encoder embeds 2.6x faster in bf16 than fp32, with the same answers and
-    embeddings (cosine >= 0.99997). Without them bf16 is emulated and slower (ARCHITECTURE.md:
+    embeddings (cosine >= 0.99997). Without them bf16 is emulated and slower (../shared/ARCHITECTURE.md:
     4x on AVX2)."""
     try:
         flags = Path("/proc/cpuinfo").read_text()

@@ -57,13 +57,13 @@ class VoterSelection:
     pooling: str = "mean"
 
 
-# The retriever actors (ARCHITECTURE.md, "Serving"): thin actors doing only the processing ops;
+# The retriever actors (the design card, ../shared/ARCHITECTURE.md, "Serving"): thin actors doing only the processing ops;
 # the work specs share is shared per question (the ingress searches each source once, the reader
 # writes PK once and dedups prompts in flight). "per-spec": one actor per retriever spec (16: a
 # broken or slow actor takes out one retriever; each scales on its own). "one": one actor runs
 # every spec. Every Ray process wakes 100 times a second (Ray's fixed signal-check timer) and each
 # wakeup stalls the reader's bound OpenMP threads: on 2 cores, 16 actors made a cold question
-# 1.35x the in-process path's latency and one actor 1.12x (README, "serving overhead"). "auto":
+# 1.35x the in-process path's latency and one actor 1.12x (docs/benchmarks.md, "serving overhead"). "auto":
 # per-spec on nodes with at least PER_SPEC_MIN_CPUS cores, else one. `groups` (lists of specs)
 # overrides the layout; specs it does not list get an actor each.
 RETRIEVER_ACTOR_LAYOUTS = ("auto", "per-spec", "one")

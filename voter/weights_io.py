@@ -25,7 +25,7 @@ from voter.estimator import EoRVoter
 from voter.voting import VoterWeights
 
 # The voter the repository ships: fitted on ../shared/data's NQ dev rows (fit split) with the
-# default reader, by `eor fit` (README, "The shipped voter"). Every entry point uses it by default.
+# default reader, by `eor fit` (docs/benchmarks.md). Every entry point uses it by default.
 SHIPPED_VOTER = Path(__file__).resolve().parent / "data" / "voter.json"
 
 FORMAT = "eor-voter/2"

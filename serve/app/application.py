@@ -36,7 +36,7 @@ PASS_ENV = ("EOR_HOME", "HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "TOKENIZERS_PA
 # actors -- vLLM's engine among them -- yield the CPU to Ray's own daemons), every Serve replica
 # exports its metrics every 100 ms, the controller loops every 100 ms, the raylet keeps idle
 # worker processes for tasks eor never sends, and the dashboard agent scans every process each
-# 5 s: on 2 cores every process that wakes stalls the reader's bound OpenMP threads (README,
+# 5 s: on 2 cores every process that wakes stalls the reader's bound OpenMP threads (docs/benchmarks.md,
 # "serving overhead"). The caller's environment wins (setdefault).
 RAY_ENV_DEFAULTS = {"RAY_worker_niceness": "0", "RAY_SERVE_METRICS_EXPORT_INTERVAL_MS": "1000",
                     "RAY_SERVE_CONTROL_LOOP_INTERVAL_S": "1", "RAY_num_workers_soft_limit": "0",

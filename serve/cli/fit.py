@@ -10,9 +10,11 @@ from serve.cli.runs import _run_pool, _selection
 
 def _warn_overlap(saved, selection) -> None:
     """Evaluating on questions the weights were fitted on flatters EoR: say so."""
+    from voter.weights_io import file_sha256
+
     extra = saved.provenance.extra
-    if saved.provenance.questions_file != selection.describe()["questions_file"] or "split" not in extra:
-        return
+    if "split" not in extra or extra.get("questions_sha256") != file_sha256(selection.path):
+        return  # fitted on another question file (known by its content: the voter records no path)
     same_split = (extra.get("split_seed"), extra.get("fit_fraction")) == (selection.seed, selection.fit_fraction)
     if not (extra["split"] == "fit" and selection.split == "eval" and same_split):
         print(f"eor: warning: the weights were fitted on split {extra['split']!r} (seed {extra.get('split_seed')}) "
@@ -65,7 +67,7 @@ def cmd_fit(args) -> int:
              "questions_sha256": file_sha256(selection.path),
              "qids_sha256": qids_digest([q for q, _ in scored]), "seconds": {"pool": round(pool_s, 3)}}
     report = fit_weights(scored, pool.specs, build_metrics(fit_config.metrics, pool.reader), fit_config,
-                         sel["questions_file"], pool.reader.model_id, extra)
+                         Path(selection.path).name, pool.reader.model_id, extra)  # a name, not this machine's path
     out = save_weights(args.out or eor_home() / DEFAULT_WEIGHTS, report.saved)
     print(format_report(report))
     print(f"weights written to {out}")

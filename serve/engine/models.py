@@ -81,7 +81,7 @@ def _qwen_gguf(scratch: Path) -> Path:
     return assemble_parts(parts, scratch / "qwen2.5-coder-0.5b-instruct.gguf", QWEN_GGUF_BYTES, QWEN_GGUF_SHA256)
 
 
-DEFAULT_READER = "qwen2.5-coder-0.5b"  # chosen by measurement: README, "The default reader"
+DEFAULT_READER = "qwen2.5-coder-0.5b"  # chosen by measurement: docs/benchmarks.md, "The default reader"
 DEFAULT_GENERATOR = "qwen2.5-coder-0.5b"  # Generate: it rewrites when asked (SmolLM2 answers instead)
 
 PACKAGED_MODELS = {

@@ -16,7 +16,7 @@ from serve.engine.models import DEFAULT_READER, is_chat_model, resolve_model
 
 @dataclass(frozen=True)
 class VLLMConfig:
-    """Engine settings; the CPU defaults are the measured ones from ARCHITECTURE.md."""
+    """Engine settings; the CPU defaults are the measured ones from the design card (../shared/ARCHITECTURE.md, "Reader")."""
 
     model: str = DEFAULT_READER  # packaged model name or a HF folder
     device: str = "auto"  # "cpu", "cuda" or "auto" (what the installed vLLM build targets)

@@ -47,7 +47,7 @@ def test_fit_follows_the_always_right_retriever_and_records_provenance(tmp_path,
     assert kept["Wiki@10"] and not (kept["SE@1"] and kept["PK"])  # the wrong majority is broken up
     p = saved.provenance
     assert p.objective == 1.0 and p.n_questions == N and p.reader_model == "fake-reader"
-    assert p.questions_file == str(qfile.resolve())
+    assert p.questions_file == qfile.name  # a name: the voter file records no path of the machine
     assert p.extra["split"] == "all" and p.extra["split_seed"] == 5 and p.extra["correctness"] == "match"
     assert p.extra["nli_backend"] == "llm" and len(p.extra["qids_sha256"]) == 16
     assert set(p.extra["seconds"]) == {"pool", "similarity", "fit"}

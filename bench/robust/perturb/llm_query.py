@@ -114,7 +114,7 @@ class GuidedRewrite(QueryRewrite):
     paraphrases, one per line) it answered the question or copied it; numbered lists and
     few-shot examples gave copies, answers or the example's question back. Asked for one
     rewrite starting with a given opener it writes a faithful question. Only openers that gave
-    30 usable rewrites of 30 are listed (README, issue 12's yields)."""
+    30 usable rewrites of 30 are listed (docs/benchmarks.md, the yields table)."""
 
     openers: tuple[str, ...] = ()
     how = ""  # what the rewrite changes, as a clause after "Rewrite the question below"
