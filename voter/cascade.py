@@ -140,29 +140,36 @@ def evaluate_rule(trace: StageTrace, thresholds: Sequence[float]) -> tuple[float
     return float(trace.same[rows, stop].mean()), float(trace.cum_tokens[rows, stop].mean()), stop
 
 
-def fit_thresholds(trace: StageTrace, target: float = DEFAULT_TARGET) -> tuple[float, ...]:
-    """Greedy: start never stopping early (agreement 1), then repeatedly lower the one stage
-    threshold that saves the most tokens while agreement stays >= target."""
-    n, s = trace.stats.shape
-    tau = [math.inf] * (s - 1)
-    if n == 0 or s < 2:
-        return tuple(tau)
-    candidates = [sorted({float(x) for x in trace.stats[:, k] if math.isfinite(x)} | {UNANIMOUS_ONLY})
-                  for k in range(s - 1)]
-    _, best_cost, _ = evaluate_rule(trace, tau)
+def greedy_thresholds(grid: Sequence[Sequence[float]], evaluate: Any, target: float) -> tuple[float, ...]:
+    """The cheapest per-stage thresholds whose quality stays >= target, by greedy coordinate
+    descent from never stopping early: each move lowers the one threshold (to a value of its
+    stage's `grid`) that saves the most cost. `evaluate(thresholds) -> (quality, cost)`.
+    Shared by the margin cascade and the confidence stop rule (voter/selector.py)."""
+    tau = [math.inf] * len(grid)
+    _, best_cost = evaluate(tau)
     while True:
         move = None
-        for k in range(s - 1):
-            for c in candidates[k]:
+        for k, values in enumerate(grid):
+            for c in values:
                 if c >= tau[k]:
                     continue
-                trial = tau[:k] + [c] + tau[k + 1:]
-                agree, cost, _ = evaluate_rule(trace, trial)
-                if agree >= target and cost < best_cost - 1e-9:
+                quality, cost = evaluate(tau[:k] + [c] + tau[k + 1:])
+                if quality >= target - 1e-12 and cost < best_cost - 1e-9:
                     best_cost, move = cost, (k, c)
         if move is None:
             return tuple(tau)
         tau[move[0]] = move[1]
+
+
+def fit_thresholds(trace: StageTrace, target: float = DEFAULT_TARGET) -> tuple[float, ...]:
+    """The cheapest thresholds whose final answer agrees with the all-kept vote on >= target
+    of the fit questions (greedy over the observed statistics)."""
+    n, s = trace.stats.shape
+    if n == 0 or s < 2:
+        return tuple([math.inf] * (s - 1))
+    grid = [sorted({float(x) for x in trace.stats[:, k] if math.isfinite(x)} | {UNANIMOUS_ONLY})
+            for k in range(s - 1)]
+    return greedy_thresholds(grid, lambda tau: evaluate_rule(trace, tau)[:2], target)
 
 
 def same_answer(a: str | None, b: str | None) -> bool:

@@ -20,6 +20,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from voter.cascade import greedy_thresholds
 from voter.normalize import normalize_answer
 
 NO_LOGPROB = -5.0  # stands in for an unknown confidence (a cached output never scored); rare by design
@@ -160,29 +161,14 @@ def evaluate_stop(trace: RoundTrace, thresholds: Sequence[float]) -> tuple[float
 
 
 def fit_stop_thresholds(trace: RoundTrace, tolerance: float = 0.005) -> tuple[float, ...]:
-    """The cheapest thresholds whose accuracy stays within `tolerance` of running every round:
-    greedy coordinate descent from never stopping, each move the threshold drop that saves the
-    most cost while accuracy >= all-rounds accuracy - tolerance."""
+    """The cheapest thresholds whose accuracy stays within `tolerance` of running every round
+    (voter/cascade.py: greedy_thresholds over the observed probabilities)."""
     n, r = trace.shape
-    tau = [math.inf] * (r - 1)
     if n == 0 or r < 2:
-        return tuple(tau)
+        return tuple([math.inf] * (r - 1))
     target = float(trace.right[:, -1].mean()) - tolerance
     grid = [sorted({float(x) for x in trace.p[:, k]}) for k in range(r - 1)]
-    _, best_cost, _ = evaluate_stop(trace, tau)
-    while True:
-        move = None
-        for k in range(r - 1):
-            for c in grid[k]:
-                if c >= tau[k]:
-                    continue
-                trial = tau[:k] + [c] + tau[k + 1:]
-                acc, cost, _ = evaluate_stop(trace, trial)
-                if acc >= target - 1e-12 and cost < best_cost - 1e-9:
-                    best_cost, move = cost, (k, c)
-        if move is None:
-            return tuple(tau)
-        tau[move[0]] = move[1]
+    return greedy_thresholds(grid, lambda tau: evaluate_stop(trace, tau)[:2], target)
 
 
 def frontier(trace: RoundTrace, levels: Sequence[float] = tuple(np.linspace(0.0, 1.0, 21))) -> list[dict[str, float]]:
