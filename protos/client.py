@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Mapping, Sequence
+from typing import Iterator, Mapping, Sequence
 
 import grpc
 
@@ -47,6 +47,13 @@ class EorClient:
         req = eor_pb2.AskRequest(question=question, retrievers=list(retrievers), top_k=top_k,
                                  deadline_s=deadline_s, documents=[to_passage(d) for d in documents])
         return self.stub.Ask(req, timeout=self.timeout_s, metadata=self.metadata)
+
+    def ask_stream(self, question: str, retrievers: Sequence[str] = (), top_k: int = 0,
+                   deadline_s: float = 0.0) -> Iterator[eor_pb2.AskReply]:
+        """AskStream: a provisional reply after each round that left the question open
+        (`final` false), then the final one. Closing the iterator cancels the Ask."""
+        req = eor_pb2.AskRequest(question=question, retrievers=list(retrievers), top_k=top_k, deadline_s=deadline_s)
+        return self.stub.AskStream(req, timeout=self.timeout_s, metadata=self.metadata)
 
     def ask_batch(self, questions: Sequence[str], retrievers: Sequence[str] = (), top_k: int = 0,
                   deadline_s: float = 0.0, documents: Sequence[Sequence[Mapping]] = ()) -> eor_pb2.AskBatchReply:
@@ -94,7 +101,7 @@ def reply_to_dict(r: eor_pb2.AskReply) -> dict:
     return {
         "question": r.question, "answer": r.answer, "retriever": r.retriever or None,
         "score": r.score if r.HasField("score") else None,
-        "margin": r.margin if r.HasField("margin") else None,
+        "margin": r.margin if r.HasField("margin") else None, "final": r.final,
         "candidates": [{"retriever": c.retriever, "answer": c.answer,
                         "score": c.score if c.HasField("score") else None, "error": c.error or None,
                         "error_kind": c.error_kind or None,

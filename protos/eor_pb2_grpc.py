@@ -39,6 +39,11 @@ class EorStub:
                 request_serializer=protos_dot_eor__pb2.AskRequest.SerializeToString,
                 response_deserializer=protos_dot_eor__pb2.AskReply.FromString,
                 _registered_method=True)
+        self.AskStream = channel.unary_stream(
+                '/eor.v1.Eor/AskStream',
+                request_serializer=protos_dot_eor__pb2.AskRequest.SerializeToString,
+                response_deserializer=protos_dot_eor__pb2.AskReply.FromString,
+                _registered_method=True)
         self.AskBatch = channel.unary_unary(
                 '/eor.v1.Eor/AskBatch',
                 request_serializer=protos_dot_eor__pb2.AskBatchRequest.SerializeToString,
@@ -71,6 +76,15 @@ class EorServicer:
 
     def Ask(self, request, context):
         """One question through the retriever pool, the reader and the voter.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def AskStream(self, request, context):
+        """The same Ask, answered progressively: a provisional reply (final = false) after each round
+        of retrievers that did not settle the question, with the voter's score (for a
+        confidence-aware voter: P(right)), then the final reply (final = true), last.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -118,6 +132,11 @@ def add_EorServicer_to_server(servicer, server):
     rpc_method_handlers = {
             'Ask': grpc.unary_unary_rpc_method_handler(
                     servicer.Ask,
+                    request_deserializer=protos_dot_eor__pb2.AskRequest.FromString,
+                    response_serializer=protos_dot_eor__pb2.AskReply.SerializeToString,
+            ),
+            'AskStream': grpc.unary_stream_rpc_method_handler(
+                    servicer.AskStream,
                     request_deserializer=protos_dot_eor__pb2.AskRequest.FromString,
                     response_serializer=protos_dot_eor__pb2.AskReply.SerializeToString,
             ),
@@ -172,6 +191,33 @@ class Eor:
             request,
             target,
             '/eor.v1.Eor/Ask',
+            protos_dot_eor__pb2.AskRequest.SerializeToString,
+            protos_dot_eor__pb2.AskReply.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def AskStream(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/eor.v1.Eor/AskStream',
             protos_dot_eor__pb2.AskRequest.SerializeToString,
             protos_dot_eor__pb2.AskReply.FromString,
             options,

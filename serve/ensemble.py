@@ -57,17 +57,21 @@ class VoteDeadline(Exception):
 # (positions of the open questions in the batch, specs) -> their results
 AsyncRunStage = Callable[[list[int], list[str]], Awaitable[list[QuestionResult]]]
 AsyncVote = Callable[[list[QuestionResult]], Awaitable[tuple[list[Vote], list[float]]]]
+# after a vote, the questions it did not settle: their provisional answers (progressive replies)
+OnProvisional = Callable[[list["EnsembleAnswer"], list[int]], Awaitable[None]]
 
 
 async def answer_async(questions: Sequence[str], cascade: Cascade, run_stage: AsyncRunStage,
                        vote: AsyncVote, on_stage: Callable[[int, int, list[str]], None] | None = None,
-                       time_left: Callable[[], float] | None = None) -> list[EnsembleAnswer]:
+                       time_left: Callable[[], float] | None = None,
+                       on_provisional: OnProvisional | None = None) -> list[EnsembleAnswer]:
     """The orchestration: every question through the cascade; each stage is one `run_stage`
     call for the questions still open (so the reader batches their prompts together), then
     one vote over everything each open question has so far. When `time_left()` is <= 0 before
     a stage, or a vote raises VoteDeadline after one, the open questions end with the vote they
     have (`out_of_time`; their result also lists the last stage's answers, which did not vote);
-    a first vote that misses the deadline raises."""
+    a first vote that misses the deadline raises. `on_provisional` hears, after each vote, the
+    answers of the questions it left open (with their positions), before the next stage runs."""
     qs = list(questions)
     merged: list[QuestionResult | None] = [None] * len(qs)
     last: dict[int, tuple[Vote, float]] = {}
@@ -102,12 +106,17 @@ async def answer_async(questions: Sequence[str], cascade: Cascade, run_stage: As
             last[i] = (v, stat)
             if cascade.settled(k, stat):
                 done[i] = EnsembleAnswer(merged[i], v, k + 1, n_stages, stat)
+        still = [i for i in todo if i not in done]
+        if on_provisional is not None and still:
+            await on_provisional([EnsembleAnswer(merged[i], last[i][0], k + 1, n_stages, last[i][1]) for i in still],
+                                 still)
     return [done[i] for i in range(len(qs))]
 
 
 def answer(questions: Sequence[str], choice: VoterChoice, run_stage: RunStage,
            metrics: Sequence[PairSimilarity], specs: Sequence[str] | None = None,
-           on_stage: Callable[[int, int, list[str]], None] | None = None) -> list[EnsembleAnswer]:
+           on_stage: Callable[[int, int, list[str]], None] | None = None,
+           on_provisional: Callable[[list[EnsembleAnswer], list[int]], None] | None = None) -> list[EnsembleAnswer]:
     """In-process: `run_stage` is the pool's `run`, the vote runs here. A question's stages
     share one `QuestionWork`: each source is searched once (at the depth the whole cascade
     needs), PK is written once, chunks are embedded once."""
@@ -124,4 +133,8 @@ def answer(questions: Sequence[str], choice: VoterChoice, run_stage: RunStage,
     async def vote(results: list[QuestionResult]) -> tuple[list[Vote], list[float]]:
         return vote_with_stats(results, choice.saved, metrics)
 
-    return asyncio.run(answer_async(qs, cascade, run, vote, on_stage))
+    async def provisional(answers: list[EnsembleAnswer], positions: list[int]) -> None:
+        if on_provisional is not None:
+            on_provisional(answers, positions)
+
+    return asyncio.run(answer_async(qs, cascade, run, vote, on_stage, on_provisional=provisional))

@@ -148,10 +148,40 @@ def vote(results: Sequence[QuestionResult], saved: SavedWeights, metrics: Sequen
 
 def vote_with_stats(results: Sequence[QuestionResult], saved: SavedWeights,
                     metrics: Sequence[PairSimilarity]) -> tuple[list[Vote], list[float]]:
-    """The votes and each vote's settle statistic (voter/cascade.py: is the vote settled?)."""
+    """The votes and each vote's settle statistic (voter/cascade.py: is the vote settled?).
+    With a confidence-aware model the scorer picks and the statistic is its P(right)."""
     grid = answer_grid(results, saved.pool)
-    scores = saved.voter().decision_scores(similarity_inputs(results, grid, metrics))
+    X = similarity_inputs(results, grid, metrics)
+    if saved.adaptive is not None:
+        return confident_votes(results, grid, X, saved)
+    scores = saved.voter().decision_scores(X)
     return votes_from_scores(scores, grid, saved.pool), [settle_stat(row, g) for row, g in zip(scores, grid)]
+
+
+def confident_votes(results: Sequence[QuestionResult], grid: Sequence[Sequence[str | None]],
+                    X: tuple[np.ndarray, np.ndarray], saved: SavedWeights) -> tuple[list[Vote], list[float]]:
+    """voter/selector.py's pick for each question: the candidate the answer scorer finds most
+    likely right, from its EoR vote score (equal weights over what ran, as the model was
+    fitted), agreement, the reader's confidence, length and retriever; (votes, P(right))."""
+    from voter.selector import RoundView, candidate_features, pick
+
+    model = saved.adaptive
+    pool = saved.pool
+    scores = equal_weights(pool, saved.metrics, saved.pooling).voter().decision_scores(X)
+    votes, stats = [], []
+    for r, answers, row in zip(results, grid, scores):
+        lps = {c.retriever: c.logprobs for c in r.candidates}
+        view = RoundView(tuple(answers), tuple(float(x) for x in row), tuple(lps.get(s) for s in pool))
+        chosen = pick(view, pool, model.scorer)
+        feats, idx = candidate_features(view, pool)
+        p = model.scorer.predict_proba(feats) if len(idx) else []
+        per = {s: None for s in pool} | {pool[m]: float(q) for m, q in zip(idx, p)}
+        if chosen.index < 0:
+            votes.append(Vote(None, "", None, None, per))
+        else:
+            votes.append(Vote(pool[chosen.index], chosen.answer, chosen.p, None, per))
+        stats.append(chosen.p)
+    return votes, stats
 
 
 @dataclass(frozen=True)

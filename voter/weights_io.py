@@ -1,5 +1,9 @@
 """The voter file: everything the live ensemble needs, as one versioned JSON document.
 
+`eor-voter/3` is `eor-voter/2` plus, optionally, the confidence-aware adaptive model
+(voter/adaptive.py: its rounds, its answer scorer and its stop thresholds); a voter without one
+is still written and read as `eor-voter/2`, so its id does not change.
+
 `eor-voter/2`: w_s per metric, w_r per retriever with the kept ones (w_r >= t; the others
 never run), pooling, the metric list, the cascade (kept retrievers in stages and the fitted
 stop thresholds, voter/cascade.py), the reader it was fitted with, and what it was fitted on
@@ -20,6 +24,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Sequence
 
+from voter.adaptive import AdaptiveModel
 from voter.cascade import Cascade
 from voter.estimator import EoRVoter
 from voter.voting import VoterWeights
@@ -28,8 +33,9 @@ from voter.voting import VoterWeights
 # default reader, by `eor fit` (docs/benchmarks.md). Every entry point uses it by default.
 SHIPPED_VOTER = Path(__file__).resolve().parent / "data" / "voter.json"
 
-FORMAT = "eor-voter/2"
-FORMATS = (FORMAT, "eor-voter-weights/1")
+FORMAT = "eor-voter/3"  # with an adaptive model
+FORMAT_V2 = "eor-voter/2"  # without one
+FORMATS = (FORMAT, FORMAT_V2, "eor-voter-weights/1")
 
 
 def _now() -> str:
@@ -62,6 +68,8 @@ class SavedWeights:
     dropped_vote: bool = False
     upper_bound: float = 0.6
     cascade: Cascade | None = None  # None: the kept retrievers in one stage
+    # the confidence-aware model: when set, its rounds are the stages and its scorer votes and stops
+    adaptive: AdaptiveModel | None = None
 
     def __post_init__(self) -> None:
         if self.cascade is not None:
@@ -100,8 +108,11 @@ class SavedWeights:
 
     @property
     def stages(self) -> Cascade:
-        """The cascade to run: the fitted one, or every kept retriever in one stage (the whole
-        pool when none is kept: the vote's own fallback is every retriever that answered)."""
+        """The cascade to run: the adaptive model's rounds and stop thresholds (on the scorer's
+        P(right)), else the fitted margin cascade, else every kept retriever in one stage (the
+        whole pool when none is kept: the vote's own fallback is every retriever that answered)."""
+        if self.adaptive is not None:
+            return Cascade(self.adaptive.layout, self.adaptive.thresholds, target=1.0)
         return self.cascade or Cascade.single_stage(self.kept_specs() or self.pool)
 
     def with_cascade(self, cascade: Cascade | None) -> "SavedWeights":
@@ -122,6 +133,10 @@ class SavedWeights:
             return f"equal weights ({len(self.pool)} retrievers, no fit)"
         p = self.provenance
         stages = len(self.stages.stages)
+        if self.adaptive is not None:
+            n = len(self.stages.specs)
+            return (f"fitted voter {self.digest} (reader {p.reader_model}, {p.n_questions} questions; confidence-aware: "
+                    f"{n} of {len(self.pool)} retrievers in {stages} round{'s' * (stages > 1)})")
         return (f"fitted voter {self.digest} (reader {p.reader_model}, {p.n_questions} questions; "
                 f"{len(self.kept_specs())} of {len(self.pool)} retrievers in {stages} stage{'s' * (stages > 1)})")
     def voter(self) -> EoRVoter:
@@ -136,8 +151,8 @@ class SavedWeights:
         )
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "format": FORMAT,
+        d = {
+            "format": FORMAT if self.adaptive is not None else FORMAT_V2,
             "pool": list(self.pool),
             "metrics": list(self.metrics),
             "pooling": self.pooling,
@@ -153,6 +168,9 @@ class SavedWeights:
             "cascade": self.cascade.to_dict() if self.cascade else None,
             "provenance": asdict(self.provenance),
         }
+        if self.adaptive is not None:
+            d["adaptive"] = self.adaptive.to_dict(self.pool)
+        return d
 
     @classmethod
     def from_dict(cls, d: Any) -> "SavedWeights":
@@ -206,6 +224,7 @@ class SavedWeights:
             dropped_vote=bool(d.get("dropped_vote", False)),
             upper_bound=float(d.get("upper_bound", 0.6)),
             cascade=Cascade.from_dict(cascade) if cascade is not None else None,
+            adaptive=AdaptiveModel.from_dict(d["adaptive"], d["pool"]) if d.get("adaptive") is not None else None,
         )
 
 

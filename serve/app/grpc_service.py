@@ -12,6 +12,7 @@ with invalid UTF-8 or wrong field types is answered INVALID_ARGUMENT, not INTERN
 """
 from __future__ import annotations
 
+import asyncio
 import json
 import math
 import logging
@@ -28,6 +29,7 @@ log = logging.getLogger(__name__)
 SERVICE = eor_pb2.DESCRIPTOR.services_by_name["Eor"].full_name  # "eor.v1.Eor"
 RPCS = {m.name: (m.input_type.name, m.output_type.name)
         for m in eor_pb2.DESCRIPTOR.services_by_name["Eor"].methods}
+STREAMING = {m.name for m in eor_pb2.DESCRIPTOR.services_by_name["Eor"].methods if m.server_streaming}
 
 
 def _handlers(servicer: Any) -> dict[str, grpc.RpcMethodHandler]:
@@ -35,10 +37,9 @@ def _handlers(servicer: Any) -> dict[str, grpc.RpcMethodHandler]:
 
     out = {}
     for name, (req, rep) in RPCS.items():
-        out[name] = grpc.unary_unary_rpc_method_handler(
-            getattr(servicer, name),
-            request_deserializer=lenient(getattr(eor_pb2, req)),
-            response_serializer=getattr(eor_pb2, rep).SerializeToString)
+        make = grpc.unary_stream_rpc_method_handler if name in STREAMING else grpc.unary_unary_rpc_method_handler
+        out[name] = make(getattr(servicer, name), request_deserializer=lenient(getattr(eor_pb2, req)),
+                         response_serializer=getattr(eor_pb2, rep).SerializeToString)
     return out
 
 
@@ -64,7 +65,27 @@ class _Forward:
         self.ingress = ingress
         self.apply_weights = apply_weights
         for name in RPCS:
-            setattr(self, name, self._rpc(name))
+            setattr(self, name, self._stream(name) if name in STREAMING else self._rpc(name))
+
+    def _stream(self, name: str):
+        async def handle(request, context: grpc.aio.ServicerContext):
+            """The ingress's `ask_stream` through a streaming Serve handle; when the client goes
+            away, grpc cancels this handler and Serve cancels the Ask with it."""
+            _bound_by_grpc_deadline(request, context.time_remaining())
+            stream = self.ingress.options(stream=True).ask_stream.remote(request, list(context.invocation_metadata()))
+            try:
+                async for reply, code, details in stream:
+                    if code != grpc.StatusCode.OK:
+                        await context.abort(code, details)
+                    yield reply
+            except (grpc.aio.AbortError, asyncio.CancelledError):
+                raise
+            except Exception as exc:  # the ingress itself is down
+                log.exception("ingress stream failed")
+                await context.abort(grpc.StatusCode.UNAVAILABLE, f"ingress unavailable: {type(exc).__name__}")
+            finally:
+                stream.cancel()
+        return handle
 
     def _rpc(self, name: str):
         async def handle(request, context: grpc.aio.ServicerContext):

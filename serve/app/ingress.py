@@ -81,6 +81,20 @@ class EorIngress:
     async def Ask(self, request, grpc_context=None):  # noqa: N802 (named after the rpc)
         return await self._proxy("Ask", request, grpc_context, eor_pb2.AskReply())
 
+    async def AskStream(self, request, grpc_context=None):  # noqa: N802
+        """Server streaming through Ray Serve's gRPC proxy: the replies of `ask_stream`. Ray 2.60's
+        proxy applies the status a servicer sets only with a message it yields, so an error
+        goes out as one empty AskReply followed by the status (the client's read raises it)."""
+        metadata = grpc_context.invocation_metadata() if grpc_context is not None else ()
+        async for reply, code, details in self.ask_stream(request, metadata):
+            if code != OK:
+                if grpc_context is not None:
+                    grpc_context.set_code(code)
+                    grpc_context.set_details(details)
+                yield eor_pb2.AskReply()
+                return
+            yield reply
+
     async def AskBatch(self, request, grpc_context=None):  # noqa: N802
         return await self._proxy("AskBatch", request, grpc_context, eor_pb2.AskBatchReply())
 
@@ -127,6 +141,51 @@ class EorIngress:
         if not got.startswith("Bearer ") or not hmac.compare_digest(got[7:].encode(), self.token.encode()):
             raise Unauthenticated("missing or wrong bearer token")
 
+    async def ask_stream(self, request: Any, metadata: Sequence[tuple[str, Any]] = ()):
+        """AskStream's one code path (both fronts): (reply, status, details) for each round
+        that left the question open, then the final reply; an error ends the stream with its
+        status. When the caller goes away (this generator is closed or cancelled), the Ask's
+        work is cancelled with it: its engine requests are aborted as a missed deadline's are."""
+        try:
+            self._check_token(metadata)
+            spec = parse_ask(request, self.pool, self.limits, batch=False)
+        except Exception as exc:
+            code, details = status_of(exc)
+            metrics.inc("eor_requests", rpc="AskStream", code=code.name)
+            yield None, code, details
+            return
+        queue: asyncio.Queue = asyncio.Queue()
+
+        async def provisional(replies: list[eor_pb2.AskReply]) -> None:
+            await queue.put(replies[0])
+
+        task = asyncio.ensure_future(self._ask(spec, provisional))
+        try:
+            while True:
+                getter = asyncio.ensure_future(queue.get())
+                await asyncio.wait({getter, task}, return_when=asyncio.FIRST_COMPLETED)
+                if getter.done():
+                    yield getter.result(), OK, ""
+                    continue
+                getter.cancel()
+                while not queue.empty():
+                    yield queue.get_nowait(), OK, ""
+                break
+            try:
+                final = task.result()[0]
+            except Exception as exc:
+                code, details = status_of(exc)
+                if code == grpc.StatusCode.INTERNAL:
+                    log.exception("AskStream failed")
+                metrics.inc("eor_requests", rpc="AskStream", code=code.name)
+                yield None, code, details
+                return
+            metrics.inc("eor_requests", rpc="AskStream", code=OK.name)
+            yield final, OK, ""
+        finally:
+            if not task.done():
+                task.cancel()
+
     async def _ask_one(self, request) -> eor_pb2.AskReply:
         spec = parse_ask(request, self.pool, self.limits, batch=False)
         return (await self._ask(spec))[0]
@@ -140,9 +199,11 @@ class EorIngress:
         return await _bounded(handle.run.remote(questions, specs, top_k, documents, timeout, shared, plan_specs),
                               timeout)
 
-    async def _ask(self, spec: AskSpec) -> list[eor_pb2.AskReply]:
+    async def _ask(self, spec: AskSpec, on_provisional: Any = None) -> list[eor_pb2.AskReply]:
         """The voter's cascade (serve/ensemble.py), each stage fanned out over the retriever
-        actors that hold its specs; explicitly named retrievers run as one stage."""
+        actors that hold its specs; explicitly named retrievers run as one stage.
+        `on_provisional(replies)`: awaited after each round that left questions open, with
+        their provisional replies (final = false)."""
         from serve.ensemble import VoteDeadline, answer_async, cascade_for
 
         t0 = time.perf_counter()
@@ -179,8 +240,20 @@ class EorIngress:
         def time_left() -> float:  # the next stage needs time for its reading and the vote after it
             return budget - (time.perf_counter() - t0) - min(self.limits.vote_reserve_s, budget / 4)
 
+        voter_name: list[str] = []
+
+        async def provisional(answers, positions) -> None:
+            if on_provisional is None:
+                return
+            if not voter_name:
+                voter_name.append(await self.voter.weights_source.remote())
+            now = time.perf_counter()
+            await on_provisional([ask_reply(a.result, a.vote, a.result.failed, now - t0, reader_s[0] / len(spec.questions),
+                                            voter_name[0], a.stopped_at, a.stages, final=False) for a in answers])
+
         try:
-            answers = await answer_async(spec.questions, cascade, run_stage, vote, time_left=time_left)
+            answers = await answer_async(spec.questions, cascade, run_stage, vote, time_left=time_left,
+                                         on_provisional=provisional)
         except VoteDeadline:
             raise DeadlineExceeded(
                            f"the first vote did not finish within the {budget:g} s deadline") from None

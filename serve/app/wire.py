@@ -187,12 +187,14 @@ def parse_generate(request: Any, limits: ServiceConfig) -> eor_pb2.GenerateReque
 
 
 def ask_reply(result: QuestionResult, vote: Any, missing: Sequence[str], latency_s: float,
-              reader_s: float = 0.0, voter: str = "", stopped_at: int = 0, stages: int = 0) -> eor_pb2.AskReply:
+              reader_s: float = 0.0, voter: str = "", stopped_at: int = 0, stages: int = 0,
+              final: bool = True) -> eor_pb2.AskReply:
     """One question's reply: the vote, every candidate with its score, the winner's evidence,
     the voter, what ran and where the cascade stopped."""
     reply = eor_pb2.AskReply(question=result.question, answer=vote.answer if vote else "",
                              retriever=(vote.retriever or "") if vote else "", latency_s=latency_s,
-                             reader_s=reader_s, voter=voter, stopped_at_stage=stopped_at, stages=stages)
+                             reader_s=reader_s, voter=voter, stopped_at_stage=stopped_at, stages=stages,
+                             final=final)
     reply.ran.extend(c.retriever for c in result.candidates)
     if vote is not None and vote.score is not None:
         reply.score = vote.score

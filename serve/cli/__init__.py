@@ -83,6 +83,8 @@ def build_parser() -> argparse.ArgumentParser:
     questions_args(f, "fit")
     voter_args(f, choose=False)
     f.add_argument("--out", help=f"weights file to write (default: $EOR_HOME/{DEFAULT_WEIGHTS})")
+    f.add_argument("--adaptive", action="store_true", help="also fit the confidence-aware rounds, answer scorer "
+                   "and stop rule (a v3 voter file; needs candidates with the reader's log-probabilities)")
     f.add_argument("--push", metavar="HOST:PORT", help="after fitting, push the weights to a running `eor serve` (live update, no restart)")
     common(f)
     f.set_defaults(func=cmd_fit)

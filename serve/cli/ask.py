@@ -10,6 +10,11 @@ from retrievers.spec import parse_spec
 from serve.cli.common import _config, _fmt_score, print_result, result_to_dict, voter_choice
 
 
+def _provisional_line(stage: int, stages: int, answer: str, retriever: str | None, score: float | None) -> str:
+    return (f"after stage {stage}/{stages}: provisional answer {answer!r} from {retriever or '-'} "
+            f"(score {_fmt_score(score)}); asking more retrievers")
+
+
 def _ask_remote(args) -> int:
     """`eor ask --server HOST:PORT`: the questions go to a running `eor serve` over gRPC."""
     from protos.client import EorClient, reply_to_dict
@@ -22,8 +27,14 @@ def _ask_remote(args) -> int:
     specs = args.retrievers.split(",") if args.retrievers else ()
     with EorClient(args.server, tls_ca=args.tls_ca) as client:
         try:
-            if len(args.question) == 1:
-                replies = [client.ask(args.question[0], specs)]
+            if len(args.question) == 1:  # progressive: a line per round that left it open, then the answer
+                replies = []
+                for r in client.ask_stream(args.question[0], specs):
+                    if r.final:
+                        replies.append(r)
+                    elif not args.json:
+                        print(_provisional_line(r.stopped_at_stage, r.stages, r.answer, r.retriever,
+                                                r.score if r.HasField("score") else None), file=sys.stderr, flush=True)
             else:
                 replies = list(client.ask_batch(args.question, specs).replies)
         except grpc.RpcError as exc:
@@ -135,7 +146,12 @@ def _ask_local(args, questions, con):
 
     def on_stage(k: int, n: int, specs: list[str]) -> None:
         con.step(f"stage {k}/{n}: {', '.join(specs)}")
-    answers = answer(questions, choice, pool.run, build_metrics(choice.options, pool.reader), specs, on_stage)
+    def on_provisional(open_answers, positions) -> None:
+        if len(questions) == 1:
+            a = open_answers[0]
+            con.note(_provisional_line(a.stopped_at, a.stages, a.vote.answer, a.vote.retriever, a.vote.score))
+    answers = answer(questions, choice, pool.run, build_metrics(choice.options, pool.reader), specs, on_stage,
+                     on_provisional)
     elapsed = time.time() - t
     con.done()
     if engine is not None and hasattr(engine, "close"):

@@ -77,6 +77,12 @@ class Console:
         self.out.write(f" {took}\n" if interactive else f"  {what}: {took}\n")
         self.out.flush()
 
+    def note(self, message: str) -> None:
+        """A line of its own between steps (a provisional answer)."""
+        self.done()
+        self.out.write(f"{message}\n")
+        self.out.flush()
+
     def warn(self, message: str) -> None:
         self.done()
         self.out.write(f"eor: warning: {message}\n")

@@ -47,6 +47,24 @@ def push_weights(target: str, path: Path) -> int:
     return 0
 
 
+def _fit_adaptive(args, config, pool, selection, scored, metrics, saved):
+    """The confidence-aware rounds, answer scorer and stop thresholds (voter/adaptive.py),
+    fitted on the same questions with 5-fold CV; (the voter with them, a summary line)."""
+    from dataclasses import replace
+
+    from serve.offline.adaptive import fit_adaptive
+    from serve.offline.runlog import run_log_for
+
+    seconds = run_log_for(config, pool, selection.path).seconds()
+    fitted = fit_adaptive(scored, pool.specs, metrics, saved.metrics, saved.pooling, seconds)
+    c = fitted.chosen
+    rounds = " | ".join(", ".join(r) for r in c.layout)
+    summary = (f"confidence-aware rounds: {rounds}; thresholds {[round(t, 3) for t in c.thresholds]}; "
+               f"CV Match {c.cv_accuracy:.3f} (every round {c.cv_all_rounds:.3f}), {c.tokens:.0f} tokens, "
+               f"{c.rounds:.2f} rounds, {c.first_round_share:.0%} stop after round 1")
+    return replace(saved, adaptive=fitted.model), summary
+
+
 def cmd_fit(args) -> int:
     from serve.builder import make_pool
     from serve.offline.dataset import qids_digest, select_questions
@@ -66,10 +84,16 @@ def cmd_fit(args) -> int:
     extra = {**{k: v for k, v in sel.items() if k != "questions_file"},
              "questions_sha256": file_sha256(selection.path),
              "qids_sha256": qids_digest([q for q, _ in scored]), "seconds": {"pool": round(pool_s, 3)}}
-    report = fit_weights(scored, pool.specs, build_metrics(fit_config.metrics, pool.reader), fit_config,
+    metrics = build_metrics(fit_config.metrics, pool.reader)
+    report = fit_weights(scored, pool.specs, metrics, fit_config,
                          Path(selection.path).name, pool.reader.model_id, extra)  # a name, not this machine's path
-    out = save_weights(args.out or eor_home() / DEFAULT_WEIGHTS, report.saved)
+    saved = report.saved
+    if args.adaptive:
+        saved, summary = _fit_adaptive(args, config, pool, selection, scored, metrics, saved)
+    out = save_weights(args.out or eor_home() / DEFAULT_WEIGHTS, saved)
     print(format_report(report))
+    if args.adaptive:
+        print(summary)
     print(f"weights written to {out}")
     return push_weights(args.push, Path(out)) if args.push else 0
 

@@ -15,13 +15,14 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
 import numpy as np
 
-from voter.adaptive import (LatencyModel, PoolRun, apply_model, candidate_layouts, choose_layout, fit_layout,
-                            fit_model)
+from voter.adaptive import (AdaptiveModel, LatencyModel, LayoutFit, PoolRun, apply_model, candidate_layouts,
+                            choose_layout, fit_layout, fit_model)
 from voter.qa_metrics import exact_match, match, token_f1
 from voter.selector import sign_test
 
@@ -67,6 +68,38 @@ def measured_latency(scored: Sequence, seconds: dict[str, float], overhead_s: fl
     return LatencyModel(overhead_s, toks / secs if secs > 0 else LatencyModel().tokens_per_s)
 
 
+def equal_vote(pool: Sequence[str], metrics: Sequence[str], pooling: str):
+    """The vote score the scorer reads: equal weights over whatever ran (every retriever may
+    win; the scorer weighs them). The same rule votes live (voter/question_vote.py)."""
+    from voter.question_vote import equal_weights
+
+    equal = equal_weights(pool, metrics, pooling).voter()
+    return lambda s, m: equal.decision_scores((s, m))
+
+
+@dataclass(frozen=True)
+class AdaptiveFit:
+    model: AdaptiveModel
+    chosen: LayoutFit
+    layouts: list[LayoutFit]
+    run: PoolRun
+    latency: LatencyModel
+    accuracy: dict[str, float]
+
+
+def fit_adaptive(scored: Sequence, specs: Sequence[str], metrics: Sequence[Any], metric_names: Sequence[str],
+                 pooling: str, seconds: dict[str, float], round_overhead_s: float = 1.0,
+                 tolerance: float = 0.005) -> AdaptiveFit:
+    """Layouts compared by 5-fold CV on the fit questions; the chosen one refitted on all of them."""
+    run = pool_run(scored, specs, metrics, equal_vote(specs, metric_names, pooling))
+    latency = measured_latency(scored, seconds, round_overhead_s)
+    acc = {s: float(run.right[:, m].mean()) for m, s in enumerate(specs)}
+    cost = {s: float(np.mean([run.cost(i, frozenset({s})) for i in range(len(run))])) for s in specs}
+    fits = [fit_layout(run, lay, latency, tolerance=tolerance) for lay in candidate_layouts(list(specs), acc, cost)]
+    chosen = choose_layout(fits, tolerance)
+    return AdaptiveFit(fit_model(run, chosen), chosen, fits, run, latency, acc)
+
+
 def scores(answers: Sequence[str], golds: Sequence[Sequence[str]]) -> dict[str, float]:
     n = max(len(answers), 1)
     return {"match": sum(match(a, g) for a, g in zip(answers, golds)) / n,
@@ -77,7 +110,7 @@ def scores(answers: Sequence[str], golds: Sequence[Sequence[str]]) -> dict[str, 
 def report(args) -> dict[str, Any]:
     from serve.offline.evaluation import EOR, EOR_16, EOR_PRUNED, replay_ensembles
     from serve.offline.runlog import run_log_for
-    from voter.question_vote import build_metrics, choose_voter, equal_weights
+    from voter.question_vote import build_metrics, choose_voter
 
     config, pool, fit, held = finished(args)
     if len(fit) < 20 or len(held) < 10:
@@ -86,17 +119,13 @@ def report(args) -> dict[str, Any]:
     specs = list(pool.specs)
     choice = choose_voter(specs, pool.reader.model_id)
     metrics = build_metrics(choice.options, pool.reader)
-    equal = equal_weights(specs, choice.saved.metrics, choice.saved.pooling).voter()
-    vote = lambda s, m: equal.decision_scores((s, m))  # noqa: E731  (every retriever may win; the scorer weighs them)
-    fit_run, eval_run = pool_run(fit, specs, metrics, vote), pool_run(held, specs, metrics, vote)
     seconds = run_log_for(config, pool, args.questions).seconds()
-    latency = measured_latency(fit + held, seconds, args.round_overhead)
-    acc = {s: float(fit_run.right[:, m].mean()) for m, s in enumerate(specs)}
-    cost = {s: float(np.mean([fit_run.cost(i, frozenset({s})) for i in range(len(fit_run))])) for s in specs}
+    fitted = fit_adaptive(fit, specs, metrics, choice.saved.metrics, choice.saved.pooling, seconds,
+                          args.round_overhead, args.tolerance)
+    model, chosen, fits, fit_run, latency, acc = (fitted.model, fitted.chosen, fitted.layouts, fitted.run,
+                                                  fitted.latency, fitted.accuracy)
+    eval_run = pool_run(held, specs, metrics, equal_vote(specs, choice.saved.metrics, choice.saved.pooling))
     best_single = max(specs, key=lambda s: (acc[s], -specs.index(s)))
-    fits = [fit_layout(fit_run, lay, latency, tolerance=args.tolerance) for lay in candidate_layouts(specs, acc, cost)]
-    chosen = choose_layout(fits, args.tolerance)
-    model = fit_model(fit_run, chosen)
     out = apply_model(eval_run, model)
     every = apply_model(eval_run, type(model)(model.layout, model.scorer, (float("inf"),) * (len(model.layout) - 1)))
     shipped = replay_ensembles(held, choice.saved, metrics)

@@ -30,7 +30,16 @@ def service(tmp_path_factory):
     from serve.config import config_from_dict
 
     mp = pytest.MonkeyPatch()
-    mp.setenv("EOR_HOME", str(tmp_path_factory.mktemp("home")))
+    mp.setenv("EOR_HOME", str(tmp_path_factory.mktemp("home")))  # undone even when the service fails to start
+    try:
+        svc = _start(config_from_dict, LocalService)
+        yield svc
+        svc.stop()
+    finally:
+        mp.undo()
+
+
+def _start(config_from_dict, LocalService):
     settings = config_from_dict({"cache": {"enabled": False}, "generator": {"model": ""},
         "voter": {"weights": "equal", "metrics": ["em"]}, "service": {
         "port": 0, "ray_grpc_port": _free_port(), "metrics_port": _free_port(),
@@ -38,9 +47,7 @@ def service(tmp_path_factory):
         "retriever_timeout_s": 2.0, "max_batch": 16, "retriever_actors": "per-spec"}})
     svc = LocalService(settings).start()
     _warm_up(svc.address)
-    yield svc
-    svc.stop()
-    mp.undo()
+    return svc
 
 
 def _warm_up(address: str, limit_s: float = 180.0) -> None:
@@ -394,3 +401,28 @@ def test_eor_ask_server_prints_the_reply(service, capsys):
     assert out["answer"] == "lisa" and len(out["candidates"]) == 16 and out["failed"] == []
     assert main(["ask", "--server", service.address, "   "]) == 2  # INVALID_ARGUMENT
     assert "INVALID_ARGUMENT" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("front", ["eor", "ray"])
+def test_ask_stream_through_both_fronts_ends_with_the_final_reply(stub, ray_proxy_stub, front):
+    """Rounds and their provisional replies are tested on the ingress (test_ask_stream.py); here
+    the stream crosses Ray Serve for real: the equal-weights voter runs one round, so the only
+    reply is the final one, the same as Ask's."""
+    s = stub if front == "eor" else ray_proxy_stub
+    req = eor_pb2.AskRequest(question="who painted the mona lisa")  # (Ray's proxy: an error comes after an empty reply)
+    replies = list(s.AskStream(req, timeout=60))
+    assert [r.final for r in replies] == [True]
+    assert replies[0].answer == s.Ask(req, timeout=60).answer == "lisa" and len(replies[0].candidates) == 16
+    with pytest.raises(grpc.RpcError) as err:
+        list(s.AskStream(eor_pb2.AskRequest(question=""), timeout=30))
+    assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "\n" not in err.value.details()
+
+
+def test_ask_stream_client_that_goes_away_leaves_the_service_serving(stub):
+    call = stub.AskStream(eor_pb2.AskRequest(question="who painted the mona lisa", deadline_s=30), timeout=60)
+    call.cancel()  # the client leaves before any reply
+    with pytest.raises(grpc.RpcError) as err:
+        list(call)
+    assert err.value.code() == grpc.StatusCode.CANCELLED
+    assert stub.Health(eor_pb2.HealthRequest(), timeout=30).status == eor_pb2.HealthReply.SERVING
+    assert stub.Ask(eor_pb2.AskRequest(question="who painted the mona lisa"), timeout=60).answer == "lisa"

@@ -5,7 +5,7 @@ import pytest
 
 from tests.voter.conftest import tensor_from_clusters
 from voter.estimator import EoRVoter
-from voter.weights_io import FORMAT, Provenance, SavedWeights, check_compatible, load_weights, save_weights
+from voter.weights_io import FORMAT, FORMAT_V2, Provenance, SavedWeights, check_compatible, load_weights, save_weights
 
 POOL = ["Wiki@10", "SE@1", "PK", "ReFree"]
 METRICS = ["em", "bertscore", "nli"]
@@ -30,7 +30,7 @@ def test_round_trip(tmp_path, fitted):
     saved = SavedWeights.from_voter(voter, POOL, METRICS, provenance(voter.objective_))
     path = save_weights(tmp_path / "w" / "voter.json", saved)
     raw = json.loads(path.read_text())
-    assert raw["format"] == FORMAT and raw["pool"] == POOL and raw["metrics"] == METRICS
+    assert raw["format"] == FORMAT_V2 and raw["pool"] == POOL and raw["metrics"] == METRICS  # no adaptive model: v2
     assert raw["pooling"] == "mean" and raw["threshold"] == 0.1
     assert set(raw["weights"]) == {"metric_weights", "retriever_weights", "kept"}
     assert set(raw["provenance"]) >= {"questions_file", "n_questions", "reader_model", "date", "objective"}

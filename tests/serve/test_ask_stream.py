@@ -1,0 +1,105 @@
+"""AskStream's one code path (EorIngress.ask_stream) with stand-in handles: a provisional reply
+after each round that left the question open, the final reply last; errors end the stream
+with their status and one line; a caller that goes away cancels the Ask's work."""
+from __future__ import annotations
+
+import asyncio
+
+import grpc
+
+from protos import eor_pb2
+from retrievers.types import Candidate, Context, QuestionResult
+from serve.app.deployments import GroupRun
+from tests.serve.test_reader_recovery import _Handle, _ingress
+from voter.cascade import Cascade
+from voter.question_vote import Vote
+
+STAGES = (("SE@1",), ("Wiki@10",), ("ReFree",))
+
+
+def group(delay: float = 0.0, started: list | None = None, cancelled: list | None = None):
+    async def run(questions, specs, top_k, documents, timeout, shared, plan_specs):
+        if started is not None:
+            started.append(list(specs))
+        try:
+            await asyncio.sleep(delay)
+        except asyncio.CancelledError:
+            if cancelled is not None:
+                cancelled.append(list(specs))
+            raise
+        return GroupRun([QuestionResult(q, tuple(Candidate(s, f"answer of {s}", Context(s)) for s in specs))
+                         for q in questions])
+
+    class Run:
+        def remote(self, *args):
+            return run(*args)
+    handle = _Handle()
+    handle.run = Run()
+    return handle
+
+
+def voter(settle_at: int):
+    """Votes the last candidate; the vote settles (+inf) once `settle_at` stages have run."""
+    def vote(results):
+        votes, stats = [], []
+        for r in results:
+            c = r.candidates[-1]
+            votes.append(Vote(c.retriever, c.answer, 0.5, None, {c.retriever: 0.5}))
+            stats.append(float("inf") if len(r.candidates) >= settle_at else 0.0)
+        return votes, stats
+    return _Handle(cascade=lambda: Cascade(STAGES, (1.0, 1.0)), vote_with_stats=vote,
+                   weights_source=lambda: "test voter")
+
+
+async def collect(ing, request, metadata=()):
+    return [item async for item in ing.ask_stream(request, metadata)]
+
+
+def test_provisional_replies_then_the_final_one_last():
+    ing = _ingress(_Handle(), group(), voter(settle_at=3))
+    items = asyncio.run(collect(ing, eor_pb2.AskRequest(question="who?")))
+    assert [code for _, code, _ in items] == [grpc.StatusCode.OK] * 3
+    replies = [r for r, _, _ in items]
+    assert [r.final for r in replies] == [False, False, True]
+    assert [r.stopped_at_stage for r in replies] == [1, 2, 3] and replies[-1].stages == 3
+    assert [r.answer for r in replies] == ["answer of SE@1", "answer of Wiki@10", "answer of ReFree"]
+    assert list(replies[-1].ran) == ["SE@1", "Wiki@10", "ReFree"] and replies[0].voter == "test voter"
+
+
+def test_a_question_settled_by_the_first_round_gets_the_final_reply_alone():
+    ing = _ingress(_Handle(), group(), voter(settle_at=1))
+    (item,) = asyncio.run(collect(ing, eor_pb2.AskRequest(question="who?")))
+    assert item[0].final and item[0].stopped_at_stage == 1
+
+
+def test_errors_end_the_stream_with_their_status_and_one_line():
+    ing = _ingress(_Handle(), group(), voter(settle_at=3))
+    (item,) = asyncio.run(collect(ing, eor_pb2.AskRequest(question="  ")))
+    assert item[0] is None and item[1] == grpc.StatusCode.INVALID_ARGUMENT and "\n" not in item[2]
+    broken = _Handle(cascade=lambda: RuntimeError("bad\nTraceback (most recent call last):"),
+                     weights_source=lambda: "v")
+    (item,) = asyncio.run(collect(_ingress(_Handle(), group(), broken), eor_pb2.AskRequest(question="who?")))
+    assert item[1] == grpc.StatusCode.INTERNAL and item[2] == "RuntimeError: bad"
+
+
+def test_a_deadline_ends_with_a_final_reply_of_what_finished():
+    ing = _ingress(_Handle(), group(delay=0.3), voter(settle_at=3))
+    items = asyncio.run(collect(ing, eor_pb2.AskRequest(question="who?", deadline_s=0.5)))
+    final = items[-1][0]
+    assert final.final and items[-1][1] == grpc.StatusCode.OK
+    assert final.stopped_at_stage < 3 and all(not r.final for r, _, _ in items[:-1])
+
+
+def test_a_caller_that_goes_away_cancels_the_ask():
+    started, cancelled = [], []
+    ing = _ingress(_Handle(), group(delay=0.2, started=started, cancelled=cancelled), voter(settle_at=3))
+
+    async def scenario():
+        stream = ing.ask_stream(eor_pb2.AskRequest(question="who?"))
+        first = await stream.__anext__()  # the provisional reply after round 1 ...
+        assert not first[0].final
+        await stream.aclose()  # ... and the caller leaves
+        await asyncio.sleep(0.3)
+    asyncio.run(scenario())
+    assert started[:2] == [["SE@1"], ["Wiki@10"]] and cancelled == [["Wiki@10"]]
+    assert ["ReFree"] not in started  # nothing after the caller left

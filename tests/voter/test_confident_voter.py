@@ -1,0 +1,93 @@
+"""The confidence-aware voter file (eor-voter/3) and its live use: the scorer votes, its
+P(right) stops the rounds; v2 files load as before, with the same id."""
+from __future__ import annotations
+
+import asyncio
+import json
+
+import pytest
+
+from retrievers.types import Candidate, Context, QuestionResult
+from voter.adaptive import AdaptiveModel
+from voter.question_vote import equal_weights, vote_with_stats
+from voter.selector import AnswerScorer, feature_names
+from voter.similarity import create_metric
+from voter.weights_io import FORMAT, FORMAT_V2, SHIPPED_VOTER, Provenance, SavedWeights, load_weights, save_weights
+
+POOL = ("A", "B", "C")
+
+
+def confident_model(threshold: float = 0.8) -> AdaptiveModel:
+    """P(right) = sigmoid(5 * mean log-prob + 2.5): sure at -0.05 (0.90), unsure at -2.5 (0.00)."""
+    names = feature_names(POOL)
+    coef = [0.0] * len(names)
+    coef[names.index("mean_logprob")] = 5.0
+    scorer = AnswerScorer.from_dict({"features": list(names), "mean": [0.0] * len(names),
+                                     "scale": [1.0] * len(names), "coef": coef, "intercept": 2.5}, names)
+    return AdaptiveModel((("A",), ("B", "C")), scorer, (threshold,))
+
+
+def voter_file(model: AdaptiveModel | None) -> SavedWeights:
+    base = equal_weights(list(POOL), ["em"])
+    prov = Provenance("q.jsonl", 30, "reader-x", 0.5)
+    return SavedWeights(base.pool, base.metrics, base.pooling, base.threshold, base.weights, prov, adaptive=model)
+
+
+def test_v3_round_trip_and_v2_loading(tmp_path):
+    saved = voter_file(confident_model())
+    path = save_weights(tmp_path / "v3.json", saved)
+    d = json.loads(path.read_text())
+    assert d["format"] == FORMAT == "eor-voter/3" and d["adaptive"]["rounds"] == [["A"], ["B", "C"]]
+    back = load_weights(path)
+    assert back.adaptive.layout == saved.adaptive.layout and back.adaptive.thresholds == (0.8,)
+    assert back.digest == saved.digest and "confidence-aware" in back.describe()
+    assert back.stages.stages == (("A",), ("B", "C")) and back.stages.thresholds == (0.8,)
+    plain = voter_file(None)
+    assert plain.to_dict()["format"] == FORMAT_V2 and "adaptive" not in plain.to_dict()
+    shipped = load_weights(SHIPPED_VOTER)  # a v2 file: loads, same id as before this format existed
+    assert shipped.adaptive is None and shipped.to_dict()["format"] == FORMAT_V2 and shipped.digest == "8b3d50282f43"
+
+
+def test_a_malformed_adaptive_section_is_refused(tmp_path):
+    d = voter_file(confident_model()).to_dict()
+    d["adaptive"]["thresholds"] = [0.5, 0.5]
+    with pytest.raises(ValueError, match="malformed voter file: adaptive model: 2 thresholds for 2 rounds"):
+        SavedWeights.from_dict(d)
+    d = voter_file(confident_model()).to_dict()
+    d["adaptive"]["scorer"]["features"] = d["adaptive"]["scorer"]["features"][:-1]
+    with pytest.raises(ValueError, match="features"):
+        SavedWeights.from_dict(d)
+
+
+def result(q: str, answers: dict[str, tuple[str, float]]) -> QuestionResult:
+    return QuestionResult(q, tuple(Candidate(s, a, Context(s), logprobs=(lp, lp)) for s, (a, lp) in answers.items()))
+
+
+def test_the_scorer_votes_and_its_probability_is_the_statistic():
+    saved = voter_file(confident_model())
+    r = result("q", {"A": ("paris", -2.5), "B": ("lyon", -0.05), "C": ("paris", -3.0)})
+    (v,), (p,) = vote_with_stats([r], saved, [create_metric("em")])
+    assert v.retriever == "B" and v.answer == "lyon" and p == pytest.approx(0.9047, abs=1e-3)
+    assert v.scores["B"] == pytest.approx(p) and v.scores["A"] < 0.01
+
+
+def test_rounds_stop_after_the_first_when_the_reader_is_sure():
+    from serve.ensemble import answer_async
+
+    saved = voter_file(confident_model())
+    answers = {"sure?": {"A": ("paris", -0.05), "B": ("lyon", -1.0), "C": ("rome", -1.0)},
+               "unsure?": {"A": ("paris", -2.5), "B": ("lyon", -0.05), "C": ("lyon", -0.1)}}
+    ran: list[tuple[list[int], list[str]]] = []
+    qs = list(answers)
+
+    async def run_stage(open_, specs):
+        ran.append((list(open_), list(specs)))
+        return [result(qs[i], {s: answers[qs[i]][s] for s in specs}) for i in open_]
+
+    async def vote(results):
+        return vote_with_stats(results, saved, [create_metric("em")])
+
+    sure, unsure = asyncio.run(answer_async(qs, saved.stages, run_stage, vote))
+    assert (sure.stopped_at, sure.vote.answer, sure.ran) == (1, "paris", ["A"])
+    assert (unsure.stopped_at, unsure.vote.answer, unsure.ran) == (2, "lyon", ["A", "B", "C"])
+    assert ran == [([0, 1], ["A"]), ([1], ["B", "C"])]  # round 2 only for the open question
