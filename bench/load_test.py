@@ -78,17 +78,29 @@ def _reader_delta(before: dict, after: dict) -> dict:
             "mean_batch": d["engine_prompts"] / d["engine_calls"] if d["engine_calls"] else None}
 
 
-def run_calls(client, questions: list[str], concurrency: int, retrievers=(), on_reply=None) -> dict:
-    """Ask every question (in order, `concurrency` at a time); latencies and failures."""
+def run_calls(client, questions: list[str], concurrency: int, retrievers=(), on_reply=None,
+              stream: bool = False) -> dict:
+    """Ask every question (in order, `concurrency` at a time); latencies and failures.
+    `stream`: through AskStream, also the latency of the first (provisional or final) reply."""
     import grpc
 
-    lat, failures, lock = [], [], threading.Lock()
+    lat, first, failures, lock = [], [], [], threading.Lock()
+
+    def ask(q: str):
+        if not stream:
+            return client.ask(q, retrievers)
+        t, r, first_s = time.perf_counter(), None, None
+        for r in client.ask_stream(q, retrievers):
+            first_s = first_s if first_s is not None else time.perf_counter() - t
+        with lock:
+            first.append(first_s)
+        return r
 
     def one(i_q):
         i, q = i_q
         t = time.perf_counter()
         try:
-            r = client.ask(q, retrievers)
+            r = ask(q)
         except grpc.RpcError as exc:
             with lock:
                 failures.append({"i": i, "question": q, "code": exc.code().name, "details": exc.details()})
@@ -103,10 +115,13 @@ def run_calls(client, questions: list[str], concurrency: int, retrievers=(), on_
     with ThreadPoolExecutor(max_workers=concurrency) as pool:
         list(pool.map(one, enumerate(questions)))
     wall = time.perf_counter() - t0
-    return {"calls": len(questions), "ok": len(lat), "failed": len(failures), "failures": failures[:10],
-            "wall_s": round(wall, 2), "throughput_qps": round(len(lat) / wall, 3) if wall else None,
-            "p50_s": round(_pct(lat, 0.5), 3), "p95_s": round(_pct(lat, 0.95), 3),
-            "mean_s": round(statistics.fmean(lat), 3) if lat else None}
+    out = {"calls": len(questions), "ok": len(lat), "failed": len(failures), "failures": failures[:10],
+           "wall_s": round(wall, 2), "throughput_qps": round(len(lat) / wall, 3) if wall else None,
+           "p50_s": round(_pct(lat, 0.5), 3), "p95_s": round(_pct(lat, 0.95), 3),
+           "mean_s": round(statistics.fmean(lat), 3) if lat else None}
+    if stream:
+        out["first_reply_mean_s"] = round(statistics.fmean(first), 3) if first else None
+    return out
 
 
 def load_test(client, questions: list[str], n: int, concurrency: int, distinct: int) -> dict:
@@ -136,12 +151,13 @@ def compare(client, questions: list[str], cold: int, single: str, concurrency: i
     for name, qs, specs, hook in (("adaptive", sets[0], (), note_stop), ("single", sets[1], [single], None),
                                   *((("eor16", sets[2], list(pool), None),) if pool else ())):
         h0 = _health(client)
-        rows[name] = run_calls(client, qs, concurrency, retrievers=specs, on_reply=hook)
+        rows[name] = run_calls(client, qs, concurrency, retrievers=specs, on_reply=hook, stream=name == "adaptive")
         rows[name]["reader"] = _reader_delta(h0, _health(client))
     rows["adaptive"]["stopped_at_stage"] = dict(sorted(stops.items()))
+    rows["adaptive"]["first_round_stop_share"] = round(stops.get("1", 0) / cold, 3)
 
     def ratio(a: float | None, b: float | None) -> float | None:
-        return round(a / b, 2) if a and b else None
+        return round(a / b, 2) if a is not None and b else None
     work = {}
     for kind in ("prompt_tokens", "cached_tokens", "generated_tokens", "computed_tokens"):
         work[kind] = {name: round(r["reader"][kind] / cold, 1) for name, r in rows.items()}
@@ -149,6 +165,8 @@ def compare(client, questions: list[str], cold: int, single: str, concurrency: i
     return {"cold_questions": cold, "single": single, "rows": rows,
             "latency_ratio_adaptive_over_single": ratio(rows["adaptive"]["mean_s"], rows["single"]["mean_s"]),
             "latency_ratio_eor16_over_single": ratio(rows.get("eor16", {}).get("mean_s"), rows["single"]["mean_s"]),
+            "first_streamed_reply_over_single": ratio(rows["adaptive"].get("first_reply_mean_s"),
+                                                      rows["single"]["mean_s"]),
             "goal": "<= 2.5", "reader_work_per_question": work}
 
 

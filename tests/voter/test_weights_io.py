@@ -5,7 +5,7 @@ import pytest
 
 from tests.voter.conftest import tensor_from_clusters
 from voter.estimator import EoRVoter
-from voter.weights_io import FORMAT, FORMAT_V2, Provenance, SavedWeights, check_compatible, load_weights, save_weights
+from voter.weights_io import FORMAT_V2, Provenance, SavedWeights, check_compatible, load_weights, save_weights
 
 POOL = ["Wiki@10", "SE@1", "PK", "ReFree"]
 METRICS = ["em", "bertscore", "nli"]

@@ -1,0 +1,45 @@
+"""bench.load_test compare with a stand-in client: adaptive EoR through AskStream (its first
+reply timed), one retriever and EoR-16 through Ask, ratios and the round-1 stop share."""
+from __future__ import annotations
+
+import time
+
+from bench.load_test import compare
+from protos import eor_pb2
+
+
+class Client:
+    """Each Ask takes 0.02 s; a stream sends a provisional reply at once, the final after 0.05 s."""
+
+    def __init__(self):
+        self.streams = 0
+
+    def ask(self, q, retrievers=()):
+        time.sleep(0.02)
+        return eor_pb2.AskReply(question=q, answer="a", final=True, stopped_at_stage=1, stages=1)
+
+    def ask_stream(self, q, retrievers=()):
+        self.streams += 1
+        settles_at_once = self.streams % 2 == 0
+        if not settles_at_once:
+            yield eor_pb2.AskReply(question=q, answer="a?", final=False, stopped_at_stage=1, stages=2)
+            time.sleep(0.05)
+        yield eor_pb2.AskReply(question=q, answer="a", final=True, stopped_at_stage=1 if settles_at_once else 2,
+                               stages=2)
+
+    def health(self):
+        return eor_pb2.HealthReply()
+
+
+def test_compare_times_the_first_streamed_reply_and_counts_round_one_stops(monkeypatch):
+    import bench.load_test as lt
+
+    monkeypatch.setattr(lt, "_health", lambda client: {k: 0 for k in (
+        "prompt_tokens", "cached_tokens", "generated_tokens", "computed_tokens", "engine_calls", "prompts")})
+    monkeypatch.setattr(lt, "_reader_delta", lambda a, b: {k: 0 for k in (
+        "prompt_tokens", "cached_tokens", "generated_tokens", "computed_tokens")})
+    out = compare(Client(), [f"q{i}" for i in range(8)], cold=4, single="Wiki@10")
+    adaptive = out["rows"]["adaptive"]
+    assert adaptive["ok"] == 4 and adaptive["first_round_stop_share"] == 0.5
+    assert adaptive["first_reply_mean_s"] < adaptive["mean_s"]  # the provisional reply came before the final
+    assert out["first_streamed_reply_over_single"] is not None and "first_reply_mean_s" not in out["rows"]["single"]
