@@ -22,7 +22,7 @@ from retrievers.types import ERROR, TIMEOUT, Candidate, Context, Failure, Passag
 
 log = logging.getLogger(__name__)
 
-MAX_QUESTION_CHARS = 2000
+MAX_QUESTION_CHARS = 2000  # the default of PoolConfig.max_question_chars
 
 
 @dataclass(frozen=True)
@@ -43,6 +43,7 @@ class PoolConfig:
     long_form_repetition_penalty: float = 1.1  # PK/@CP: a 135M model loops under plain greedy
     prompt_layout: str = "shared-prefix"  # or "paper": see retrievers/prompts.py
     prefix_block_tokens: int = 128  # KV block size of the engine (vLLM-CPU: 128): prefix reuse is per block
+    max_question_chars: int = MAX_QUESTION_CHARS  # longer questions are refused (eor ask, fit, eval, and the service's requests)
 
     def __post_init__(self) -> None:
         if self.prompt_layout not in PROMPT_LAYOUTS:
@@ -61,12 +62,13 @@ class QuestionError(ValueError):
     """A question the pool refuses (empty, too long)."""
 
 
-def check_question(question: str) -> str:
+def check_question(question: str, max_chars: int = MAX_QUESTION_CHARS) -> str:
+    """The one question check (the CLI, the pool, the service's requests): not empty, not too long."""
     q = question.strip() if isinstance(question, str) else ""
     if not q:
         raise QuestionError("empty question")
-    if len(q) > MAX_QUESTION_CHARS:
-        raise QuestionError(f"question too long: {len(q)} characters (limit {MAX_QUESTION_CHARS})")
+    if len(q) > max_chars:
+        raise QuestionError(f"question too long: {len(q)} characters (limit {max_chars})")
     return q
 
 
@@ -171,7 +173,7 @@ class RetrieverPool:
         once, at the deepest k any of them needs."""
         if isinstance(questions, str):
             raise TypeError("run() takes a list of questions, not one string")
-        qs = [check_question(q) for q in questions]
+        qs = [check_question(q, self.config.max_question_chars) for q in questions]
         if documents is not None and len(documents) != len(qs):
             raise ValueError(f"{len(qs)} questions but {len(documents)} document lists")
         if shared is not None and len(shared) != len(qs):

@@ -80,7 +80,6 @@ class ServiceConfig:
     groups: tuple[tuple[str, ...], ...] = ()  # explicit specs per actor (unlisted specs get their own); empty: the layout
     retriever_timeout_s: float = 120.0  # an Ask's whole budget, every cascade stage; a request deadline shortens it
     vote_reserve_s: float = 30.0  # no new stage starts with less than this (or a quarter of the budget) left
-    max_question_chars: int = 2000
     max_batch: int = 64  # questions per AskBatch
     max_prompts: int = 64  # prompts per Generate
     max_prompt_chars: int = 20000
@@ -98,8 +97,8 @@ class ServiceConfig:
     reader_memory_gib: float = 0.0  # Ray memory reservations (0: none; a multi-node cluster sets them)
 
     def __post_init__(self) -> None:
-        if self.retriever_timeout_s <= 0 or self.max_batch < 1 or self.max_question_chars < 1:
-            raise ValueError("service: retriever_timeout_s, max_batch and max_question_chars must be positive")
+        if self.retriever_timeout_s <= 0 or self.max_batch < 1:
+            raise ValueError("service: retriever_timeout_s and max_batch must be positive")
         if self.retriever_actors not in RETRIEVER_ACTOR_LAYOUTS:
             raise ValueError(f"service.retriever_actors must be one of {RETRIEVER_ACTOR_LAYOUTS}, "
                              f"got {self.retriever_actors!r}")

@@ -309,9 +309,3 @@ class EoRVoter:
         sim, mask = _check_X(X)
         pred = choose(_decision_scores(sim, mask, self._weights(), self.config.rule))
         return float(chosen_correctness(pred, _check_y(y, mask.shape)).mean())
-
-
-def fit_voter(X: Any, y: Any, **params: Any) -> EoRVoter:
-    """Convenience: `EoRVoter(**params).fit(X, y)`."""
-    return EoRVoter(**params).fit(X, y)
-

@@ -219,5 +219,5 @@ def _metrics_port(svc) -> int:
         return svc.metrics_port
     import ray
 
-    node = ray._private.worker.global_worker.node
-    return int(getattr(node, "metrics_export_port", 0) or 0)
+    here = ray.get_runtime_context().get_node_id()  # the public view of this node: ray.nodes()
+    return next((int(n.get("MetricsExportPort") or 0) for n in ray.nodes() if n.get("NodeID") == here), 0)

@@ -193,9 +193,6 @@ class Voter:
     async def vote_with_stats(self, results: list[QuestionResult]):
         return await asyncio.to_thread(self._vote, results)
 
-    async def vote(self, results: list[QuestionResult]):
-        return (await self.vote_with_stats(results))[0]
-
     async def cascade(self):
         return self.choice.saved.stages
 

@@ -148,7 +148,8 @@ class EorIngress:
         work is cancelled with it: its engine requests are aborted as a missed deadline's are."""
         try:
             self._check_token(metadata)
-            spec = parse_ask(request, self.pool, self.limits, batch=False)
+            spec = parse_ask(request, self.pool, self.limits, batch=False,
+                             max_question_chars=self.settings.pool.max_question_chars)
         except Exception as exc:
             code, details = status_of(exc)
             metrics.inc("eor_requests", rpc="AskStream", code=code.name)
@@ -187,11 +188,13 @@ class EorIngress:
                 task.cancel()
 
     async def _ask_one(self, request) -> eor_pb2.AskReply:
-        spec = parse_ask(request, self.pool, self.limits, batch=False)
+        spec = parse_ask(request, self.pool, self.limits, batch=False,
+                             max_question_chars=self.settings.pool.max_question_chars)
         return (await self._ask(spec))[0]
 
     async def _ask_batch(self, request) -> eor_pb2.AskBatchReply:
-        spec = parse_ask(request, self.pool, self.limits, batch=True)
+        spec = parse_ask(request, self.pool, self.limits, batch=True,
+                         max_question_chars=self.settings.pool.max_question_chars)
         return eor_pb2.AskBatchReply(replies=await self._ask(spec))
 
     async def _group(self, handle: Any, questions: list[str], specs: list[str], top_k: int, timeout: float,
@@ -341,7 +344,7 @@ class EorIngress:
         return results, reader_s
 
     async def _retrieve(self, request) -> eor_pb2.RetrieveReply:
-        spec = parse_retrieve(request, sorted(self.sources), self.limits)
+        spec = parse_retrieve(request, sorted(self.sources), self.limits, self.settings.pool.max_question_chars)
         k = spec.k or self.settings.pool.default_k
         timeout = self.limits.retriever_timeout_s
 

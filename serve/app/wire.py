@@ -13,6 +13,8 @@ from typing import Any, Callable, Sequence
 
 from protos import eor_pb2
 from retrievers.types import Passage, QuestionResult
+from retrievers.pool import MAX_QUESTION_CHARS, QuestionError
+from retrievers.pool import check_question as pool_check_question
 from serve.app.errors import InvalidArgument
 from serve.config import ServiceConfig
 
@@ -49,24 +51,23 @@ def lenient(message_cls: type) -> Callable[[bytes], Any]:
     return deserialize
 
 
-def check_question(q: Any, limits: ServiceConfig, where: str = "question") -> str:
+def check_question(q: Any, max_chars: int = MAX_QUESTION_CHARS, where: str = "question") -> str:
+    """The core's check (retrievers/pool.py: check_question, the pool's limit), as INVALID_ARGUMENT."""
     if not isinstance(q, str):
         raise InvalidArgument(f"{where} must be a string")
-    text = q.strip()
-    if not text:
-        raise InvalidArgument(f"{where} is empty")
-    if len(text) > limits.max_question_chars:
-        raise InvalidArgument(f"{where} too long: {len(text)} characters (limit {limits.max_question_chars})")
-    return text
+    try:
+        return pool_check_question(q, max_chars)
+    except QuestionError as exc:
+        raise InvalidArgument(f"{where}: {exc}") from None
 
 
-def check_questions(qs: Sequence[Any], limits: ServiceConfig) -> tuple[str, ...]:
+def check_questions(qs: Sequence[Any], limits: ServiceConfig, max_chars: int = MAX_QUESTION_CHARS) -> tuple[str, ...]:
     """A batch's questions: at least one, at most `max_batch`, each checked."""
     if not qs:
         raise InvalidArgument("questions is empty")
     if len(qs) > limits.max_batch:
         raise InvalidArgument(f"batch too large: {len(qs)} questions (limit {limits.max_batch})")
-    return tuple(check_question(q, limits, f"questions[{i}]") for i, q in enumerate(qs))
+    return tuple(check_question(q, max_chars, f"questions[{i}]") for i, q in enumerate(qs))
 
 
 @dataclass(frozen=True)
@@ -93,11 +94,13 @@ def parse_documents(docs: Sequence[Any], limits: ServiceConfig, where: str) -> t
     return tuple(out)
 
 
-def parse_ask(request: Any, pool: Sequence[str], limits: ServiceConfig, batch: bool) -> AskSpec:
+def parse_ask(request: Any, pool: Sequence[str], limits: ServiceConfig, batch: bool,
+              max_question_chars: int = MAX_QUESTION_CHARS) -> AskSpec:
+    """`max_question_chars`: the pool's limit (pool.max_question_chars), the one the core checks."""
     if isinstance(request, BadRequest):
         raise InvalidArgument(request.message)
     if batch:
-        questions = check_questions(request.questions, limits)
+        questions = check_questions(request.questions, limits, max_question_chars)
         documents = None
         if request.documents:
             if len(request.documents) != len(questions):
@@ -106,7 +109,7 @@ def parse_ask(request: Any, pool: Sequence[str], limits: ServiceConfig, batch: b
             documents = tuple(parse_documents(d.passages, limits, f"documents[{i}]")
                               for i, d in enumerate(request.documents))
     else:
-        questions = (check_question(request.question, limits),)
+        questions = (check_question(request.question, max_question_chars),)
         documents = (parse_documents(request.documents, limits, "documents"),) if request.documents else None
     unknown = [s for s in request.retrievers if s not in pool]
     if unknown:
@@ -128,10 +131,11 @@ class RetrieveSpec:
     sources: tuple[str, ...]
 
 
-def parse_retrieve(request: Any, sources: Sequence[str], limits: ServiceConfig) -> RetrieveSpec:
+def parse_retrieve(request: Any, sources: Sequence[str], limits: ServiceConfig,
+                   max_question_chars: int = MAX_QUESTION_CHARS) -> RetrieveSpec:
     if isinstance(request, BadRequest):
         raise InvalidArgument(request.message)
-    questions = check_questions(request.questions, limits)
+    questions = check_questions(request.questions, limits, max_question_chars)
     unknown = [s for s in request.sources if s not in sources]
     if unknown:
         raise InvalidArgument(f"unknown source(s) {unknown}; sources: {', '.join(sources)}")

@@ -154,6 +154,8 @@ class VLLMEngine:
         self._llm = None
 
     def _shutdown(self) -> None:
+        # vLLM 0.32's LLM has no public shutdown (AsyncLLM has one, below); without this its engine
+        # core process outlives the object until interpreter exit, when logging is already gone.
         self._llm.llm_engine.engine_core.shutdown()
 
     @property

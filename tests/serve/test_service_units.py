@@ -101,8 +101,9 @@ def test_lenient_deserializer_turns_bad_bytes_into_bad_request():
 
 def test_parse_ask_limits():
     pool = ["Wiki@10", "ReFree"]
-    limits = ServiceConfig(max_question_chars=10, max_batch=2)
-    spec = parse_ask(eor_pb2.AskRequest(question=" hi ", retrievers=["ReFree"]), pool, limits, batch=False)
+    limits = ServiceConfig(max_batch=2)
+    spec = parse_ask(eor_pb2.AskRequest(question=" hi ", retrievers=["ReFree"]), pool, limits, batch=False,
+                     max_question_chars=10)
     assert spec.questions == ("hi",) and spec.retrievers == ("ReFree",)
     for req, batch in [(eor_pb2.AskRequest(question="x" * 11), False),
                        (eor_pb2.AskBatchRequest(questions=["a", "b", "c"]), True),
@@ -110,7 +111,7 @@ def test_parse_ask_limits():
                        (eor_pb2.AskRequest(question="a", top_k=1000), False),
                        (BadRequest("nope"), False)]:
         with pytest.raises(InvalidArgument):
-            parse_ask(req, pool, limits, batch)
+            parse_ask(req, pool, limits, batch, max_question_chars=10)
 
 
 def test_bearer_token_is_checked_on_every_rpc(monkeypatch):
@@ -364,3 +365,18 @@ def test_generate_starts_are_checked(request_, message):
 
     with pytest.raises(InvalidArgument, match=re.escape(message)):
         parse_generate(eor_pb2.GenerateRequest(**request_), config_from_dict({}).service)
+
+
+def test_one_question_limit_for_the_pool_and_the_service():
+    """pool.max_question_chars is the one limit: raised, a long question passes the service's
+    request check and the core's (before, the core's fixed 2000 failed every retriever)."""
+    from retrievers.pool import PoolConfig, check_question
+
+    long_q = "why " * 625  # 2,500 characters
+    cfg = config_from_dict({"pool": {"max_question_chars": 3000}})
+    assert cfg.pool.max_question_chars == 3000
+    spec = parse_ask(eor_pb2.AskRequest(question=long_q), ["ReFree"], cfg.service, batch=False,
+                     max_question_chars=cfg.pool.max_question_chars)
+    assert check_question(spec.questions[0], PoolConfig(max_question_chars=3000).max_question_chars)
+    with pytest.raises(InvalidArgument, match="too long: 2499 characters"):
+        parse_ask(eor_pb2.AskRequest(question=long_q), ["ReFree"], cfg.service, batch=False)
