@@ -63,6 +63,8 @@ def build_parser() -> argparse.ArgumentParser:
     a.add_argument("--server", metavar="HOST:PORT", help="ask a running `eor serve` over gRPC instead "
                    "(bearer token from $EOR_SERVE_TOKEN)")
     a.add_argument("--tls-ca", help="with --server: CA certificate (PEM) of a TLS server")
+    a.add_argument("--local", action="store_true", help="answer in this process even when a local `eor serve` "
+                   "is running (by default a running one answers: its engine is warm)")
     voter_args(a)
     common(a)
     a.set_defaults(func=cmd_ask)

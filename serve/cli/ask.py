@@ -96,7 +96,32 @@ def print_answer(ans, verbose: bool) -> None:
         print_result(ans.result, v)
 
 
+def running_service(args) -> str | None:
+    """The address of a local `eor serve` that is up (grpc.health SERVING), where this ask's
+    config says it listens; None when there is none, or when the options ask for what only an
+    in-process ask does (another voter, reader or index than the server's, --verbose)."""
+    if args.local or args.weights or args.equal_weights or args.model or args.index or args.verbose:
+        return None
+    svc = _config(args).service
+    if svc.tls_cert or not svc.port or svc.host not in ("127.0.0.1", "localhost", "::1"):
+        return None
+    address = f"{svc.host}:{svc.port}"
+    from protos import eor_pb2
+    from protos.client import EorClient
+
+    try:
+        with EorClient(address, timeout_s=1.0) as client:
+            return address if client.health(timeout_s=1.0).status == eor_pb2.HealthReply.SERVING else None
+    except Exception:  # nothing listening, or not an eor service: answer in this process
+        return None
+
+
 def cmd_ask(args) -> int:
+    if not getattr(args, "server", None):
+        args.server = running_service(args)
+        if args.server:  # its engine is warm: seconds instead of an engine start
+            print(f"eor: answered by the running eor serve at {args.server} (--local: answer in this process)",
+                  file=sys.stderr)
     if getattr(args, "server", None):
         return _ask_remote(args)
     from serve.cli.console import Console, log_path

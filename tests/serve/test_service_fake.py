@@ -426,3 +426,30 @@ def test_ask_stream_client_that_goes_away_leaves_the_service_serving(stub):
     assert err.value.code() == grpc.StatusCode.CANCELLED
     assert stub.Health(eor_pb2.HealthRequest(), timeout=30).status == eor_pb2.HealthReply.SERVING
     assert stub.Ask(eor_pb2.AskRequest(question="who painted the mona lisa"), timeout=60).answer == "lisa"
+
+
+def test_eor_ask_uses_a_running_local_service_and_says_so(service, tmp_path, capsys, monkeypatch):
+    """The next question in seconds: `eor ask` with the config `eor serve` was given finds it up
+    and asks it (its engine is warm); --local, or an option only an in-process ask has, does not."""
+    from serve.cli import main
+    from serve.cli.ask import running_service
+
+    port = int(service.address.rsplit(":", 1)[1])
+    cfg = tmp_path / "eor.yaml"
+    cfg.write_text(f"service:\n  port: {port}\n")
+    assert main(["ask", "--config", str(cfg), "who painted the mona lisa"]) == 0
+    out = capsys.readouterr()
+    assert f"answered by the running eor serve at 127.0.0.1:{port}" in out.err
+    assert "A: lisa" in out.out
+
+    class Args:
+        config, local, weights, equal_weights, model, index, verbose = str(cfg), False, None, False, None, None, False
+    assert running_service(Args()) == f"127.0.0.1:{port}"
+    Args.local = True
+    assert running_service(Args()) is None
+    Args.local, Args.weights = False, "w.json"  # another voter than the server's: in this process
+    assert running_service(Args()) is None
+    other = tmp_path / "other.yaml"
+    other.write_text("service:\n  port: 1\n")  # nothing listens there
+    Args.weights, Args.config = None, str(other)
+    assert running_service(Args()) is None
