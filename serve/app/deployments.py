@@ -62,6 +62,18 @@ class GroupRun:
     shared: list[Any] | None = None  # the questions' QuestionWork, as this run extended it
 
 
+RECENT_VOTERS = 4  # voters kept for Asks that began before a push
+
+
+@dataclass(frozen=True)
+class VoterPlan:
+    """The voter one Ask runs with (Voter.plan)."""
+
+    key: str
+    cascade: Any  # voter.cascade.Cascade
+    label: str
+
+
 GROUP_CONCURRENCY = 32  # Asks one retriever actor runs at once (each a thread waiting on remote calls)
 
 
@@ -134,7 +146,7 @@ class Voter:
         self.reader_client = RemoteReader(reader, timeout_s=self.settings.service.retriever_timeout_s)
         self.reader_model = self.settings.reader.model
         self.choice = None
-        self._metrics = None
+        self._recent: dict[str, Any] = {}  # voter key -> (choice, its metrics): Asks under way keep theirs
         self._set_weights(None, self.settings.voter.weights)
 
     def _set_weights(self, weights: dict | None, path: str) -> None:
@@ -163,8 +175,11 @@ class Voter:
                 choice = choose_voter(self.pool, self.reader_model)
         for w in choice.warnings:
             log.warning("voter: %s", w)
-        self.choice, self._metrics = choice, None
-        self._metrics_for(choice)  # the metric models load now, not in the first Ask's vote (its deadline)
+        sims = self._built_metrics(choice)  # the metric models load now, not in the first Ask's vote
+        self.choice = choice
+        self._recent[self._key(choice)] = (choice, sims)
+        while len(self._recent) > RECENT_VOTERS:
+            self._recent.pop(next(iter(self._recent)))
         log.info("voter: %s", choice.describe())
 
     def reconfigure(self, user_config: dict) -> None:
@@ -172,29 +187,37 @@ class Voter:
         self._set_weights(user_config.get("weights"), user_config.get("weights_file")
                           or self.settings.voter.weights)
 
-    def _metrics_for(self, choice):
-        """The similarity metrics of `choice`, built and loaded once per voter."""
+    @staticmethod
+    def _key(choice) -> str:
+        return f"{choice.saved.digest}:{choice.source}"
+
+    def _built_metrics(self, choice):
+        """The similarity metrics of `choice`, built and loaded (once per voter)."""
         from voter.question_vote import build_metrics
 
-        metrics = self._metrics
-        if metrics is None or metrics[0] is not choice:
-            built = build_metrics(choice.options, self.reader_client)
-            for m in built:
-                m.load()
-            metrics = self._metrics = (choice, built)
-        return metrics[1]
+        for known, built in self._recent.values():
+            if known.options == choice.options:
+                return built
+        built = build_metrics(choice.options, self.reader_client)
+        for m in built:
+            m.load()
+        return built
 
-    def _vote(self, results: list[QuestionResult]):
+    def _vote(self, results: list[QuestionResult], key: str | None):
         from voter.question_vote import vote_with_stats
 
-        choice = self.choice  # one voter for the whole vote, even during a push
-        return vote_with_stats(results, choice.saved, self._metrics_for(choice))
+        choice, sims = self._recent.get(key) or self._recent[self._key(self.choice)]
+        return vote_with_stats(results, choice.saved, sims)
 
-    async def vote_with_stats(self, results: list[QuestionResult]):
-        return await asyncio.to_thread(self._vote, results)
+    async def plan(self) -> VoterPlan:
+        """What one Ask needs of the voter, in one call: its cascade, its label, and the key its
+        votes name, so a voter pushed while the Ask runs does not change the Ask's voter."""
+        choice = self.choice
+        return VoterPlan(self._key(choice), choice.saved.stages, choice.describe())
 
-    async def cascade(self):
-        return self.choice.saved.stages
+    async def vote_with_stats(self, results: list[QuestionResult], key: str | None = None):
+        """(votes, settle statistics) by the voter `key` names (plan()), else the current one."""
+        return await asyncio.to_thread(self._vote, results, key)
 
     async def weights_source(self) -> str:
         return self.choice.describe()

@@ -213,7 +213,8 @@ class EorIngress:
         budget = self.limits.retriever_timeout_s
         if spec.deadline_s:
             budget = min(budget, spec.deadline_s)
-        cascade = cascade_for(await self.voter.cascade.remote(), spec.retrievers if spec.explicit else None)
+        plan = await self.voter.plan.remote()  # one voter for the whole Ask, even if another is pushed meanwhile
+        cascade = cascade_for(plan.cascade, spec.retrievers if spec.explicit else None)
         reader_s = [0.0]
         plan_specs = [s for stage in cascade.stages for s in stage]
         work = [QuestionWork() for _ in spec.questions]  # one plan per question, shared by its stages
@@ -232,7 +233,8 @@ class EorIngress:
             t = time.perf_counter()
             reserve = min(self.limits.vote_reserve_s, budget / 4)  # a vote always gets this much
             try:
-                out = await _bounded(self.voter.vote_with_stats.remote(results), max(budget - (t - t0), reserve))
+                out = await _bounded(self.voter.vote_with_stats.remote(results, plan.key),
+                                     max(budget - (t - t0), reserve))
             except asyncio.TimeoutError as exc:
                 if isinstance(exc, ray_exceptions.RayError):  # the voter failed; it did not run late
                     raise
@@ -243,16 +245,12 @@ class EorIngress:
         def time_left() -> float:  # the next stage needs time for its reading and the vote after it
             return budget - (time.perf_counter() - t0) - min(self.limits.vote_reserve_s, budget / 4)
 
-        voter_name: list[str] = []
-
         async def provisional(answers, positions) -> None:
             if on_provisional is None:
                 return
-            if not voter_name:
-                voter_name.append(await self.voter.weights_source.remote())
             now = time.perf_counter()
             await on_provisional([ask_reply(a.result, a.vote, a.result.failed, now - t0, reader_s[0] / len(spec.questions),
-                                            voter_name[0], a.stopped_at, a.stages, final=False) for a in answers])
+                                            plan.label, a.stopped_at, a.stages, final=False) for a in answers])
 
         try:
             answers = await answer_async(spec.questions, cascade, run_stage, vote, time_left=time_left,
@@ -260,7 +258,7 @@ class EorIngress:
         except VoteDeadline:
             raise DeadlineExceeded(
                            f"the first vote did not finish within the {budget:g} s deadline") from None
-        voter = await self.voter.weights_source.remote()
+        voter = plan.label
         now = time.perf_counter()
         metrics.observe("eor_stage_seconds", now - t0, stage="total")
         replies = []

@@ -8,6 +8,7 @@ import asyncio
 import grpc
 
 from protos import eor_pb2
+from serve.app.deployments import VoterPlan
 from retrievers.types import Candidate, Context, QuestionResult
 from serve.app.deployments import GroupRun
 from tests.serve.test_reader_recovery import _Handle, _ingress
@@ -47,8 +48,8 @@ def voter(settle_at: int):
             votes.append(Vote(c.retriever, c.answer, 0.5, None, {c.retriever: 0.5}))
             stats.append(float("inf") if len(r.candidates) >= settle_at else 0.0)
         return votes, stats
-    return _Handle(cascade=lambda: Cascade(STAGES, (1.0, 1.0)), vote_with_stats=vote,
-                   weights_source=lambda: "test voter")
+    return _Handle(plan=lambda: VoterPlan("k", Cascade(STAGES, (1.0, 1.0)), "test voter"),
+                   vote_with_stats=lambda results, key: vote(results))
 
 
 async def collect(ing, request, metadata=()):
@@ -76,8 +77,7 @@ def test_errors_end_the_stream_with_their_status_and_one_line():
     ing = _ingress(_Handle(), group(), voter(settle_at=3))
     (item,) = asyncio.run(collect(ing, eor_pb2.AskRequest(question="  ")))
     assert item[0] is None and item[1] == grpc.StatusCode.INVALID_ARGUMENT and "\n" not in item[2]
-    broken = _Handle(cascade=lambda: RuntimeError("bad\nTraceback (most recent call last):"),
-                     weights_source=lambda: "v")
+    broken = _Handle(plan=lambda: RuntimeError("bad\nTraceback (most recent call last):"))
     (item,) = asyncio.run(collect(_ingress(_Handle(), group(), broken), eor_pb2.AskRequest(question="who?")))
     assert item[1] == grpc.StatusCode.INTERNAL and item[2] == "RuntimeError: bad"
 

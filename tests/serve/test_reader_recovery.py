@@ -9,6 +9,7 @@ import grpc
 import pytest
 
 from protos import eor_pb2
+from serve.app.deployments import VoterPlan
 from retrievers.reader import PromptText, SamplingParams
 from serve.config import config_from_dict
 
@@ -167,7 +168,8 @@ def test_ask_while_the_reader_is_down_is_unavailable_and_health_says_why():
                                     "generated_tokens": 0, "cached_tokens": 0, "down": down, "restarts": 0},
                      model_id=lambda: "m")
     group = _Handle(run=lambda *a: RayTaskError(ReaderUnavailable(down)))
-    voter = _Handle(cascade=lambda: Cascade.single_stage(["ReFree"]), weights_source=lambda: "equal weights")
+    voter = _Handle(plan=lambda: VoterPlan("k", Cascade.single_stage(["ReFree"]), "equal weights"),
+                    weights_source=lambda: "equal weights")
     ing = _ingress(reader, group, voter)
     reply, code, details = asyncio.run(ing.call("Ask", eor_pb2.AskRequest(question="who?")))
     assert (reply, code, details) == (None, grpc.StatusCode.UNAVAILABLE, down)
@@ -179,7 +181,7 @@ def test_ask_while_the_reader_is_down_is_unavailable_and_health_says_why():
 def test_an_unexpected_error_is_internal_with_one_line():
     from voter.cascade import Cascade
 
-    voter = _Handle(cascade=lambda: RuntimeError("\x1b[1mbad\x1b[0m thing\n  File \"x.py\", line 1"),
+    voter = _Handle(plan=lambda: RuntimeError("\x1b[1mbad\x1b[0m thing\n  File \"x.py\", line 1"),
                     weights_source=lambda: "equal weights")
     ing = _ingress(_Handle(), _Handle(), voter)
     reply, code, details = asyncio.run(ing.call("Ask", eor_pb2.AskRequest(question="who?")))

@@ -140,9 +140,12 @@ def test_voter_weights_come_from_user_config_and_a_push_survives_a_restart(tmp_p
     settings = config_from_dict({"voter": {"metrics": ["em"], "weights": "equal"}})
     voter = Voter.func_or_class(settings.to_dict(), None)
     assert voter.choice.source == "equal weights"
+    plan = asyncio.run(voter.plan())  # an Ask begins with the equal-weights voter ...
     saved = equal_weights(list(settings.pool.specs), ["em"], "max")
-    voter.reconfigure({"weights": saved.to_dict()})
+    voter.reconfigure({"weights": saved.to_dict()})  # ... and a push lands while it runs
     assert voter.choice.source == "pushed" and voter.choice.saved.pooling == "max"
+    assert plan.label.startswith("equal weights") and asyncio.run(voter.plan()).key != plan.key
+    assert voter._recent[plan.key][0].source == "equal weights"  # the Ask's votes still use its own voter
     assert pushed_voter_path().exists()
     with pytest.raises(ValueError):
         voter.reconfigure({"weights": equal_weights(["ReFree"], ["em"]).to_dict()})  # another pool
