@@ -180,10 +180,52 @@ class EnsembleRuns:
 SWEEP_SCALES = (0.0, 0.25, 0.5, 0.75, 1.0, 1.5, 2.0, 4.0, math.inf)
 
 
+def replay_confident(scored: Scored, saved: SavedWeights, metrics: Sequence[Any]) -> EnsembleRuns:
+    """The ensembles of a confidence-aware voter (eor-voter/3): EoR is its rounds with the
+    scorer's stop rule, pruned EoR every round, EoR-16 the equal-weights vote over all 16."""
+    from serve.offline.adaptive import equal_vote, pool_run
+    from voter.adaptive import AdaptiveModel, apply_model
+
+    model = saved.adaptive
+    results = [r for _, r in scored]
+    pool = list(saved.pool)
+    run = pool_run(scored, pool, metrics, equal_vote(pool, saved.metrics, saved.pooling))
+    upto = [set(x for r in model.layout[: k + 1] for x in r) for k in range(len(model.layout))]
+
+    def replay(thresholds) -> tuple[list[str], list[ReaderTokens], Any]:
+        out = apply_model(run, AdaptiveModel(model.layout, model.scorer, tuple(thresholds)))
+        answers = [(run.answers[i][w] or "") if w >= 0 else "" for i, w in enumerate(out.picked)]
+        return answers, [r.reader_tokens(upto[k]) for r, k in zip(results, out.stop)], out
+    answers, tokens = {}, {}
+    answers[EOR], tokens[EOR], out = replay(model.thresholds)
+    answers[EOR_PRUNED], tokens[EOR_PRUNED], _ = replay([math.inf] * len(model.thresholds))
+    win = equal_weights_voter(saved).predict((run.sim, run.mask))
+    answers[EOR_16] = [(run.answers[i][w] or "") if w >= 0 else "" for i, w in enumerate(win)]
+    tokens[EOR_16] = [r.reader_tokens() for r in results]
+    golds = [q.answers for q, _ in scored]
+    sweep = []
+    for scale in SWEEP_SCALES:
+        tau = [math.inf if not math.isfinite(scale) else t * scale for t in model.thresholds]
+        a, t, _ = replay(tau)
+        sweep.append({"scale": scale, "match": float(np.mean([match(x, g) for x, g in zip(a, golds)])) if golds else 0.0,
+                      "computed_tokens": float(np.mean([x.computed for x in t])) if t else 0.0})
+    stop = out.stop
+    rates = [float((stop == k).mean()) for k in range(len(model.layout))]
+    return EnsembleRuns(answers, tokens, rates, [list(r) for r in model.layout], sweep)
+
+
+def equal_weights_voter(saved: SavedWeights):
+    from voter.question_vote import equal_weights
+
+    return equal_weights(list(saved.pool), saved.metrics, saved.pooling).voter()
+
+
 def replay_ensembles(scored: Scored, saved: SavedWeights, metrics: Sequence[Any]) -> EnsembleRuns:
     from voter.question_vote import equal_weights, similarity_inputs
     from voter.cascade import build_trace, evaluate_rule, stop_stages
 
+    if saved.adaptive is not None:
+        return replay_confident(scored, saved, metrics)
     results = [r for _, r in scored]
     pool = list(saved.pool)
     grid = answer_grid(results, pool)

@@ -135,3 +135,29 @@ def test_json_is_alone_on_stdout_whatever_the_libraries_print(command, qfile, tm
     if command != "fit":  # fit prints its report as text
         json.loads(out.out)
     assert "noise on stdout" in (eor_home / "logs" / "eor.log").read_text()
+
+
+def test_eval_replays_a_confidence_aware_voter(qfile, tmp_path, eor_home, use_pool, capsys):
+    """A v3 voter's EoR row is its rounds and stop rule (the scorer trusts the reader's
+    confidence; these fake answers carry none, so nothing is sure and every round runs)."""
+    from voter.adaptive import AdaptiveModel
+    from voter.question_vote import equal_weights
+    from voter.selector import AnswerScorer, feature_names
+    from voter.weights_io import Provenance, SavedWeights, save_weights
+
+    names = feature_names(SPECS)
+    coef = [0.0] * len(names)
+    coef[names.index("mean_logprob")] = 5.0
+    scorer = AnswerScorer.from_dict({"features": list(names), "mean": [0.0] * len(names),
+                                     "scale": [1.0] * len(names), "coef": coef, "intercept": 2.5}, names)
+    base = equal_weights(SPECS, ["em"])
+    saved = SavedWeights(base.pool, base.metrics, base.pooling, base.threshold, base.weights,
+                         Provenance("other.jsonl", 10, "r", 0.5),
+                         adaptive=AdaptiveModel((("SE@1",), ("Wiki@10", "ReFree")), scorer, (0.8,)))
+    save_weights(tmp_path / "v3.json", saved)
+    use_pool(FakePool(SPECS, answers))
+    doc = run_eval(capsys, "--questions", str(qfile), "--out-dir", str(tmp_path / "r"),
+                   "--weights", str(tmp_path / "v3.json"))
+    assert doc["cascade"]["stages"] == [["SE@1"], ["Wiki@10", "ReFree"]] and doc["cascade"]["stop_rate"] == [0.0, 1.0]
+    s = doc["datasets"]["all"]["systems"]
+    assert s["EoR"] == s["EoR pruned"] and s["EoR"]["match"] is not None
