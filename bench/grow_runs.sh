@@ -16,6 +16,7 @@ mkdir -p "$home/logs"
 for ((n = step; n <= max; n += step)); do
   for split in eval fit; do
     echo "$(date -u +%FT%TZ) $split --limit $n"
-    .venv/bin/eor run --questions "$questions" --split "$split" --limit "$n" --index shared --no-progress --json
+    .venv/bin/eor run --questions "$questions" --split "$split" --limit "$n" --index shared --no-progress --json \
+      || { echo "step failed (exit $?); its finished questions are kept, the next step retries the rest"; sleep 30; }
   done
 done

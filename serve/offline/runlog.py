@@ -135,7 +135,8 @@ def run_log_for(config: Any, pool: Any, questions_file: str | Path) -> RunLog:
     """The run log of this pool (its specs, processing settings and reader) and index over a
     question file: the one `eor run`, `eor fit` and `eor eval` all append to and read."""
     pool_config = asdict(getattr(pool, "config", config.pool))
-    pool_config.pop("specs", None)
+    for unused in ("specs", "max_question_chars"):  # the specs are keyed on their own; the limit changes no answer
+        pool_config.pop(unused, None)
     key = RunKey.create(questions_file, pool.reader.model_id, pool.specs,
                         {"pool": pool_config, "index": asdict(config.index)})
     return RunLog(key)
