@@ -94,3 +94,4 @@ def inc(name: str, value: float = 1.0, **tags: str) -> None:
 
 
 METRIC_NAMES = tuple(_DEFS)
+METRIC_KINDS = {name: d[0] for name, d in _DEFS.items()}  # "counter" (exported with _total), "gauge", "histogram"
