@@ -15,7 +15,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -28,6 +28,7 @@ from voter.selector import sign_test
 
 ADAPTIVE = "adaptive (confidence)"
 SELECTOR = "selector, every round"
+BLIND = "adaptive, no confidence"  # the same rounds, refitted with the log-probabilities hidden
 
 
 def finished(args) -> tuple[Any, list, list]:
@@ -126,6 +127,10 @@ def report(args) -> dict[str, Any]:
                                                   fitted.latency, fitted.accuracy)
     eval_run = pool_run(held, specs, metrics, equal_vote(specs, choice.saved.metrics, choice.saved.pooling))
     best_single = max(specs, key=lambda s: (acc[s], -specs.index(s)))
+    blind_fit = replace(fit_run, logprobs=[[None] * len(specs) for _ in range(len(fit_run))])
+    blind_eval = replace(eval_run, logprobs=[[None] * len(specs) for _ in range(len(eval_run))])
+    blind_layout = fit_layout(blind_fit, chosen.layout, latency, tolerance=args.tolerance)
+    blind = apply_model(blind_eval, fit_model(blind_fit, blind_layout))
     out = apply_model(eval_run, model)
     every = apply_model(eval_run, type(model)(model.layout, model.scorer, (float("inf"),) * (len(model.layout) - 1)))
     shipped = replay_ensembles(held, choice.saved, metrics)
@@ -133,13 +138,14 @@ def report(args) -> dict[str, Any]:
     systems: dict[str, list[str]] = {
         ADAPTIVE: [eval_run.answers[i][w] or "" if w >= 0 else "" for i, w in enumerate(out.picked)],
         SELECTOR: [eval_run.answers[i][w] or "" if w >= 0 else "" for i, w in enumerate(every.picked)],
+        BLIND: [eval_run.answers[i][w] or "" if w >= 0 else "" for i, w in enumerate(blind.picked)],
         "shipped cascade": shipped.answers[EOR], EOR_PRUNED: shipped.answers[EOR_PRUNED],
         EOR_16: shipped.answers[EOR_16]}
-    tokens = {ADAPTIVE: out.tokens, SELECTOR: every.tokens,
+    tokens = {ADAPTIVE: out.tokens, SELECTOR: every.tokens, BLIND: blind.tokens,
               "shipped cascade": np.array([t.computed for t in shipped.tokens[EOR]], dtype=float),
               EOR_PRUNED: np.array([t.computed for t in shipped.tokens[EOR_PRUNED]], dtype=float),
               EOR_16: np.array([t.computed for t in shipped.tokens[EOR_16]], dtype=float)}
-    rounds = {ADAPTIVE: out.rounds, SELECTOR: every.rounds}
+    rounds = {ADAPTIVE: out.rounds, SELECTOR: every.rounds, BLIND: blind.rounds}
     for m, s in enumerate(specs):
         systems[s] = [a or "" for a in (row[m] for row in eval_run.answers)]
         tokens[s] = np.array([eval_run.cost(i, frozenset({s})) for i in range(len(eval_run))])
