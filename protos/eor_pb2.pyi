@@ -74,7 +74,7 @@ class Candidate(_message.Message):
     def __init__(self, retriever: _Optional[str] = ..., answer: _Optional[str] = ..., score: _Optional[float] = ..., error: _Optional[str] = ..., token_logprobs: _Optional[_Iterable[float]] = ..., confidence: _Optional[float] = ..., error_kind: _Optional[str] = ...) -> None: ...
 
 class AskReply(_message.Message):
-    __slots__ = ("question", "answer", "retriever", "score", "margin", "candidates", "passages", "document", "missing", "latency_s", "reader_s", "voter", "ran", "stopped_at_stage", "stages", "final")
+    __slots__ = ("question", "answer", "retriever", "score", "margin", "candidates", "passages", "document", "missing", "latency_s", "reader_s", "voter", "ran", "stopped_at_stage", "stages", "final", "prompt_tokens", "cached_prompt_tokens", "generated_tokens")
     QUESTION_FIELD_NUMBER: _ClassVar[int]
     ANSWER_FIELD_NUMBER: _ClassVar[int]
     RETRIEVER_FIELD_NUMBER: _ClassVar[int]
@@ -91,6 +91,9 @@ class AskReply(_message.Message):
     STOPPED_AT_STAGE_FIELD_NUMBER: _ClassVar[int]
     STAGES_FIELD_NUMBER: _ClassVar[int]
     FINAL_FIELD_NUMBER: _ClassVar[int]
+    PROMPT_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    CACHED_PROMPT_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    GENERATED_TOKENS_FIELD_NUMBER: _ClassVar[int]
     question: str
     answer: str
     retriever: str
@@ -107,7 +110,10 @@ class AskReply(_message.Message):
     stopped_at_stage: int
     stages: int
     final: bool
-    def __init__(self, question: _Optional[str] = ..., answer: _Optional[str] = ..., retriever: _Optional[str] = ..., score: _Optional[float] = ..., margin: _Optional[float] = ..., candidates: _Optional[_Iterable[_Union[Candidate, _Mapping]]] = ..., passages: _Optional[_Iterable[_Union[Passage, _Mapping]]] = ..., document: _Optional[str] = ..., missing: _Optional[_Iterable[str]] = ..., latency_s: _Optional[float] = ..., reader_s: _Optional[float] = ..., voter: _Optional[str] = ..., ran: _Optional[_Iterable[str]] = ..., stopped_at_stage: _Optional[int] = ..., stages: _Optional[int] = ..., final: _Optional[bool] = ...) -> None: ...
+    prompt_tokens: int
+    cached_prompt_tokens: int
+    generated_tokens: int
+    def __init__(self, question: _Optional[str] = ..., answer: _Optional[str] = ..., retriever: _Optional[str] = ..., score: _Optional[float] = ..., margin: _Optional[float] = ..., candidates: _Optional[_Iterable[_Union[Candidate, _Mapping]]] = ..., passages: _Optional[_Iterable[_Union[Passage, _Mapping]]] = ..., document: _Optional[str] = ..., missing: _Optional[_Iterable[str]] = ..., latency_s: _Optional[float] = ..., reader_s: _Optional[float] = ..., voter: _Optional[str] = ..., ran: _Optional[_Iterable[str]] = ..., stopped_at_stage: _Optional[int] = ..., stages: _Optional[int] = ..., final: _Optional[bool] = ..., prompt_tokens: _Optional[int] = ..., cached_prompt_tokens: _Optional[int] = ..., generated_tokens: _Optional[int] = ...) -> None: ...
 
 class AskBatchReply(_message.Message):
     __slots__ = ("replies",)

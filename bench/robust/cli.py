@@ -28,6 +28,7 @@ from typing import Any, Sequence
 
 from bench.common import DEFAULT_CORPUS, DEFAULT_QUESTIONS
 from bench.robust import query_level, rare, runner, sure
+from bench.robust.client import DEPLOYED, EOR
 from bench.robust.report import headline, write_report
 from bench.robust.store import ResultStore
 
@@ -126,8 +127,8 @@ def connect(args: argparse.Namespace):
     if pool and "ReFree" not in pool:
         raise SystemExit("the suites need the ReFree retriever (closed-book answers); the pool has: " + ", ".join(pool))
     if not args.retrievers:
-        # the whole pool, named: an Ask naming no retrievers runs only the voter's cascade, and the
-        # suites score every single retriever beside EoR (the voter's vote over all of them)
+        # the whole pool, named, so the suites score every single retriever and EoR over all of
+        # them; the client asks each question as production does (none named) first: the deployed row
         args.retrievers = list(pool)
     return client, health
 
@@ -158,7 +159,7 @@ def run_once(args: argparse.Namespace, client, out: Path, items, health: dict | 
     name, scores = headline(metrics)
     best = metrics.get("best_single")
     print(f"{args.suite}: {stats.ran} instances run, {stats.skipped} already done; {name}: "
-          f"EoR {_fmt(scores.get('EoR'))}, best single {best} {_fmt(scores.get(best))}")
+          f"deployed {_fmt(scores.get(DEPLOYED))}, EoR {_fmt(scores.get(EOR))}, best single {best} {_fmt(scores.get(best))}")
     print("reports: " + ", ".join(paths.values()))
     return metrics
 

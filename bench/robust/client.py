@@ -1,8 +1,8 @@
 """The bench's view of the live system: plain dataclasses over the eor.v1 gRPC client.
 
 Every suite talks to the service only through `BenchClient` (tests pass a fake with the
-same methods): `ask` (all candidates come back, so one pass scores EoR and every single
-retriever), `retrieve` (sources alone, for Recall@k), `generate` (LLM rewrites and NLI
+same methods): `ask` (the deployed path, then all candidates: one pass scores production's
+answer, EoR and every single retriever), `retrieve` (sources alone, for Recall@k), `generate` (LLM rewrites and NLI
 judgements by the service's reader).
 """
 from __future__ import annotations
@@ -11,7 +11,9 @@ import time
 from dataclasses import dataclass, field
 from typing import Mapping, Sequence
 
-EOR = "EoR"  # the name the voted answer is reported under, beside the retrievers'
+EOR = "EoR"  # the vote over every retriever the suite names (EoR-16 with the whole pool)
+DEPLOYED = "deployed"  # what production answers: an Ask naming no retrievers (the live voter's cascade)
+ENSEMBLES = (DEPLOYED, EOR)  # the rows that are not one retriever
 
 
 @dataclass(frozen=True)
@@ -26,18 +28,38 @@ class Doc:
 
 
 @dataclass(frozen=True)
+class Deployed:
+    """The production path's answer to one question and what it cost: the retrievers the
+    live voter's cascade ran, its rounds, and the reader tokens a cold run computes."""
+
+    answer: str
+    voter: str = ""
+    ran: tuple[str, ...] = ()
+    rounds: int = 0  # the stage the cascade stopped after
+    tokens: int = 0  # prompt - prefix-cache hits + generated
+    latency_s: float = 0.0
+    reader_s: float = 0.0
+
+    def to_dict(self) -> dict:
+        return {"answer": self.answer, "voter": self.voter, "ran": list(self.ran), "rounds": self.rounds,
+                "tokens": self.tokens, "latency_s": self.latency_s, "reader_s": self.reader_s}
+
+
+@dataclass(frozen=True)
 class AskResult:
     question: str
-    answer: str  # the voted answer
+    answer: str  # the voted answer over the named retrievers
     retriever: str  # the winner ("" when nobody answered)
     answers: Mapping[str, str]  # retriever spec -> its answer ("" when it failed)
     missing: tuple[str, ...] = ()
     latency_s: float = 0.0
     reader_s: float = 0.0
+    deployed: Deployed | None = None  # the same question asked as production asks it
 
     def by_system(self) -> dict[str, str]:
-        """EoR's answer and every retriever's, keyed by name."""
-        return {EOR: self.answer, **self.answers}
+        """The deployed answer (when asked), EoR's and every retriever's, keyed by name."""
+        head = {DEPLOYED: self.deployed.answer} if self.deployed is not None else {}
+        return {**head, EOR: self.answer, **self.answers}
 
 
 @dataclass(frozen=True)
@@ -65,13 +87,22 @@ class BenchClient:
         self._c = EorClient(self.address, token=self.token, tls_ca=self.tls_ca, timeout_s=self.timeout_s)
 
     def ask(self, questions: Sequence[str], documents: Sequence[Sequence[Doc]] | None = None,
-            retrievers: Sequence[str] = ()) -> list[AskResult]:
+            retrievers: Sequence[str] = (), deployed: bool = True) -> list[AskResult]:
+        """The named retrievers' answers and their vote; with `deployed`, first the same
+        questions as production asks them (no retrievers named: the live voter's cascade,
+        timed cold). The named Ask then finds the cascade's reader outputs in the service's
+        reader cache, so the pool is not paid twice for the retrievers both ran."""
         docs = [[d.to_dict() for d in ds] for ds in documents] if documents is not None else ()
+        prod = self._c.ask_batch(list(questions), documents=docs).replies if deployed and retrievers else None
         reply = self._c.ask_batch(list(questions), retrievers=retrievers, documents=docs)
-        return [AskResult(question=r.question, answer=r.answer, retriever=r.retriever,
-                          answers={c.retriever: c.answer for c in r.candidates},
-                          missing=tuple(r.missing), latency_s=r.latency_s, reader_s=r.reader_s)
-                for r in reply.replies]
+        out = []
+        for n, r in enumerate(reply.replies):
+            d = _deployed(prod[n]) if prod is not None else (_deployed(r) if deployed else None)
+            out.append(AskResult(question=r.question, answer=r.answer, retriever=r.retriever,
+                                 answers={c.retriever: c.answer for c in r.candidates},
+                                 missing=tuple(r.missing), latency_s=r.latency_s, reader_s=r.reader_s,
+                                 deployed=d))
+        return out
 
     def retrieve(self, questions: Sequence[str], k: int, sources: Sequence[str] = ()) -> list[dict[str, list[Hit]]]:
         reply = self._c.retrieve(list(questions), k=k, sources=sources)
@@ -101,3 +132,9 @@ class BenchClient:
 
     def close(self) -> None:
         self._c.close()
+
+
+def _deployed(r) -> Deployed:
+    return Deployed(answer=r.answer, voter=r.voter, ran=tuple(r.ran), rounds=int(r.stopped_at_stage),
+                    tokens=int(r.prompt_tokens - r.cached_prompt_tokens + r.generated_tokens),
+                    latency_s=r.latency_s, reader_s=r.reader_s)

@@ -29,10 +29,11 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Hashable, Sequence
 
-from bench.robust.client import EOR, Hit
+from bench.robust.client import Hit
 from bench.robust.data import Item
 from bench.robust.qa import leaks_answer, match
-from bench.robust.runner import Perturber, PerturbationSpecs, run_cost, unknown_labels, with_readers
+from bench.robust.runner import (Perturber, PerturbationSpecs, is_single, run_cost, systems_of, unknown_labels,
+                                 with_readers)
 from bench.robust.store import Instance
 
 NAME = "query"
@@ -72,7 +73,7 @@ def recall_at(ranks: Sequence[Sequence[str]], n_gold: int, k: int) -> float:
 
 def source_of(system: str) -> str | None:
     """Which retrieval ranking a system's answer depends on (None: no retrieval)."""
-    if system == EOR or "HB" in system or ("Wiki" in system and "SE" in system):
+    if not is_single(system) or "HB" in system or ("Wiki" in system and "SE" in system):
         return "Any"
     if re.search(r"\bWiki\b", system):
         return "Wiki"
@@ -171,6 +172,7 @@ class QueryLevelSuite:
                 "hit_ids": {src: [h.id for h in hs] for src, hs in hits[j].items()},
                 "rag": rag[j].by_system(), "rag_missing": list(rag[j].missing),
                 "oracle": oracle[j].by_system(), "oracle_missing": list(oracle[j].missing),
+                **({"deployed": rag[j].deployed.to_dict()} if rag[j].deployed is not None else {}),
                 "latency_s": rag[j].latency_s + oracle[j].latency_s,
                 "ask_reader_s": rag[j].reader_s + oracle[j].reader_s})
         return records
@@ -240,9 +242,7 @@ def score(records: list[dict]) -> dict:
             repeated[r["perturbation"]] = repeated.get(r["perturbation"], 0) + 1
         elif not r.get("kept", True):
             unchanged[r["perturbation"]] = unchanged.get(r["perturbation"], 0) + 1
-    systems: dict[str, None] = {EOR: None}
-    for r in records:
-        systems.update(dict.fromkeys(r.get("rag", {})))
+    systems = dict.fromkeys(systems_of([r.get("rag", {}) for r in records]))
     perts = ["original"] + sorted({r["perturbation"] for r in records} - {"original"}, key=_pert_order)
     rows = []  # one per record: its per-sample metrics
     for r in records:
@@ -286,7 +286,7 @@ def score(records: list[dict]) -> dict:
                     d["OR"][1].append(drag)
             correlations[p][s] = {m: pearson(*xy) for m, xy in d.items()} | {"n": len(d["CB"][0])}
     mean_rag = {s: _mean([by_pert[p]["rag"][s] for p in perts[1:]]) for s in systems}
-    singles = [s for s in systems if s != EOR and mean_rag[s] is not None]
+    singles = [s for s in systems if is_single(s) and mean_rag[s] is not None]
     best = max(singles, key=lambda s: (mean_rag[s], s), default=None)
     return {"suite": NAME, "perturbations": perts, "systems": list(systems), "sources": sources, "ks": list(KS),
             "by_perturbation": by_pert, "correlations": correlations, "mean_rag_perturbed": mean_rag,

@@ -29,10 +29,11 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any, Hashable, Sequence
 
-from bench.robust.client import EOR, Doc
+from bench.robust.client import Doc
 from bench.robust.data import Item
 from bench.robust.qa import contains_answer, is_refusal, leaks_answer, match
-from bench.robust.runner import Perturber, PerturbationSpecs, run_cost, unknown_labels, with_readers
+from bench.robust.runner import (Perturber, PerturbationSpecs, is_single, reply_fields, run_cost, systems_of,
+                                 unknown_labels, with_readers)
 from bench.robust.store import Instance
 
 NAME = "rare"
@@ -149,9 +150,7 @@ class RareSuite:
         for n in todo:
             inst, it, r = batch[n], items[n], results.get(n)
             rec = {**inst.key(), "question": queries[n], "original_question": it.question, "gold": list(it.answers),
-                   "kept": checks[n][0], "reason": checks[n][1],
-                   "answers": r.by_system() if r else {}, "missing": list(r.missing) if r else [],
-                   "latency_s": r.latency_s if r else 0.0, "ask_reader_s": r.reader_s if r else 0.0}
+                   "kept": checks[n][0], "reason": checks[n][1], **reply_fields(r)}
             if docs is not None:
                 rec["doc_ids"] = [d.id for d in docs[n]]
                 if setting != "gt":
@@ -197,9 +196,7 @@ def score(records: list[dict]) -> dict:
         if not r.get("kept", True):
             dropped[r["variant"]][r.get("reason", "")] += 1
     cb = closed_book(records)
-    systems: dict[str, None] = {EOR: None}
-    for r in records:
-        systems.update(dict.fromkeys(r.get("answers", {})))
+    systems = systems_of([r.get("answers", {}) for r in records])
     judged: dict[str, list[tuple[dict, bool]]] = defaultdict(list)
     for r in records:
         if r["qid"] not in cb:
@@ -220,7 +217,7 @@ def score(records: list[dict]) -> dict:
         per_system[s] = {**scores, "grid": dict(grid), "n": len(js),
                          "correct": _mean([match(a, r["gold"]) for r, a in answers]),
                          "refusal": _mean([is_refusal(a) and not match(a, r["gold"]) for r, a in answers])}
-    singles = [s for s in systems if s != EOR and per_system[s]["overall"] is not None]
+    singles = [s for s in systems if is_single(s) and per_system[s]["overall"] is not None]
     best = max(singles, key=lambda s: (per_system[s]["overall"], s), default=None)
     return {"suite": NAME, "systems": list(systems), "per_system": per_system, "best_single": best,
             "questions": len({r["qid"] for r in all_recs}), "closed_book_correct": sum(cb.values()),

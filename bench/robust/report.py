@@ -11,7 +11,7 @@ import math
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from bench.robust.client import EOR
+from bench.robust.client import DEPLOYED, ENSEMBLES, EOR
 
 SUITE_TITLES = {"sure": "SURE", "rare": "RARE", "query": "Query-level"}
 RADAR_TITLES = {"sure": "mean RR per spurious-feature category", "rare": "RARE robustness scores",
@@ -21,6 +21,15 @@ RADAR_TITLES = {"sure": "mean RR per spurious-feature category", "rare": "RARE r
 def _label(metrics: dict, system: str) -> str:
     """A system's name, marked † when it reads no given document (PK, ReFree)."""
     return f"{system} †" if system in metrics.get("doc_blind", ()) else system
+
+
+def lead(metrics: dict) -> str:
+    """The report's headline system: the deployed path when the run asked it, else EoR."""
+    return DEPLOYED if DEPLOYED in metrics.get("systems", ()) else EOR
+
+
+def _bold(metrics: dict, system: str) -> str:
+    return f"**{system}**" if system in ENSEMBLES else _label(metrics, system)
 
 
 def write_report(metrics: dict, out_dir: str | Path, meta: dict | None = None, plots: bool = True) -> dict[str, str]:
@@ -83,7 +92,7 @@ def _delta(a: float | None, b: float | None) -> str:
 def _row_best(values: dict[str, float | None], exclude: Sequence[str] = ()) -> str:
     """The best single system on one row ("SE@1 36.7", "+2 tied" when others score the same):
     the run-wide best single can lose a row that another retriever wins."""
-    scored = sorted(((v, s) for s, v in values.items() if s != EOR and s not in exclude and v is not None),
+    scored = sorted(((v, s) for s, v in values.items() if s not in ENSEMBLES and s not in exclude and v is not None),
                     key=lambda vs: (-vs[0], vs[1]))
     if not scored:
         return "–"
@@ -105,12 +114,16 @@ def markdown(metrics: dict, meta: dict) -> str:
     parts.append({"sure": _md_sure, "rare": _md_rare, "query": _md_query}[suite](metrics))
     name, scores = headline(metrics)
     rows = sorted(((s, v) for s, v in scores.items() if v is not None), key=lambda sv: -sv[1])
-    parts.append(f"\n## EoR and every single retriever: {name}\n\n")
-    parts.append(_table(["system", name], [(f"**{s}**" if s == EOR else _label(metrics, s), _pct(v)) for s, v in rows]))
+    parts.append(f"\n## The deployed path, EoR and every single retriever: {name}\n\n")
+    parts.append(_table(["system", name], [(_bold(metrics, s), _pct(v)) for s, v in rows]))
+    if DEPLOYED in scores:
+        parts.append(f"\n**{DEPLOYED}**: the question asked as production asks it (no retrievers named: the live "
+                     f"voter's cascade); **{EOR}**: the vote over every retriever the run named.\n")
     if metrics.get("doc_blind"):
         parts.append(f"\n† {', '.join(metrics['doc_blind'])} read no given document (the service leaves them "
                      "unchanged): their scores under document perturbations do not measure document robustness.\n")
     parts.append(_md_cost(metrics["cost"]))
+    parts.append(_md_deployed_cost(metrics["cost"].get("deployed")))
     return "".join(parts)
 
 
@@ -128,22 +141,34 @@ def _md_cost(cost: dict) -> str:
               "exceed wall time. Per-instance figures include the Generate time of dropped instances.\n")
 
 
+def _md_deployed_cost(d: dict | None) -> str:
+    if not d:
+        return ""
+    return ("\n## Cost of the deployed path, per asked instance\n\n"
+            + _table(["voter", "instances", "reader tokens (cold)", "rounds", "retrievers run", "stopped after round 1",
+                      "latency s"], [(d["voter"], d["asked"], f"{d['tokens']:.0f}", f"{d['rounds']:.2f}",
+                                      f"{d['retrievers_ran']:.1f}", _pct(d["first_round_share"]), _secs(d["latency_s"]))])
+            + "\nTokens are what a cold run computes (prompt tokens less prefix-cache hits, plus generated), "
+              "whether or not the service's reader cache served them.\n")
+
+
 def _md_sure(m: dict) -> str:
     best = m["best_single"]
+    top = lead(m)
     ps = m["per_system"]
     out = [f"Known (closed-book correct): {m['known']}, Unknown: {m['unknown']}. "
            f"Best single retriever (mean RR; PK and ReFree excluded): **{best or '–'}**.\n\n",
            "## Robustness rate (RR, total) per perturbation\n\n"]
     rows = []
     for t in m["types"]:
-        e = ps.get(EOR, {}).get(t, {}).get("Total", {})
+        e = ps.get(top, {}).get(t, {}).get("Total", {})
         b = ps.get(best, {}).get(t, {}).get("Total", {}) if best else {}
         pres = m["preservation"].get(t, {})
         row_rr = {s: ps[s].get(t, {}).get("Total", {}).get("RR") for s in ps}
         rows.append((t, _pct(e.get("RR")), _pct(b.get("RR")), _delta(e.get("RR"), b.get("RR")),
                      _row_best(row_rr, m.get("doc_blind", ())),
                      e.get("n", 0), f"{pres.get('kept', 0)}/{pres.get('kept', 0) + pres.get('dropped', 0)}"))
-    out.append(_table(["perturbation", "EoR RR", f"{best or 'best single'} RR", "EoR − best (pts)",
+    out.append(_table(["perturbation", f"{top} RR", f"{best or 'best single'} RR", f"{top} − best (pts)",
                        "best single on this row", "pairs", "kept"], rows))
     same, compared = m.get("same_source_docs", (0, 0))
     if compared and same == compared:
@@ -151,7 +176,7 @@ def _md_sure(m: dict) -> str:
                    "wrote both (SURE means two different LLMs), so the two rows measure one perturbation.\n")
     elif same:
         out.append(f"\nsource_llm and source_self gave the same document in {same} of {compared} instances.\n")
-    for sysname in (EOR, best):
+    for sysname in (DEPLOYED, EOR, best):
         if not sysname or sysname not in ps:
             continue
         out.append(f"\n## {sysname}: LR / RR / WR per subset (SURE Table 2)\n\n")
@@ -174,13 +199,13 @@ def _md_rare(m: dict) -> str:
     rows = []
     for s in m["systems"]:
         v = ps[s]
-        label = f"**{s}**" if s == EOR else (f"{_label(m, s)} (best)" if s == best else _label(m, s))
+        label = f"{_label(m, s)} (best)" if s == best else _bold(m, s)
         rows.append((label, *(_pct(v[w]) for w in ("overall", "query", "document", "retrieval")),
                      _pct(v["correct"]), _pct(v["refusal"])))
     out.append(_table(["system", "overall", "query", "document", "real retrieval", "correct", "refusal"], rows))
     for setting, reasons in m.get("dropped", {}).items():
         out.append(f"\nDropped {setting} documents: " + ", ".join(f"{n} {why}" for why, n in reasons.items()) + ".\n")
-    for sysname in (EOR, best):
+    for sysname in (DEPLOYED, EOR, best):
         if not sysname or sysname not in ps:
             continue
         grid = ps[sysname]["grid"]
@@ -192,6 +217,7 @@ def _md_rare(m: dict) -> str:
 
 def _md_query(m: dict) -> str:
     best = m["best_single"]
+    top = lead(m)
     bp = m["by_perturbation"]
     srcs = m["sources"]
     out = [f"Best single retriever (mean RAG Match over perturbed queries): **{best or '–'}**.\n\n",
@@ -207,14 +233,14 @@ def _md_query(m: dict) -> str:
     out.append("\n## Match per perturbation: closed-book, oracle, RAG\n\n")
     rows = []
     for p in m["perturbations"]:
-        e, b = bp[p]["rag"].get(EOR), bp[p]["rag"].get(best) if best else None
-        rows.append((p, _pct(bp[p]["closed_book"]), _pct(bp[p]["oracle"].get(EOR)), _pct(e),
+        e, b = bp[p]["rag"].get(top), bp[p]["rag"].get(best) if best else None
+        rows.append((p, _pct(bp[p]["closed_book"]), _pct(bp[p]["oracle"].get(top)), _pct(e),
                      _pct(bp[p]["oracle"].get(best)) if best else "–", _pct(b), _delta(e, b),
                      _row_best(bp[p]["rag"])))
-    out.append(_table(["perturbation", "closed-book", "EoR oracle", "EoR RAG", f"{best or 'best'} oracle",
-                       f"{best or 'best'} RAG", "EoR − best RAG (pts)", "best single RAG on this row"], rows))
-    for sysname in (EOR, best):
-        if not sysname:
+    out.append(_table(["perturbation", "closed-book", f"{top} oracle", f"{top} RAG", f"{best or 'best'} oracle",
+                       f"{best or 'best'} RAG", f"{top} − best RAG (pts)", "best single RAG on this row"], rows))
+    for sysname in (DEPLOYED, EOR, best):
+        if not sysname or sysname not in m["systems"]:
             continue
         perts = m["perturbations"][1:]
         out.append(f"\n## {sysname}: Pearson r of per-sample deltas with RAG Match (paper Table 2)\n\n")
@@ -236,7 +262,7 @@ def write_plots(metrics: dict, out: Path) -> dict[str, str]:
     paths = {}
     axes, values = radar_axes(metrics)
     best = metrics.get("best_single")
-    shown = [s for s in (EOR, best) if s and s in metrics["systems"]]
+    shown = [s for s in (lead(metrics), best) if s and s in metrics["systems"]]
     if len(axes) >= 3 and shown:
         angles = [2 * math.pi * i / len(axes) for i in range(len(axes))] + [0.0]
         fig = plt.figure(figsize=(6, 6))
@@ -264,13 +290,13 @@ def write_plots(metrics: dict, out: Path) -> dict[str, str]:
     if rows:
         fig, ax = plt.subplots(figsize=(7, 0.35 * len(rows) + 1.2))
         systems = [s for s, _ in rows]
-        colors = ["tab:red" if s == EOR else "tab:blue" if s == best else
+        colors = ["tab:red" if s == lead(metrics) else "tab:orange" if s in ENSEMBLES else "tab:blue" if s == best else
                   "lightgrey" if s in metrics.get("doc_blind", ()) else "tab:grey" for s in systems]
         ax.barh([_label(metrics, s) for s in systems], [v for _, v in rows], color=colors)
         ax.invert_yaxis()
         ax.set_xlim(0, 1)
         ax.set_xlabel(name + (" († reads no given document)" if metrics.get("doc_blind") else ""))
-        ax.set_title(f"{SUITE_TITLES[metrics['suite']]}: EoR vs single retrievers")
+        ax.set_title(f"{SUITE_TITLES[metrics['suite']]}: {lead(metrics)} and EoR vs single retrievers")
         fig.tight_layout()
         paths["bars"] = str(out / "bars.png")
         fig.savefig(paths["bars"], dpi=110)

@@ -17,6 +17,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Hashable, Mapping, Protocol, Sequence
 
+from bench.robust.client import DEPLOYED, ENSEMBLES, EOR
 from bench.robust.store import Instance, ResultStore
 
 #: a perturbation as the suites name it: label -> (registry name, constructor kwargs)
@@ -92,6 +93,43 @@ def run_suite(suite: Suite, client: Any, store: ResultStore, batch_size: int = 8
     return stats
 
 
+def systems_of(answer_maps: Sequence[Mapping[str, Any]]) -> list[str]:
+    """Every system the records answer for, the ensembles first (the deployed path, then EoR
+    over the named retrievers), the retrievers in the order they first appear."""
+    seen: dict[str, None] = {}
+    for m in answer_maps:
+        seen.update(dict.fromkeys(m))
+    head = [DEPLOYED] if DEPLOYED in seen else []
+    return head + [EOR] + [s for s in seen if s not in (DEPLOYED, EOR)]
+
+
+def is_single(system: str) -> bool:
+    return system not in ENSEMBLES
+
+
+def reply_fields(r: Any) -> dict:
+    """What every suite records of one question's `AskResult` (None: it was not asked)."""
+    if r is None:
+        return {"answers": {}, "missing": [], "latency_s": 0.0, "ask_reader_s": 0.0}
+    out = {"answers": r.by_system(), "missing": list(r.missing), "latency_s": r.latency_s, "ask_reader_s": r.reader_s}
+    if r.deployed is not None:
+        out["deployed"] = r.deployed.to_dict()
+    return out
+
+
+def deployed_cost(records: Sequence[Mapping[str, Any]]) -> dict | None:
+    """The production path's cost per asked instance: reader tokens a cold run computes,
+    rounds, retrievers run and latency (None: the run did not ask it)."""
+    ds = [r["deployed"] for r in records if r.get("deployed")]
+    if not ds:
+        return None
+    n = len(ds)
+    voters = sorted({d.get("voter", "") for d in ds})
+    return {"asked": n, "tokens": sum(d["tokens"] for d in ds) / n, "rounds": sum(d["rounds"] for d in ds) / n,
+            "retrievers_ran": sum(len(d["ran"]) for d in ds) / n, "latency_s": sum(d["latency_s"] for d in ds) / n,
+            "first_round_share": sum(d["rounds"] == 1 for d in ds) / n, "voter": voters[0] if len(voters) == 1 else voters}
+
+
 def run_cost(records: Sequence[Mapping[str, Any]]) -> dict:
     """What a run cost, per perturbation and in total: instances, how many were asked (kept),
     reader seconds and wall seconds, and both per asked instance. A dropped instance was
@@ -108,7 +146,8 @@ def run_cost(records: Sequence[Mapping[str, Any]]) -> dict:
     groups: dict[str, list[Mapping[str, Any]]] = {}
     for r in records:
         groups.setdefault(str(r.get("perturbation", "")), []).append(r)
-    return {"per_perturbation": {p: tally(rs) for p, rs in groups.items()}, "total": tally(list(records))}
+    return {"per_perturbation": {p: tally(rs) for p, rs in groups.items()}, "total": tally(list(records)),
+            "deployed": deployed_cost(records)}
 
 
 # ---------------------------------------------------------------------------- perturbations

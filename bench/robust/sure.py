@@ -35,11 +35,12 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any, Callable, Hashable, Mapping, Sequence
 
-from bench.robust.client import EOR, Doc
+from bench.robust.client import Doc
 from bench.robust.data import Item
 from bench.robust.perturb.textutil import same_words
 from bench.robust.qa import match
-from bench.robust.runner import Perturber, PerturbationSpecs, run_cost, unknown_labels, with_readers
+from bench.robust.runner import (Perturber, PerturbationSpecs, is_single, reply_fields, run_cost, systems_of,
+                                 unknown_labels, with_readers)
 from bench.robust.store import Instance
 
 NAME = "sure"
@@ -178,9 +179,7 @@ class SureSuite:
             inst, it, r = batch[n], items[n], results.get(n)
             records.append({
                 **inst.key(), "question": it.question, "gold": list(it.answers), "doc_id": docs[n].id,
-                "doc": texts[n], "kept": checks[n][0], "reason": checks[n][1],
-                "answers": r.by_system() if r else {}, "missing": list(r.missing) if r else [],
-                "latency_s": r.latency_s if r else 0.0, "ask_reader_s": r.reader_s if r else 0.0})
+                "doc": texts[n], "kept": checks[n][0], "reason": checks[n][1], **reply_fields(r)})
         return records
 
     def score(self, records: list[dict]) -> dict:
@@ -199,11 +198,7 @@ def lr_rr_wr(pairs: Sequence[tuple[bool, bool]]) -> dict:
 
 
 def _systems(records: list[dict]) -> list[str]:
-    seen: dict[str, None] = {EOR: None}
-    for r in records:
-        for s in r.get("answers", {}):
-            seen.setdefault(s, None)
-    return list(seen)
+    return systems_of([r.get("answers", {}) for r in records])
 
 
 def _answered(r: dict, system: str) -> bool:
@@ -257,7 +252,7 @@ def score(records: list[dict], types: Sequence[str] | None = None) -> dict:
     accuracy = {s: {kind: _mean([float(match(o["answers"][s], o["gold"])) for (q, k), o in orig.items()
                                  if k == kind and _answered(o, s)]) for kind in ("golden", "noise")} for s in systems}
     mean_rr = {s: _mean([per_system[s][t]["Total"]["RR"] for t in types]) for s in systems}
-    singles = [s for s in systems if s != EOR and s not in DOC_BLIND and mean_rr[s] is not None]
+    singles = [s for s in systems if is_single(s) and s not in DOC_BLIND and mean_rr[s] is not None]
     best = max(singles, key=lambda s: (mean_rr[s], s), default=None)
     return {
         "suite": NAME, "types": types, "systems": systems, "per_system": per_system,

@@ -200,6 +200,8 @@ def ask_reply(result: QuestionResult, vote: Any, missing: Sequence[str], latency
                              reader_s=reader_s, voter=voter, stopped_at_stage=stopped_at, stages=stages,
                              final=final)
     reply.ran.extend(c.retriever for c in result.candidates)
+    work = result.reader_tokens()
+    reply.prompt_tokens, reply.cached_prompt_tokens, reply.generated_tokens = work.prompt, work.cached, work.generated
     if vote is not None and vote.score is not None:
         reply.score = vote.score
     if vote is not None and vote.margin is not None:

@@ -7,7 +7,7 @@ import re
 from collections import Counter
 from typing import Sequence
 
-from bench.robust.client import AskResult, Doc, Hit
+from bench.robust.client import AskResult, Deployed, Doc, Hit
 from bench.robust.data import Item
 from bench.robust.perturb.base import NotApplicable, Perturbation
 from bench.robust.qa import contains_answer
@@ -37,6 +37,21 @@ ITEMS = [
 KNOWN = {"q1", "q2"}  # the fake reader answers these closed-book
 
 
+def _vote(answers: dict[str, str]) -> str:
+    counts = Counter(answers.values())
+    top = max(counts.values())
+    return next(a for a in answers.values() if counts[a] == top)
+
+
+def _cascade(answers: dict[str, str]) -> Deployed:
+    """The fake service's production path: Wiki@10 and SE@1 first, settled when they agree,
+    else the vote over the whole pool in a second round."""
+    first = {s: answers[s] for s in ("Wiki@10", "SE@1")}
+    if len(set(first.values())) == 1:
+        return Deployed(first["Wiki@10"], "fake cascade", tuple(first), 1, 300, 0.5, 0.2)
+    return Deployed(_vote(answers), "fake cascade", tuple(answers), 2, 900, 1.0, 0.5)
+
+
 class FakeClient:
     """Deterministic answers that depend on the question and the documents, like a reader:
 
@@ -45,6 +60,7 @@ class FakeClient:
       documents (it retrieves) it is right unless the query is shouted (upper case).
     - SE@1: like Wiki@10 but an HTML-wrapped document confuses it.
     - EoR: the most common answer (ties: pool order).
+    - deployed (production's path): Wiki@10 and SE@1 when they agree, else the vote over the pool.
     """
 
     def __init__(self, items: Sequence[Item] = ITEMS, fail_on_ask: int | None = None):
@@ -58,7 +74,7 @@ class FakeClient:
         base = re.sub(r" x\d+$", "", q).lower()
         return self.items[base], q != q.lower() or base != q
 
-    def ask(self, questions, documents=None, retrievers=()):
+    def ask(self, questions, documents=None, retrievers=(), deployed=True):
         self.ask_calls += 1
         if self.fail_on_ask is not None and self.ask_calls >= self.fail_on_ask:
             raise KeyboardInterrupt("interrupted")
@@ -77,11 +93,10 @@ class FakeClient:
                 has = any(contains_answer(d.text, it.answers) for d in docs)
                 ans["Wiki@10"] = gold if has else "unknown"
                 ans["SE@1"] = gold if has and not any(d.text.startswith("<html>") for d in docs) else "Rome"
+            full = dict(ans)
             ans = {s: a for s, a in ans.items() if not retrievers or s in retrievers}
-            counts = Counter(ans.values())
-            top = max(counts.values())
-            eor = next(a for a in ans.values() if counts[a] == top)
-            out.append(AskResult(question=q, answer=eor, retriever="", answers=ans, reader_s=0.5, latency_s=1.0))
+            out.append(AskResult(question=q, answer=_vote(ans), retriever="", answers=ans, reader_s=0.5, latency_s=1.0,
+                                 deployed=_cascade(full) if deployed else None))
         return out
 
     def retrieve(self, questions, k, sources=()):

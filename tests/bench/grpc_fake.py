@@ -22,6 +22,13 @@ class FakeServicer(eor_pb2_grpc.EorServicer):
         results = self.fake.ask(list(request.questions), documents=docs, retrievers=tuple(request.retrievers))
         reply = eor_pb2.AskBatchReply()
         for r in results:
+            if not request.retrievers:  # as the service does: no retrievers named, the voter's cascade
+                d = r.deployed
+                reply.replies.add(question=r.question, answer=d.answer, reader_s=d.reader_s, latency_s=d.latency_s,
+                                  voter=d.voter, ran=list(d.ran), stopped_at_stage=d.rounds, stages=2,
+                                  prompt_tokens=d.tokens + 100, cached_prompt_tokens=100,
+                                  candidates=[eor_pb2.Candidate(retriever=s, answer=r.answers[s]) for s in d.ran])
+                continue
             reply.replies.add(question=r.question, answer=r.answer, reader_s=r.reader_s, latency_s=r.latency_s,
                               candidates=[eor_pb2.Candidate(retriever=s, answer=a) for s, a in r.answers.items()])
         return reply

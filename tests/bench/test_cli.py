@@ -223,6 +223,14 @@ def test_cli_over_grpc_end_to_end(tmp_path, data_files, monkeypatch):
     assert m["preservation"]["source_llm"]["kept"] == 7  # the NLI judge (Generate) said entailment
     recs = [json.loads(line) for line in (tmp_path / "out" / "results.jsonl").read_text().splitlines()]
     assert all(r["reader_s"] >= 0.5 for r in recs if r["kept"])
+    # the deployed row: the same questions asked as production asks them, first in every table
+    assert m["systems"][:2] == ["deployed", "EoR"]
+    asked = [r for r in recs if r["kept"]]
+    assert asked and all(r["deployed"]["voter"] == "fake cascade" and r["deployed"]["rounds"] in (1, 2) for r in asked)
+    cost = m["cost"]["deployed"]
+    assert cost["asked"] == len(asked) and 300 <= cost["tokens"] <= 900  # 100 prefix-cache hits not counted
+    md = (tmp_path / "out" / "report.md").read_text()
+    assert "| **deployed** |" in md and "Cost of the deployed path" in md
 
 
 def test_a_restarted_continuous_run_resumes_its_unfinished_round(tmp_path):

@@ -168,7 +168,7 @@ def test_suites_pass_a_retriever_subset_plus_refree(tmp_path):
                                         retrievers=("Wiki@10",))
     run_suite(suite, client, ResultStore(tmp_path), progress=False)
     rec = ResultStore(tmp_path).records()[0]
-    assert set(rec["rag"]) == {"EoR", "Wiki@10", "ReFree"}
+    assert set(rec["rag"]) == {"deployed", "EoR", "Wiki@10", "ReFree"}  # production's path asked beside them
 
 
 def test_suites_with_the_registered_rule_based_perturbations(tmp_path):
@@ -218,3 +218,35 @@ def test_scoring_drops_repeats_recorded_as_kept_by_older_runs():
     assert query_level.repeated_variants(recs) == {"b"}
     m = query_level.score(recs)
     assert m["by_perturbation"]["formal"]["n"] == 2 and m["repeated"] == {"formal": 1}
+
+
+@pytest.mark.parametrize("name", ["sure", "rare", "query"])
+def test_every_suite_scores_the_deployed_path_first_with_its_cost(tmp_path, name):
+    """The deployed row (the question asked as production asks it) heads each suite's systems,
+    scored like any other, is never the "best single", and its cost is reported."""
+    client = FakeClient()
+    if name == "sure":
+        suite = _sure(client)
+    elif name == "rare":
+        suite = rare.RareSuite(ITEMS, query_perturbations=("shout",),
+                               perturber=perturber({"shout": "shout", "no_answer": "drop_answer",
+                                                    "back_translate": "generated"}, client))
+    else:
+        suite = query_level.QueryLevelSuite(ITEMS, perturbations=("shout",), variants=1,
+                                            perturber=perturber({"shout": "shout"}, client))
+    run_suite(suite, client, ResultStore(tmp_path), batch_size=4, progress=False)
+    m = suite.score(ResultStore(tmp_path).records())
+    assert m["systems"][:2] == ["deployed", "EoR"] and m["best_single"] not in ("deployed", "EoR")
+    d = m["cost"]["deployed"]
+    assert d["voter"] == "fake cascade" and 1 <= d["rounds"] <= 2 and 300 <= d["tokens"] <= 900
+    assert 0 <= d["first_round_share"] <= 1
+    md = Path(write_report(m, tmp_path / "r", {}, plots=False)["markdown"]).read_text()
+    assert md.index("**deployed**") < md.index("**EoR**") and "Cost of the deployed path" in md
+
+
+def test_ask_asks_the_deployed_path_unless_told_not_to():
+    """Production's answer comes from its own Ask (no retrievers named), beside the named ones'."""
+    client = FakeClient()
+    out = client.ask(["who wrote hamlet"], retrievers=("Wiki@10", "SE@1", "PK", "ReFree"))[0]
+    assert out.deployed is not None and out.by_system()["deployed"] == out.deployed.answer
+    assert client.ask(["who wrote hamlet"], retrievers=("Wiki@10",), deployed=False)[0].deployed is None

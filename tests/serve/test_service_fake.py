@@ -89,6 +89,10 @@ def test_ask_reply_names_the_voter_and_what_ran(stub):
     r = stub.Ask(eor_pb2.AskRequest(question="who painted the mona lisa"), timeout=60)
     assert r.voter.startswith("equal weights") and list(r.ran) == list(PAPER_POOL)
     assert (r.stopped_at_stage, r.stages) == (1, 1)
+    # the reader work of what ran, as a cold run counts it (the bench's deployed-row cost)
+    assert r.prompt_tokens > 0 and r.generated_tokens > 0 and 0 <= r.cached_prompt_tokens <= r.prompt_tokens
+    sub = stub.Ask(eor_pb2.AskRequest(question="who painted the mona lisa", retrievers=["SE@1"]), timeout=60)
+    assert 0 < sub.prompt_tokens < r.prompt_tokens
 
 
 def test_ask_returns_every_candidate_the_vote_and_the_evidence(stub):
