@@ -12,6 +12,12 @@ restarted process resumes the last unfinished round), the latest report is also 
 to `OUT/latest/`, and with `--metrics-port` the latest scores are served as Prometheus
 gauges (`eor_bench_score{suite,system,metric}`). A failed round is logged and counted
 (`eor_bench_failures_total`); the next round runs on schedule.
+
+Each round is compared with a baseline round on the same instances (`OUT/baseline` when an
+operator pinned one, else the first finished round; `--baseline DIR` names one, also for a
+single run): per system, instances lost and gained and a sign test, in `regression.json`
+and as gauges (`eor_bench_regression{suite,system}` is 1 for a real drop: the alert rules in
+deploy/alerts.yml fire on the deployed row's).
 """
 from __future__ import annotations
 
@@ -27,7 +33,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from bench.common import DEFAULT_CORPUS, DEFAULT_QUESTIONS
-from bench.robust import query_level, rare, runner, sure
+from bench.robust import query_level, rare, regression, runner, sure
 from bench.robust.client import DEPLOYED, EOR
 from bench.robust.report import headline, write_report
 from bench.robust.store import ResultStore
@@ -80,6 +86,11 @@ def build_parser() -> argparse.ArgumentParser:
                          "'reader' the service's reader with SURE's entailment prompt")
     ap.add_argument("--every", type=parse_duration, default=None, help="re-run on this schedule (e.g. 6h)")
     ap.add_argument("--metrics-port", type=int, default=None, help="with --every: serve Prometheus gauges here")
+    ap.add_argument("--baseline", default=None,
+                    help="a finished run's folder to compare with, paired on the same instances (with --every: "
+                         "default OUT/baseline, else the first finished round)")
+    ap.add_argument("--alpha", type=float, default=regression.ALPHA,
+                    help="sign-test level at which a drop from the baseline counts as real (default 0.05)")
     ap.add_argument("--no-plots", action="store_true")
     ap.add_argument("--quiet", action="store_true", help="no progress bar")
     return ap
@@ -164,6 +175,22 @@ def run_once(args: argparse.Namespace, client, out: Path, items, health: dict | 
     return metrics
 
 
+def compare_with_baseline(args: argparse.Namespace, run: Path, baseline: Path | None) -> dict | None:
+    """The round in `run` against `baseline` (paired; `regression.json` in `run`), printed."""
+    if baseline is None:
+        return None
+    module = SUITES[args.suite]
+    drops = regression.compare(module.outcomes(ResultStore(baseline).records()),
+                               module.outcomes(ResultStore(run).records()), args.alpha)
+    doc = {"baseline": str(baseline), "alpha": args.alpha, "systems": {s: d.to_dict() for s, d in drops.items()}}
+    (run / "regression.json").write_text(json.dumps(doc, indent=2) + "\n", encoding="utf-8")
+    for s in [x for x in (DEPLOYED, EOR) if x in drops]:
+        d = drops[s]
+        print(f"{s} vs baseline {baseline.name}: {d.lost} instances lost, {d.gained} gained of {d.paired} paired "
+              f"({d.points:+.1f} pts), sign test p = {d.p_value:.3f}" + ("  REGRESSION" if d.regression else ""))
+    return doc
+
+
 def _fmt(v: float | None) -> str:
     return "–" if v is None else f"{100 * v:.1f}%"
 
@@ -188,6 +215,14 @@ class Exporter:
         self.reader = Gauge("eor_bench_reader_seconds", "Reader seconds the latest round cost", ["suite"],
                             registry=self.registry)
         self.failures = Counter("eor_bench_failures", "Rounds that failed", ["suite"], registry=self.registry)
+        self.regression = Gauge("eor_bench_regression", "1 when the latest round is worse than the baseline round "
+                                "(paired sign test p < alpha), else 0", ["suite", "system"], registry=self.registry)
+        self.drop = Gauge("eor_bench_drop_points", "Baseline minus latest round, percentage points (paired instances)",
+                          ["suite", "system"], registry=self.registry)
+        self.drop_p = Gauge("eor_bench_drop_p_value", "Sign-test p-value of the latest round against the baseline",
+                            ["suite", "system"], registry=self.registry)
+        self.paired = Gauge("eor_bench_paired_instances", "Instances the latest round and the baseline both scored",
+                            ["suite", "system"], registry=self.registry)
         start_http_server(port, registry=self.registry)
 
     def publish(self, suite: str, metrics: dict) -> None:
@@ -197,6 +232,15 @@ class Exporter:
         self.last.labels(suite=suite).set(time.time())
         self.instances.labels(suite=suite).set(metrics["instances"])
         self.reader.labels(suite=suite).set(metrics["cost"]["total"]["reader_s"])
+
+    def publish_regression(self, suite: str, doc: dict | None) -> None:
+        for g in (self.regression, self.drop, self.drop_p, self.paired):
+            g.clear()
+        for system, d in ((doc or {}).get("systems") or {}).items():
+            self.regression.labels(suite=suite, system=system).set(1.0 if d["regression"] else 0.0)
+            self.drop.labels(suite=suite, system=system).set(d["points"])
+            self.drop_p.labels(suite=suite, system=system).set(d["p_value"])
+            self.paired.labels(suite=suite, system=system).set(d["paired"])
 
 
 def round_dir(out: Path) -> Path:
@@ -230,12 +274,15 @@ def run_forever(args: argparse.Namespace, items, rounds: int | None = None, slee
                 metrics = run_once(args, client, run, items, health)
             finally:
                 client.close()
+            pinned = Path(args.baseline) if args.baseline else None
+            compared = compare_with_baseline(args, run, pinned or regression.baseline_round(out, run))
             latest = out / "latest"
             if latest.exists():
                 shutil.rmtree(latest)
             shutil.copytree(run, latest, ignore=shutil.ignore_patterns("results.jsonl"))
             if exporter:
                 exporter.publish(args.suite, metrics)
+                exporter.publish_regression(args.suite, compared)
         except (SystemExit, grpc.RpcError) as exc:
             detail = f"{exc.code().name}: {exc.details()}" if isinstance(exc, grpc.RpcError) else str(exc)
             print(f"{_now()} {args.suite} round failed ({detail}); next round on schedule", file=sys.stderr)
@@ -263,6 +310,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     for flag, path in (("--questions", args.questions), ("--corpus", args.corpus)):
         if not os.path.isfile(path):
             raise SystemExit(f"{flag}: file not found: {path}")
+    if args.baseline and not os.path.isfile(os.path.join(args.baseline, "results.jsonl")):
+        raise SystemExit(f"--baseline: {args.baseline} holds no finished run (results.jsonl)")
     from bench.robust.data import load_items
 
     items = load_items(args.questions, args.corpus, None if args.dataset == "all" else args.dataset,
@@ -286,6 +335,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         preflight(suite)
         run_once(args, client, Path(args.out), items, health)
+        if args.baseline:
+            compare_with_baseline(args, Path(args.out), Path(args.baseline))
     except grpc.RpcError as exc:
         done = len(ResultStore(args.out))
         raise SystemExit(f"the eor service failed: {exc.code().name}: {exc.details()}; {done} finished "

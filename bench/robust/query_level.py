@@ -294,6 +294,19 @@ def score(records: list[dict]) -> dict:
             "unchanged": unchanged, "repeated": repeated, "cost": run_cost(all_recs)}
 
 
+def outcomes(records: list[dict]) -> dict[str, dict[str, bool]]:
+    """Per perturbed query and system: RAG Match (the headline's unit)."""
+    recs = [r for r in records if r.get("suite", NAME) == NAME]
+    repeats = repeated_variants(recs)
+    out: dict[str, dict[str, bool]] = {}
+    for r in recs:
+        if r["perturbation"] == "original" or not r.get("kept", True) or record_id(r) in repeats:
+            continue
+        oks = {s: _ok(r["rag"], r["rag_missing"], s, r["gold"]) for s in r.get("rag", {})}
+        out[record_id(r)] = {s: bool(v) for s, v in oks.items() if v is not None}
+    return out
+
+
 def gauges(metrics: dict) -> list[tuple[str, str, float]]:
     out = []
     for p, m in metrics["by_perturbation"].items():

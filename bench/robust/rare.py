@@ -226,6 +226,14 @@ def score(records: list[dict]) -> dict:
             "cost": run_cost(all_recs)}
 
 
+def outcomes(records: list[dict]) -> dict[str, dict[str, bool]]:
+    """Per kept instance and system: robust by RARE Table 3 (the overall score's unit)."""
+    records = [r for r in records if r.get("suite", NAME) == NAME and r.get("kept", True)]
+    cb = closed_book(records)
+    return {r["id"]: {s: judge(a, r["gold"], r["variant"], cb[r["qid"]]) for s, a in r.get("answers", {}).items()
+                      if s not in r.get("missing", ())} for r in records if r["qid"] in cb}
+
+
 def gauges(metrics: dict) -> list[tuple[str, str, float]]:
     return [(s, w, v[w]) for s, v in metrics["per_system"].items() for w in SCORES if v[w] is not None]
 

@@ -264,6 +264,22 @@ def score(records: list[dict], types: Sequence[str] | None = None) -> dict:
     }
 
 
+def outcomes(records: list[dict]) -> dict[str, dict[str, bool]]:
+    """Per perturbed instance and system, the headline's unit: robust (C = 0, as right or as
+    wrong as on the original document). What a round is compared with its baseline by."""
+    records = [r for r in records if r.get("suite", NAME) == NAME]
+    known = known_by_qid(records)
+    orig = {(r["qid"], r["variant"]): r for r in records if r["perturbation"] == "original"}
+    out: dict[str, dict[str, bool]] = {}
+    for r in records:
+        o = orig.get((r["qid"], r["variant"]))
+        if r["perturbation"] == "original" or not r["kept"] or o is None or r["qid"] not in known:
+            continue
+        out[r["id"]] = {s: match(o["answers"][s], r["gold"]) == match(r["answers"][s], r["gold"])
+                        for s in r.get("answers", {}) if _answered(r, s) and _answered(o, s)}
+    return out
+
+
 def gauges(metrics: dict) -> list[tuple[str, str, float]]:
     """(system, metric, value) for Prometheus: RR per type and category, mean RR."""
     out = []

@@ -43,9 +43,12 @@ def _vote(answers: dict[str, str]) -> str:
     return next(a for a in answers.values() if counts[a] == top)
 
 
-def _cascade(answers: dict[str, str]) -> Deployed:
+def _cascade(answers: dict[str, str], degraded: bool = False) -> Deployed:
     """The fake service's production path: Wiki@10 and SE@1 first, settled when they agree,
-    else the vote over the whole pool in a second round."""
+    else the vote over the whole pool in a second round; `degraded` (a bad voter pushed):
+    SE@1's answer, alone."""
+    if degraded:
+        return Deployed(answers["SE@1"], "degraded voter", ("SE@1",), 1, 150, 0.2, 0.1)
     first = {s: answers[s] for s in ("Wiki@10", "SE@1")}
     if len(set(first.values())) == 1:
         return Deployed(first["Wiki@10"], "fake cascade", tuple(first), 1, 300, 0.5, 0.2)
@@ -63,7 +66,8 @@ class FakeClient:
     - deployed (production's path): Wiki@10 and SE@1 when they agree, else the vote over the pool.
     """
 
-    def __init__(self, items: Sequence[Item] = ITEMS, fail_on_ask: int | None = None):
+    def __init__(self, items: Sequence[Item] = ITEMS, fail_on_ask: int | None = None, degraded: bool = False):
+        self.degraded = degraded
         self.items = {it.question: it for it in items}
         self.asked: list[tuple[str, tuple[str, ...] | None]] = []
         self.ask_calls = 0
@@ -96,7 +100,7 @@ class FakeClient:
             full = dict(ans)
             ans = {s: a for s, a in ans.items() if not retrievers or s in retrievers}
             out.append(AskResult(question=q, answer=_vote(ans), retriever="", answers=ans, reader_s=0.5, latency_s=1.0,
-                                 deployed=_cascade(full) if deployed else None))
+                                 deployed=_cascade(full, self.degraded) if deployed else None))
         return out
 
     def retrieve(self, questions, k, sources=()):

@@ -171,6 +171,39 @@ def test_continuous_mode_rounds_and_gauges(tmp_path, data_files, fake_service, m
     assert "eor_bench_last_success_timestamp_seconds" in text
 
 
+def test_each_round_is_compared_with_the_baseline_and_a_real_drop_is_exported(tmp_path, data_files, fake_service,
+                                                                             monkeypatch, capsys):
+    """Three rounds: the second equals the first (no drop), the third runs after a degraded
+    voter was pushed (the deployed row loses instances): regression.json and the gauges say so.
+    (--alpha 0.3: the toy slice has too few instances for 0.05; the test's unit is the wiring.)"""
+    from prometheus_client import generate_latest
+
+    clients = []
+
+    def connect(args):
+        clients.append(FakeClient(degraded=len(clients) >= 2))
+        return clients[-1], {"status": "SERVING", "model": "fake", "retrievers": ["Wiki@10", "SE@1", "PK", "ReFree"]}
+
+    monkeypatch.setattr(cli, "connect", connect)
+    q, c = data_files
+    args = cli.build_parser().parse_args(
+        ["query", "--server", "127.0.0.1:1", "--questions", str(q), "--corpus", str(c), "--dataset", "toy",
+         "--limit", "4", "--perturbations", "suffix", "--variants", "2", "--out", str(tmp_path), "--every", "1h",
+         "--metrics-port", "0", "--alpha", "0.3", "--quiet", "--no-plots"])
+    exporter = cli.run_forever(args, load_items(str(q), str(c), "toy", 4), rounds=3, sleep=lambda s: None)
+    rounds = sorted((tmp_path / "runs").iterdir())
+    assert len(rounds) == 3 and not (rounds[0] / "regression.json").exists()  # the first round is the baseline
+    second = json.loads((rounds[1] / "regression.json").read_text())["systems"]["deployed"]
+    third = json.loads((rounds[2] / "regression.json").read_text())["systems"]["deployed"]
+    assert (second["lost"], second["gained"], second["regression"]) == (0, 0, False)
+    assert third["lost"] >= 3 and third["gained"] == 0 and third["regression"] and third["points"] > 0
+    assert json.loads((rounds[2] / "regression.json").read_text())["baseline"].endswith(rounds[0].name)
+    text = generate_latest(exporter.registry).decode()
+    assert 'eor_bench_regression{suite="query",system="deployed"} 1.0' in text
+    assert 'eor_bench_regression{suite="query",system="EoR"} 0.0' in text  # the named pool's vote did not move
+    assert "REGRESSION" in capsys.readouterr().out
+
+
 def test_continuous_mode_survives_a_failed_round(tmp_path, data_files, monkeypatch, capsys):
     def down(args):
         raise SystemExit("cannot reach the eor service at 127.0.0.1:1: UNAVAILABLE")
