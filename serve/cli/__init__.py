@@ -90,7 +90,17 @@ def build_parser() -> argparse.ArgumentParser:
     f.add_argument("--out", help=f"weights file to write (default: $EOR_HOME/{DEFAULT_WEIGHTS})")
     f.add_argument("--adaptive", action="store_true", help="also fit the confidence-aware rounds, answer scorer "
                    "and stop rule (a v3 voter file; needs candidates with the reader's log-probabilities)")
-    f.add_argument("--push", metavar="HOST:PORT", help="after fitting, push the weights to a running `eor serve` (live update, no restart)")
+    f.add_argument("--push", metavar="HOST:PORT", help="after fitting, push the weights to a running `eor serve` "
+                   "(live update, no restart) if they pass the gate: judged against the live voter on held-out "
+                   "questions, the deployed path")
+    f.add_argument("--gate-questions", type=int, default=20, metavar="N",
+                   help="the gate's slice: the first N eval-split questions of --questions (default 20)")
+    f.add_argument("--gate-slice", metavar="DIR", help="also a query-level bench round's perturbed questions "
+                   "(its folder, e.g. OUT/runs/<time>)")
+    f.add_argument("--gate-margin", type=float, default=2.0, metavar="PTS",
+                   help="refuse the push when the candidate's Match is more than this many points below the "
+                        "live voter's (default 2)")
+    f.add_argument("--force", action="store_true", help="push even when the gate refuses (it still runs, and says so)")
     common(f)
     f.set_defaults(func=cmd_fit)
 

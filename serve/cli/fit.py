@@ -49,6 +49,38 @@ def push_weights(target: str, path: Path) -> int:
     return 0
 
 
+def gated_push(args, saved, metrics, path: Path) -> int:
+    """Judge the candidate against the live voter (serve/offline/push_gate.py), then push it
+    when it passes; `--force` pushes anyway and says so."""
+    import grpc
+
+    from protos.client import EorClient
+    from serve.offline.dataset import Selection, select_questions
+    from serve.offline.push_gate import bench_slice, judge_push
+
+    questions = select_questions(Selection(args.questions, args.dataset, "eval", args.gate_questions, args.split_seed))
+    if args.gate_slice:
+        questions += bench_slice(args.gate_slice)
+    try:
+        with EorClient(args.push, timeout_s=1800.0) as client:
+            verdict = judge_push(client, saved, metrics, questions, args.gate_margin)
+    except grpc.RpcError as exc:
+        print(f"eor: the push gate could not ask {args.push}: {exc.code().name}: {exc.details()}", file=sys.stderr)
+        if not args.force:
+            print("eor: nothing pushed (--force pushes without the gate)", file=sys.stderr)
+            return 1
+        print("eor: --force: pushing without the gate", file=sys.stderr)
+        return push_weights(args.push, path)
+    print(verdict.line())
+    if not verdict.passed:
+        if not args.force:
+            print(f"eor: nothing pushed; the live voter stays ({verdict.live_voter}). The candidate is in {path}; "
+                  "--force pushes it anyway", file=sys.stderr)
+            return 1
+        print("eor: --force: pushing the candidate although the gate refused it", file=sys.stderr)
+    return push_weights(args.push, path)
+
+
 def _fit_adaptive(args, config, pool, selection, scored, metrics, saved):
     """The confidence-aware rounds, answer scorer and stop thresholds (voter/adaptive.py),
     fitted on the same questions with 5-fold CV; (the voter with them, a summary line)."""
@@ -99,10 +131,10 @@ def cmd_fit(args) -> int:
                           "kept": saved.kept_specs(), "adaptive": summary if args.adaptive else None,
                           "seconds": report.seconds}))
         with contextlib.redirect_stdout(sys.stderr):  # stdout carries the JSON alone
-            return push_weights(args.push, Path(out)) if args.push else 0
+            return gated_push(args, saved, metrics, Path(out)) if args.push else 0
     print(format_report(report))
     if args.adaptive:
         print(summary)
     print(f"weights written to {out}")
-    return push_weights(args.push, Path(out)) if args.push else 0
+    return gated_push(args, saved, metrics, Path(out)) if args.push else 0
 

@@ -3,7 +3,8 @@ no index and almost no CPU (imported inside Ray actors through service.engine_fa
 service.sources_factory).
 
 Hooks in the question text: "slow-se" makes the SE search sleep SLOW_S seconds (a retriever
-missing its deadline); "crash-se" makes it raise (a broken source).
+missing its deadline); "crash-se" makes it raise (a broken source); "closedbook": ReFree's
+answer leaves out the question's last word (so a voter trusting it alone is wrong).
 """
 from __future__ import annotations
 
@@ -49,7 +50,7 @@ class FakeServiceEngine:
         question = q.group(1) if q else "unknown"
         last = re.sub(r"\W", "", question.split()[-1]) or "none"
         if p.startswith("Please directly answer"):  # ReFree
-            return f"no idea about {last}"
+            return "no idea" if "closedbook" in question else f"no idea about {last}"
         return f"{last}"
 
     def generate(self, prompts: Sequence[str], params: SamplingParams) -> list[str]:

@@ -320,6 +320,47 @@ def test_fit_push_changes_the_live_voter_without_restarting_anything(service, st
     assert err.value.code() == grpc.StatusCode.FAILED_PRECONDITION
 
 
+def test_the_push_gate_refuses_a_degraded_voter_and_accepts_one_as_good_as_the_live_one(service, stub, tmp_path,
+                                                                                         capsys):
+    """`eor fit --push`'s gate against the real service: the live voter's answers are its own
+    (no retrievers named), the candidate's its cascade replayed over the same service's
+    answers. A voter trusting ReFree alone is refused and nothing is pushed; --force pushes it
+    and says so; the live voter's own weights pass (the replay reproduces the live answers)."""
+    import argparse
+    import dataclasses
+    import json
+
+    from serve.cli.fit import gated_push
+    from voter.question_vote import MetricOptions, build_metrics, equal_weights
+    from voter.voting import VoterWeights
+    from voter.weights_io import save_weights
+
+    qfile = tmp_path / "questions.jsonl"
+    qfile.write_text("".join(json.dumps({"qid": f"g{i}", "dataset": "toy", "question": f"closedbook question about topic{i}",
+                                         "answers": [f"topic{i}"]}) + "\n" for i in range(24)))
+    args = argparse.Namespace(questions=str(qfile), dataset=None, split_seed=0, gate_questions=6, gate_slice=None,
+                              gate_margin=2.0, force=False, push=service.address)
+    metrics = build_metrics(MetricOptions(("em",)), None)
+    live = equal_weights(PAPER_POOL, ["em"])
+    degraded = dataclasses.replace(live, weights=VoterWeights.from_arrays(
+        [0.3], [0.6 if s == "ReFree" else 0.0 for s in PAPER_POOL], 0.1))
+    path = save_weights(tmp_path / "degraded.json", degraded)
+    assert gated_push(args, degraded, metrics, path) == 1
+    out = capsys.readouterr()
+    assert "REFUSED" in out.out and "candidate Match 0.000 vs live 1.000" in out.out and "nothing pushed" in out.err
+    assert stub.Ask(eor_pb2.AskRequest(question="who painted the mona lisa"), timeout=60).retriever != "ReFree"
+    good = save_weights(tmp_path / "live.json", live)
+    assert gated_push(args, live, metrics, good) == 0
+    out = capsys.readouterr()
+    assert "candidate Match 1.000 vs live 1.000" in out.out and "passes" in out.out and "weights pushed" in out.out
+    args.force = True  # pushed although refused, and said so; then back to equal weights
+    assert gated_push(args, degraded, metrics, path) == 0
+    assert "--force: pushing the candidate although the gate refused it" in capsys.readouterr().err
+    assert stub.Ask(eor_pb2.AskRequest(question="who painted the mona lisa"), timeout=60).retriever == "ReFree"
+    assert gated_push(args, live, metrics, good) == 0
+    assert stub.Ask(eor_pb2.AskRequest(question="who painted the mona lisa"), timeout=60).retriever != "ReFree"
+
+
 def test_killed_retriever_actor_is_missing_then_restarted(service, stub):
     import ray
 
