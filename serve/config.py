@@ -64,8 +64,8 @@ class VoterSelection:
 # every spec. Every Ray process wakes 100 times a second (Ray's fixed signal-check timer) and each
 # wakeup stalls the reader's bound OpenMP threads: on 2 cores, 16 actors made a cold question
 # 1.35x the in-process path's latency and one actor 1.12x (docs/benchmarks.md, "serving overhead"). "auto":
-# per-spec on nodes with at least PER_SPEC_MIN_CPUS cores, else one. `groups` (lists of specs)
-# overrides the layout; specs it does not list get an actor each.
+# per-spec on nodes with at least PER_SPEC_MIN_CPUS cores, else one. Or the groups themselves (a list
+# of spec lists, one actor each); specs no group lists get an actor each. One knob: the layout.
 RETRIEVER_ACTOR_LAYOUTS = ("auto", "per-spec", "one")
 PER_SPEC_MIN_CPUS = 8
 
@@ -76,8 +76,8 @@ class ServiceConfig:
     port: int = 50051  # gRPC front (eor serve); 0 picks a free port
     ray_grpc_port: int = 0  # >0: also enable Ray Serve's own gRPC proxy here (binds all interfaces, no TLS)
     metrics_port: int = 8080  # Ray's Prometheus endpoint on this node (0: Ray picks)
-    retriever_actors: str = "auto"  # "auto", "per-spec" or "one" (RETRIEVER_ACTOR_LAYOUTS, above)
-    groups: tuple[tuple[str, ...], ...] = ()  # explicit specs per actor (unlisted specs get their own); empty: the layout
+    # "auto", "per-spec", "one" (RETRIEVER_ACTOR_LAYOUTS, above) or [[spec, ...], ...]: the specs of each actor
+    retriever_actors: str | tuple[tuple[str, ...], ...] = "auto"
     retriever_timeout_s: float = 120.0  # an Ask's whole budget, every cascade stage; a request deadline shortens it
     vote_reserve_s: float = 30.0  # no new stage starts with less than this (or a quarter of the budget) left
     max_batch: int = 64  # questions per AskBatch
@@ -99,15 +99,18 @@ class ServiceConfig:
     def __post_init__(self) -> None:
         if self.retriever_timeout_s <= 0 or self.max_batch < 1:
             raise ValueError("service: retriever_timeout_s and max_batch must be positive")
-        if self.retriever_actors not in RETRIEVER_ACTOR_LAYOUTS:
-            raise ValueError(f"service.retriever_actors must be one of {RETRIEVER_ACTOR_LAYOUTS}, "
-                             f"got {self.retriever_actors!r}")
-        seen: set[str] = set()
-        for g in self.groups:
-            dup = seen & set(g)
-            if dup:
-                raise ValueError(f"service.groups: {sorted(dup)} listed in two groups")
-            seen |= set(g)
+        if isinstance(self.retriever_actors, (list, tuple)):
+            groups = tuple(tuple(g) if isinstance(g, (list, tuple)) else (g,) for g in self.retriever_actors)
+            object.__setattr__(self, "retriever_actors", groups)
+            seen: set[str] = set()
+            for g in groups:
+                dup = seen & set(g)
+                if dup:
+                    raise ValueError(f"service.retriever_actors: {sorted(dup)} listed in two groups")
+                seen |= set(g)
+        elif self.retriever_actors not in RETRIEVER_ACTOR_LAYOUTS:
+            raise ValueError(f"service.retriever_actors must be one of {RETRIEVER_ACTOR_LAYOUTS} or a list of "
+                             f"spec lists, got {self.retriever_actors!r}")
 
 
 
@@ -173,9 +176,11 @@ def config_from_dict(data: dict[str, Any] | None, overrides: dict[str, dict[str,
 
 
 def actor_layout(config: EorConfig, cpus: int | None = None) -> str:
-    """"per-spec" or "one": the configured layout, "auto" resolved for a node of `cpus` cores
-    (default: this machine's)."""
+    """"per-spec", "one" or "groups": the configured layout, "auto" resolved for a node of
+    `cpus` cores (default: this machine's)."""
     layout = config.service.retriever_actors
+    if not isinstance(layout, str):
+        return "groups"
     if layout == "auto":
         layout = "per-spec" if (cpus or os.cpu_count() or 1) >= PER_SPEC_MIN_CPUS else "one"
     return layout
@@ -184,10 +189,11 @@ def actor_layout(config: EorConfig, cpus: int | None = None) -> str:
 def actor_groups(config: EorConfig, cpus: int | None = None) -> list[tuple[str, ...]]:
     """The pool's specs split into the service's retriever actors (pool order inside each)."""
     specs = list(config.pool.specs)
-    if not config.service.groups and actor_layout(config, cpus) == "one":
+    layout = actor_layout(config, cpus)
+    if layout == "one":
         return [tuple(specs)]
     out = []
-    for g in config.service.groups:
+    for g in config.service.retriever_actors if layout == "groups" else ():
         keep = tuple(s for s in specs if s in g)
         if keep:
             out.append(keep)

@@ -6,7 +6,7 @@
 
 Deployments (one replica each here; KubeRay scales them): Reader (vLLM), Source_Wiki
 (encoder + faiss; also the @RR encoder), Source_SE (Lucene), one RetrieverGroup per group of
-specs (service.groups), Voter (weights in user_config), EorIngress.
+specs (service.retriever_actors), Voter (weights in user_config), EorIngress.
 """
 from __future__ import annotations
 

@@ -43,7 +43,7 @@ class CountingEngine:
         self.prompt_tokens = 0
         self.generated_tokens = 0
         self.cached_tokens = 0
-        self.in_flight = 0  # continuous batching: requests in the engine now
+        self.in_flight = 0  # requests in the engine now (a batch engine: its batch)
 
     @property
     def continuous(self) -> bool:
@@ -68,7 +68,13 @@ class CountingEngine:
     def generate(self, prompts: Sequence[str], params: SamplingParams) -> list[Generation]:
         before = (getattr(self.engine, "prompt_tokens", None), getattr(self.engine, "generated_tokens", None))
         cached_before = getattr(self.engine, "cached_tokens", 0)
-        outs = [Generation.of(o) for o in self.engine.generate(prompts, params)]
+        self.in_flight += len(prompts)  # a batch engine: the batch is what is in it now
+        metrics.set_gauge("eor_reader_in_flight", self.in_flight)
+        try:
+            outs = [Generation.of(o) for o in self.engine.generate(prompts, params)]
+        finally:
+            self.in_flight -= len(prompts)
+            metrics.set_gauge("eor_reader_in_flight", self.in_flight)
         cached = getattr(self.engine, "cached_tokens", 0) - cached_before
         self.cached_tokens += cached
         metrics.inc("eor_reader_cached_tokens", cached)

@@ -34,7 +34,7 @@ def cmd_serve(args) -> int:
               file=sys.stderr)
     t = time.time()
     n_actors = len(actor_groups(settings))
-    layout = "service.groups" if settings.service.groups else f"service.retriever_actors: {actor_layout(settings)}"
+    layout = f"service.retriever_actors: {actor_layout(settings)}"
     print(f"starting Ray and the eor application ({len(settings.pool.specs)} retrievers in {n_actors} "
           f"actor{'s' if n_actors != 1 else ''}, {layout}; "
           f"the reader loads its model first)...", file=sys.stderr)

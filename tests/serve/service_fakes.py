@@ -31,6 +31,8 @@ class FakeServiceEngine:
 
     def __init__(self) -> None:
         self.delay = float(os.environ.get("EOR_FAKE_ENGINE_DELAY", "0"))
+        # counted like vLLM's: words for tokens; a prompt's first half "hits the prefix cache"
+        self.prompt_tokens = self.generated_tokens = self.cached_tokens = 0
 
     def format(self, prompt: PromptText) -> str:
         return f"{prompt.body}\n{prompt.cue}{prompt.start}"
@@ -56,7 +58,12 @@ class FakeServiceEngine:
     def generate(self, prompts: Sequence[str], params: SamplingParams) -> list[str]:
         if self.delay:
             time.sleep(self.delay)
-        return [self.respond(p) for p in prompts]
+        outs = [self.respond(p) for p in prompts]
+        words = [len(p.split()) for p in prompts]
+        self.prompt_tokens += sum(words)
+        self.cached_tokens += sum(w // 2 for w in words)
+        self.generated_tokens += sum(len(o.split()) for o in outs)
+        return outs
 
 
 class FakeSource:

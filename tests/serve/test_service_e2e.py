@@ -77,3 +77,32 @@ def test_ask_over_grpc_gets_an_answer_with_16_candidates(live):
     assert all(c.answer.strip() for c in r.candidates)
     assert h.status == eor_pb2.HealthReply.SERVING and h.model
     assert h.reader_engine_calls >= 3  # PK documents, @CP summaries, answers (+ nothing per retriever)
+
+
+def test_a_bench_suite_slice_against_the_real_service(live, tmp_path):
+    """The robustness bench (its own environment, over gRPC) runs a query-level slice against
+    this real service (SmolLM2 reading, Lucene + faiss): the deployed row heads the report,
+    with the live voter's cost, beside EoR and every single retriever."""
+    import os
+    import subprocess
+    from pathlib import Path
+
+    from tests.shared_data import QUESTIONS_FILE
+
+    repo = Path(__file__).resolve().parents[2]
+    bench_py = repo / ".venv-bench" / "bin" / "python"
+    if not bench_py.exists():
+        pytest.skip(".venv-bench is missing (./setup.sh --tests creates it)")
+    out = tmp_path / "query"
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    res = subprocess.run([str(bench_py), "-m", "bench.robust", "query", "--server", live.address,
+                          "--questions", str(QUESTIONS_FILE), "--corpus", str(CORPUS), "--limit", "2",
+                          "--perturbations", "typo10", "--variants", "1", "--out", str(out), "--quiet", "--no-plots"],
+                         cwd=repo, env=env, capture_output=True, text=True, timeout=1800)
+    assert res.returncode == 0, res.stderr[-3000:]
+    m = json.loads((out / "report.json").read_text())["metrics"]
+    assert m["systems"][:2] == ["deployed", "EoR"] and len(m["systems"]) == 18
+    d = m["cost"]["deployed"]
+    assert d["asked"] >= 2 and d["tokens"] > 0 and d["rounds"] >= 1 and d["voter"].startswith("equal weights")
+    assert "| **deployed** |" in (out / "report.md").read_text()
+    assert "deployed" in res.stdout

@@ -5,8 +5,10 @@ one retriever actor per spec (the layout of a big node; a small one runs one act
 real-model tests, tests/serve/test_service_e2e.py)."""
 from __future__ import annotations
 
+import os
 import socket
 import time
+import urllib.parse
 import urllib.request
 
 import grpc
@@ -40,7 +42,7 @@ def service(tmp_path_factory):
 
 
 def _start(config_from_dict, LocalService):
-    settings = config_from_dict({"cache": {"enabled": False}, "generator": {"model": ""},
+    settings = config_from_dict({"generator": {"model": ""},  # the reader cache on, as deployed (in the temp EOR_HOME)
         "voter": {"weights": "equal", "metrics": ["em"]}, "service": {
         "port": 0, "ray_grpc_port": _free_port(), "metrics_port": _free_port(),
         "engine_factory": f"{FAKES}:make_engine", "sources_factory": f"{FAKES}:make_sources",
@@ -498,3 +500,112 @@ def test_eor_ask_uses_a_running_local_service_and_says_so(service, tmp_path, cap
     other.write_text("service:\n  port: 1\n")  # nothing listens there
     Args.weights, Args.config = None, str(other)
     assert running_service(Args()) is None
+
+
+@pytest.mark.slow
+def test_a_real_prometheus_reads_the_dashboard_and_fires_the_regression_alert(service, stub, tmp_path):
+    """A real Prometheus (Debian package) scrapes this service and the robustness bench's
+    exporter with deploy/alerts.yml loaded. Every Grafana query returns data, and after a
+    degraded voter is pushed with --force, the bench's next round (paired with the round
+    before the push) raises EorRobustnessRegression for the deployed row."""
+    import argparse
+    import dataclasses
+    import json
+    import shutil
+    import subprocess
+    from pathlib import Path
+
+    from serve.cli.fit import gated_push
+    from voter.question_vote import MetricOptions, build_metrics, equal_weights
+    from voter.voting import VoterWeights
+    from voter.weights_io import save_weights
+
+    repo = Path(__file__).resolve().parents[2]
+    bench_py = repo / ".venv-bench" / "bin" / "python"
+    if shutil.which("prometheus") is None:
+        pytest.skip("prometheus is not installed (Debian package; ./setup.sh --tests installs it)")
+    if not bench_py.exists():
+        pytest.skip(".venv-bench is missing (./setup.sh --tests creates it)")
+    # closed-book-proof questions: ReFree alone is wrong on each, the vote right unless a typo hits the answer
+    qfile, cfile = tmp_path / "q.jsonl", tmp_path / "c.jsonl"
+    qfile.write_text("".join(json.dumps({"qid": f"p{i}", "dataset": "toy", "question": f"closedbook question about topic{i}",
+                                         "answers": [f"topic{i}"], "gold_pids": [f"g{i}"]}) + "\n" for i in range(24)))
+    cfile.write_text("".join(json.dumps({"id": f"g{i}", "title": f"Topic {i}", "text": f"All about topic{i}.",
+                                         "source": "nqgold"}) + "\n" for i in range(24)))
+    bench = [str(bench_py), "-m", "bench.robust", "query", "--server", service.address, "--questions", str(qfile),
+             "--corpus", str(cfile), "--dataset", "toy", "--limit", "24", "--perturbations", "typo10",
+             "--variants", "1", "--quiet", "--no-plots"]
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    base = subprocess.run(bench + ["--out", str(tmp_path / "base")], cwd=repo, env=env, capture_output=True,
+                          text=True, timeout=600)
+    assert base.returncode == 0, base.stderr[-2000:]
+    assert "deployed" in base.stdout
+    metrics = build_metrics(MetricOptions(("em",)), None)
+    live = equal_weights(PAPER_POOL, ["em"])
+    degraded = dataclasses.replace(live, weights=VoterWeights.from_arrays(
+        [0.3], [0.6 if s == "ReFree" else 0.0 for s in PAPER_POOL], 0.1))
+    args = argparse.Namespace(questions=str(qfile), dataset=None, split_seed=0, gate_questions=4, gate_slice=None,
+                              gate_margin=2.0, force=True, push=service.address)
+    bench_port, prom_port = _free_port(), _free_port()
+    cfg = tmp_path / "prometheus.yml"
+    cfg.write_text(json.dumps({  # YAML is a superset of JSON
+        "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
+        "rule_files": [str(repo / "deploy" / "alerts.yml")],
+        "scrape_configs": [{"job_name": "eor-local", "static_configs": [{"targets": [service.metrics_address]}]},
+                           {"job_name": "eor-bench", "static_configs": [{"targets": [f"127.0.0.1:{bench_port}"]}]}]}))
+    prom = subprocess.Popen(["prometheus", f"--config.file={cfg}", f"--storage.tsdb.path={tmp_path / 'tsdb'}",
+                             f"--web.listen-address=127.0.0.1:{prom_port}"], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    rounds = None
+    try:
+        def query(expr: str) -> list:
+            url = f"http://127.0.0.1:{prom_port}/api/v1/query?" + urllib.parse.urlencode({"query": expr})
+            return json.loads(urllib.request.urlopen(url, timeout=10).read())["data"]["result"]
+
+        deadline = time.time() + 60
+        while True:
+            try:
+                query("up")
+                break
+            except OSError:
+                assert time.time() < deadline, "prometheus did not start"
+                time.sleep(1)
+        # traffic that every panel reads: answers, a crashed source, a source past its deadline
+        for q in ("who painted the mona lisa", "crash-se question", "slow-se question", "who wrote hamlet"):
+            stub.AskBatch(eor_pb2.AskBatchRequest(questions=[q, q + " again"]), timeout=60)
+            time.sleep(2)
+        dash = json.loads((repo / "deploy" / "grafana-dashboard.json").read_text())
+        exprs = [t["expr"] for p in dash["panels"] for t in p["targets"]]
+        empty, deadline = exprs, time.time() + 90
+        while empty and time.time() < deadline:
+            stub.Ask(eor_pb2.AskRequest(question="who painted the mona lisa"), timeout=60)
+            time.sleep(3)
+            empty = [e for e in exprs if not query(e)]
+        assert not empty, f"dashboard queries without data from the live service: {empty}"
+        # the degraded voter, forced past the gate; the bench's next round against the one before
+        assert gated_push(args, degraded, metrics, save_weights(tmp_path / "degraded.json", degraded)) == 0
+        rounds = subprocess.Popen(bench + ["--out", str(tmp_path / "rounds"), "--every", "1h", "--metrics-port",
+                                           str(bench_port), "--baseline", str(tmp_path / "base")],
+                                  cwd=repo, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        firing, deadline = [], time.time() + 480
+        while not firing and time.time() < deadline:
+            assert rounds.poll() is None, rounds.stdout.read()[-2000:]
+            time.sleep(3)
+            alerts = json.loads(urllib.request.urlopen(f"http://127.0.0.1:{prom_port}/api/v1/alerts",
+                                                       timeout=10).read())["data"]["alerts"]
+            firing = [a for a in alerts if a["labels"]["alertname"] == "EorRobustnessRegression"
+                      and a["state"] == "firing"]
+        if not firing:
+            rounds.kill()
+            found = sorted((tmp_path / "rounds").rglob("regression.json"))
+            pytest.fail(f"EorRobustnessRegression did not fire; bench: {rounds.stdout.read()[-3000:]}; "
+                        f"{[f.read_text()[:1500] for f in found]}; bench gauges: {query('eor_bench_regression')}")
+        assert firing[0]["labels"]["suite"] == "query" and firing[0]["labels"]["system"] == "deployed"
+    finally:
+        for proc in (rounds, prom):
+            if proc is not None:
+                proc.kill()
+                proc.wait()
+        path = save_weights(tmp_path / "equal.json", live)  # the tests after this one vote with equal weights
+        from serve.cli import push_weights
+        assert push_weights(service.address, path) == 0

@@ -165,8 +165,13 @@ def test_settings_groups_cover_the_pool_and_yaml_round_trips(tmp_path):
                               "service": {"retriever_actors": "per-spec"}})
     assert actor_groups(small, cpus=2) == [("ReFree",), ("Wiki@10",), ("Wiki@5",)]
     grouped = config_from_dict({"pool": {"specs": ["ReFree", "Wiki@10", "Wiki@5"]},
-                                "service": {"groups": [["Wiki@5", "ReFree"]]}})
+                                "service": {"retriever_actors": [["Wiki@5", "ReFree"]]}})
     assert actor_groups(grouped, cpus=2) == [("ReFree", "Wiki@5"), ("Wiki@10",)]  # explicit groups win
+    assert actor_layout(grouped) == "groups" and config_from_dict(grouped.to_dict()) == grouped
+    with pytest.raises(ValueError, match="listed in two groups"):
+        config_from_dict({"service": {"retriever_actors": [["Wiki@5"], ["Wiki@5", "ReFree"]]}})
+    with pytest.raises(ValueError, match="unknown config keys"):  # one knob: the old second one is gone
+        config_from_dict({"service": {"groups": [["Wiki@5"]]}})
     with pytest.raises(ValueError, match="retriever_actors must be one of"):
         config_from_dict({"service": {"retriever_actors": "many"}})
     assert config_from_dict(s.to_dict()) == s
