@@ -152,7 +152,7 @@ class HealthRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class HealthReply(_message.Message):
-    __slots__ = ("status", "model", "retrievers", "reader_prompts", "reader_cache_hits", "reader_engine_calls", "reader_engine_prompts", "reader_mean_batch", "detail", "reader_prompt_tokens", "reader_generated_tokens", "reader_cached_tokens", "voter", "generator_model", "reader_in_flight", "unavailable")
+    __slots__ = ("status", "model", "retrievers", "reader_prompts", "reader_cache_hits", "reader_engine_calls", "reader_engine_prompts", "reader_mean_batch", "detail", "reader_prompt_tokens", "reader_generated_tokens", "reader_cached_tokens", "voter", "generator_model", "reader_in_flight", "unavailable", "placement")
     class Status(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
         __slots__ = ()
         UNKNOWN: _ClassVar[HealthReply.Status]
@@ -177,6 +177,7 @@ class HealthReply(_message.Message):
     GENERATOR_MODEL_FIELD_NUMBER: _ClassVar[int]
     READER_IN_FLIGHT_FIELD_NUMBER: _ClassVar[int]
     UNAVAILABLE_FIELD_NUMBER: _ClassVar[int]
+    PLACEMENT_FIELD_NUMBER: _ClassVar[int]
     status: HealthReply.Status
     model: str
     retrievers: _containers.RepeatedScalarFieldContainer[str]
@@ -193,7 +194,8 @@ class HealthReply(_message.Message):
     generator_model: str
     reader_in_flight: int
     unavailable: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, status: _Optional[_Union[HealthReply.Status, str]] = ..., model: _Optional[str] = ..., retrievers: _Optional[_Iterable[str]] = ..., reader_prompts: _Optional[int] = ..., reader_cache_hits: _Optional[int] = ..., reader_engine_calls: _Optional[int] = ..., reader_engine_prompts: _Optional[int] = ..., reader_mean_batch: _Optional[float] = ..., detail: _Optional[str] = ..., reader_prompt_tokens: _Optional[int] = ..., reader_generated_tokens: _Optional[int] = ..., reader_cached_tokens: _Optional[int] = ..., voter: _Optional[str] = ..., generator_model: _Optional[str] = ..., reader_in_flight: _Optional[int] = ..., unavailable: _Optional[_Iterable[str]] = ...) -> None: ...
+    placement: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, status: _Optional[_Union[HealthReply.Status, str]] = ..., model: _Optional[str] = ..., retrievers: _Optional[_Iterable[str]] = ..., reader_prompts: _Optional[int] = ..., reader_cache_hits: _Optional[int] = ..., reader_engine_calls: _Optional[int] = ..., reader_engine_prompts: _Optional[int] = ..., reader_mean_batch: _Optional[float] = ..., detail: _Optional[str] = ..., reader_prompt_tokens: _Optional[int] = ..., reader_generated_tokens: _Optional[int] = ..., reader_cached_tokens: _Optional[int] = ..., voter: _Optional[str] = ..., generator_model: _Optional[str] = ..., reader_in_flight: _Optional[int] = ..., unavailable: _Optional[_Iterable[str]] = ..., placement: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class RetrieveRequest(_message.Message):
     __slots__ = ("questions", "k", "sources")

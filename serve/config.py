@@ -95,10 +95,22 @@ class ServiceConfig:
     sources_factory: str = ""  # "module:callable(EorConfig) -> (sources, encoder)"; empty: the index
     ray_temp_dir: str = ""  # empty: $EOR_HOME/ray
     reader_memory_gib: float = 0.0  # Ray memory reservations (0: none; a multi-node cluster sets them)
+    ray_address: str = ""  # a running Ray cluster ("HOST:PORT" or "auto") to deploy onto; empty: Ray on this machine
+    # deployment -> Ray custom resources it needs on its node (serve/app/placement.py: DEPLOYMENTS), e.g.
+    # {"Reader": {"eor_reader": 1}, "Retrievers": {"eor_retrievers": 0.01}}: which node serves what
+    placement: dict[str, dict[str, float]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.retriever_timeout_s <= 0 or self.max_batch < 1:
             raise ValueError("service: retriever_timeout_s and max_batch must be positive")
+        from serve.app.placement import DEPLOYMENTS
+
+        unknown = sorted(set(self.placement) - set(DEPLOYMENTS))
+        if unknown:
+            raise ValueError(f"service.placement: unknown deployments {unknown}; known: {list(DEPLOYMENTS)}")
+        for name, res in self.placement.items():
+            if not isinstance(res, dict) or not all(isinstance(v, (int, float)) and v > 0 for v in res.values()):
+                raise ValueError(f"service.placement.{name} must map resource names to positive amounts, got {res!r}")
         if isinstance(self.retriever_actors, (list, tuple)):
             groups = tuple(tuple(g) if isinstance(g, (list, tuple)) else (g,) for g in self.retriever_actors)
             object.__setattr__(self, "retriever_actors", groups)

@@ -59,8 +59,9 @@ def build_app(settings: EorConfig, voter_config: dict | None = None):
     """The application; `voter_config` (the Voter's user_config) defaults to the settings'
     weights file, or equal weights."""
     from serve.app.deployments import RetrieverGroup, Source, Voter
-    from serve.app.reader import Reader
     from serve.app.ingress import EorIngress
+    from serve.app.placement import actor_options
+    from serve.app.reader import Reader
 
     d = settings.to_dict()
     version = hashlib.sha256(json.dumps(d, sort_keys=True).encode()).hexdigest()[:16]
@@ -69,25 +70,28 @@ def build_app(settings: EorConfig, voter_config: dict | None = None):
                                    "runtime_env": {"env_vars": {"OMP_NUM_THREADS": str(os.cpu_count() or 1)}}}
     if svc.reader_memory_gib:
         reader_opts["memory"] = int(svc.reader_memory_gib * 2**30)
-    pin = lambda dep: _pin_version(dep, version)  # noqa: E731
-    reader = pin(Reader.options(name="Reader", ray_actor_options=reader_opts)).bind(d)
+    placed = svc.placement
+
+    def pin(dep: Any, name: str, base: dict | None = None) -> Any:  # named, placed, versioned
+        return _pin_version(dep.options(name=name, ray_actor_options=actor_options(placed, name, base)), version)
+
+    reader = pin(Reader, "Reader", reader_opts).bind(d)
     from dataclasses import asdict
 
     from serve.config import generator_reader
 
     own = generator_reader(settings)  # None: the reader's engine serves Generate too
-    generator = reader if own is None else pin(Reader.options(name="Generator", ray_actor_options=reader_opts)).bind(
-        {**d, "reader": asdict(own)})
-    wiki = pin(Source.options(name="Source_Wiki")).bind(d, "Wiki")
-    se = pin(Source.options(name="Source_SE")).bind(d, "SE")
+    generator = reader if own is None else pin(Reader, "Generator", reader_opts).bind({**d, "reader": asdict(own)})
+    wiki = pin(Source, "Source_Wiki").bind(d, "Wiki")
+    se = pin(Source, "Source_SE").bind(d, "SE")
     group_specs = actor_groups(settings)
-    groups = [pin(RetrieverGroup.options(name=f"Retrievers_{i}")).bind(d, list(g), wiki, se, reader)
+    groups = [pin(RetrieverGroup, f"Retrievers_{i}").bind(d, list(g), wiki, se, reader)
               for i, g in enumerate(group_specs)]
     if voter_config is None:
         voter_config = {"weights_file": settings.voter.weights} if settings.voter.weights else {}
-    voter = pin(Voter.options(name="Voter", user_config=voter_config)).bind(d, reader)
-    return pin(EorIngress.options(name=INGRESS)).bind(d, groups, [list(g) for g in group_specs], voter, reader,
-                                                      {"Wiki": wiki, "SE": se}, generator)
+    voter = pin(Voter.options(user_config=voter_config), "Voter").bind(d, reader)
+    return pin(EorIngress, INGRESS).bind(d, groups, [list(g) for g in group_specs], voter, reader,
+                                         {"Wiki": wiki, "SE": se}, generator)
 
 
 def app_builder(args: dict[str, Any]):
@@ -122,17 +126,21 @@ class LocalService:
         from ray.serve.config import gRPCOptions
 
         svc = self.settings.service
-        # short path: Ray's Unix sockets live under it (108-byte limit)
-        self._temp_dir = svc.ray_temp_dir or tempfile.mkdtemp(prefix="eor-ray-", dir="/tmp")
-        for k, v in RAY_ENV_DEFAULTS.items():  # read by the raylet and every worker it starts
-            os.environ.setdefault(k, v)
         env = _runtime_env()
         if svc.token_env and svc.token_env in os.environ:
             env["env_vars"][svc.token_env] = os.environ[svc.token_env]
-        ray.init(_node_ip_address="127.0.0.1", _temp_dir=self._temp_dir, include_dashboard=False,
-                 object_store_memory=self.ray_memory_mb * 2**20, _metrics_export_port=svc.metrics_port or None,
-                 runtime_env=env, configure_logging=True, logging_level="WARNING", log_to_driver=False,
-                 namespace="eor")
+        if svc.ray_address:  # a running cluster (`ray start` on each node): deploy onto it
+            ray.init(address=svc.ray_address, runtime_env=env, configure_logging=True, logging_level="WARNING",
+                     log_to_driver=False, namespace="eor")
+        else:
+            # short path: Ray's Unix sockets live under it (108-byte limit)
+            self._temp_dir = svc.ray_temp_dir or tempfile.mkdtemp(prefix="eor-ray-", dir="/tmp")
+            for k, v in RAY_ENV_DEFAULTS.items():  # read by the raylet and every worker it starts
+                os.environ.setdefault(k, v)
+            ray.init(_node_ip_address="127.0.0.1", _temp_dir=self._temp_dir, include_dashboard=False,
+                     object_store_memory=self.ray_memory_mb * 2**20, _metrics_export_port=svc.metrics_port or None,
+                     runtime_env=env, configure_logging=True, logging_level="WARNING", log_to_driver=False,
+                     namespace="eor")
         self.metrics_address = f"127.0.0.1:{_metrics_port(svc)}"
         if svc.ray_grpc_port:
             serve.start(proxy_location="HeadOnly", http_options={"host": "127.0.0.1", "port": 0},
@@ -204,7 +212,7 @@ class LocalService:
             serve.shutdown()
         finally:
             ray.shutdown()
-            if not self.settings.service.ray_temp_dir:
+            if self._temp_dir and not self.settings.service.ray_temp_dir:
                 shutil.rmtree(self._temp_dir, ignore_errors=True)
 
     def __enter__(self) -> "LocalService":
@@ -215,7 +223,8 @@ class LocalService:
 
 
 def _metrics_port(svc) -> int:
-    if svc.metrics_port:
+    """This node's Prometheus port: the configured one when eor started Ray, else Ray's."""
+    if svc.metrics_port and not svc.ray_address:
         return svc.metrics_port
     import ray
 

@@ -24,16 +24,16 @@ from ray import serve
 from retrievers.types import Passage, QuestionResult
 from serve.app import metrics
 from serve.app.handles import CallDeadline, RemoteEncoder, RemoteReader, RemoteSource, StageClock
+from serve.app.placement import THIN, Placed
 from serve.builder import make_service_sources
 from serve.config import config_from_dict
 
 log = logging.getLogger(__name__)
 
-THIN = {"num_cpus": 0}
 
 
 @serve.deployment(ray_actor_options=THIN, max_ongoing_requests=64)
-class Source:
+class Source(Placed):
     """One knowledge source, loaded once; Wiki also serves the @RR encoder."""
 
     def __init__(self, settings: dict, name: str):
@@ -78,7 +78,7 @@ GROUP_CONCURRENCY = 32  # Asks one retriever actor runs at once (each a thread w
 
 
 @serve.deployment(ray_actor_options=THIN, max_ongoing_requests=GROUP_CONCURRENCY)
-class RetrieverGroup:
+class RetrieverGroup(Placed):
     """A few retriever specs in one thin actor, run by the ordinary staged RetrieverPool."""
 
     def __init__(self, settings: dict, specs: list[str], wiki: Any, se: Any, reader: Any):
@@ -132,7 +132,7 @@ class RetrieverGroup:
 
 
 @serve.deployment(ray_actor_options=THIN, max_ongoing_requests=64)
-class Voter:
+class Voter(Placed):
     """EoR voting over any subset of the pool, and the cascade the ingress runs.
 
     Which voter (voter/question_vote.py: choose_voter): a pushed one (user_config {"weights": dict},

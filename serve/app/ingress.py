@@ -27,6 +27,7 @@ from retrievers.pool import QuestionWork
 from retrievers.reader import SamplingParams
 from retrievers.types import ERROR, TIMEOUT, Candidate, Failure, QuestionResult
 from serve.app import metrics
+from serve.app.placement import Placed, placements
 from serve.app.errors import (DeadlineExceeded, FailedPrecondition, Unauthenticated, Unimplemented, reader_unavailable,
                               status_of)
 from serve.config import config_from_dict
@@ -54,7 +55,7 @@ async def _bounded(response: Any, timeout: float) -> Any:
 
 
 @serve.deployment(ray_actor_options={"num_cpus": 0}, max_ongoing_requests=256)
-class EorIngress:
+class EorIngress(Placed):
     def __init__(self, settings: dict, groups: list, group_specs: list, voter: Any, reader: Any,
                  sources: dict | None = None, generator: Any = None):
         self.settings = config_from_dict(settings)
@@ -407,6 +408,7 @@ class EorIngress:
         reply.reader_in_flight = st.get("in_flight", 0)
         if pings:
             reply.unavailable.extend(await self._unavailable())
+            reply.placement.extend(await placements(self._parts()))
         if reply.unavailable and reply.status == eor_pb2.HealthReply.SERVING:
             reply.detail = "degraded: not answering: " + ", ".join(reply.unavailable)
         try:
@@ -417,6 +419,14 @@ class EorIngress:
             reply.status = eor_pb2.HealthReply.NOT_SERVING
             reply.detail = f"voter or generator not answering: {type(exc).__name__}"
         return reply
+
+    def _parts(self) -> list[tuple[str, Any]]:
+        """Every deployment by name, for Health's placement (one line each)."""
+        parts = [("Reader", self.reader), ("Voter", self.voter)]
+        parts += [("Generator", self.generator)] if self.generator is not self.reader else []
+        parts += [(f"Source_{name}", h) for name, h in self.sources.items()]
+        parts += [(f"Retrievers_{i} ({', '.join(specs)})", h) for i, (specs, h) in enumerate(self.groups)]
+        return parts
 
     async def _unavailable(self, timeout_s: float = 2.0) -> list[str]:
         """The retriever actors and sources that do not answer a ping within `timeout_s`."""

@@ -20,12 +20,12 @@ from ray import serve
 from retrievers.reader import CachedReader, Counted, Generation, PromptText, ReaderEngine, SamplingParams
 from serve.app import metrics
 from serve.app.errors import ReaderUnavailable, engine_died, one_line
+from serve.app.placement import THIN, Placed
 from serve.builder import make_engine
 from serve.config import EorConfig, config_from_dict
 
 log = logging.getLogger(__name__)
 
-THIN = {"num_cpus": 0}
 
 
 class CountingEngine:
@@ -113,7 +113,7 @@ class CountingEngine:
 
 
 @serve.deployment(ray_actor_options=THIN, max_ongoing_requests=256)
-class Reader:
+class Reader(Placed):
     """The shared reader engine. A dead engine (EngineDeadError: its core or worker process
     died) is noticed on the call that fails: that call and every call until the engine is
     back get ReaderUnavailable, `stats()` reports it (Health turns NOT_SERVING), and a new

@@ -77,6 +77,8 @@ def build_parser() -> argparse.ArgumentParser:
     sv.add_argument("--ray-grpc-port", type=int, help="also open Ray Serve's gRPC proxy on this port "
                     "(all interfaces, no TLS)")
     sv.add_argument("--metrics-port", type=int, help="Prometheus endpoint port (default 8080)")
+    sv.add_argument("--ray-address", metavar="HOST:PORT", help="deploy onto a running Ray cluster (`ray start` on "
+                    "each node) instead of starting Ray here; service.placement in --config says which node serves what")
     sv.add_argument("--tls-cert", help="PEM certificate: serve TLS (with --tls-key)")
     sv.add_argument("--tls-key", help="PEM private key")
     sv.add_argument("--weights", help="fitted voter weights (live-updatable through the voter's user_config)")

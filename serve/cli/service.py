@@ -1,4 +1,5 @@
-"""`eor serve`: Ray on this machine, the Serve application and the gRPC front."""
+"""`eor serve`: Ray on this machine (or a running cluster: --ray-address), the Serve
+application and the gRPC front."""
 from __future__ import annotations
 
 import os
@@ -25,7 +26,8 @@ def cmd_serve(args) -> int:
 
     overrides = {"reader": {"model": args.model}, "index": {"name": args.index},
                  "service": {"host": args.host, "port": args.port, "ray_grpc_port": args.ray_grpc_port,
-                             "metrics_port": args.metrics_port, "tls_cert": args.tls_cert, "tls_key": args.tls_key},
+                             "metrics_port": args.metrics_port, "tls_cert": args.tls_cert, "tls_key": args.tls_key,
+                             "ray_address": args.ray_address},
                  "voter": {"weights": args.weights}}
     settings = load_config(args.config, overrides)
     svc = settings.service
