@@ -206,6 +206,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--model", default="smollm2-135m", help="reader (a prepared model name or path; SmolLM2 fits 2 cores)")
     ap.add_argument("--index", default="default")
     ap.add_argument("--questions", default=DEFAULT_QUESTIONS)
+    ap.add_argument("--offset", type=int, default=1200,
+                    help="the NQ questions to ask start here (the cold ones, then the load's; rarely asked before)")
     ap.add_argument("--cold", type=int, default=5, help="cold questions, one at a time")
     ap.add_argument("-n", type=int, default=24, help="Asks during the node-loss load")
     ap.add_argument("-c", type=int, default=8, help="their concurrency")
@@ -224,7 +226,10 @@ def main(argv: list[str] | None = None) -> int:
 
     model = args.model if os.path.sep in args.model else str(models_dir() / args.model)
     qs = [q["question"] for q in read_questions(args.questions)]
-    cold_qs, load_qs = qs[1200:1200 + args.cold], qs[1250:1250 + max(8, args.n // 3)]  # NQ, rarely asked before
+    cold_qs = qs[args.offset:args.offset + args.cold]
+    load_qs = qs[args.offset + args.cold:args.offset + args.cold + max(8, args.n // 3)]
+    if len(cold_qs) < args.cold or not load_qs:
+        raise SystemExit(f"{args.questions}: too few NQ questions from --offset {args.offset}")
     base = eor_home() / "cluster"
     base.mkdir(parents=True, exist_ok=True)
     port, head_metrics, worker_metrics = args.port, args.port + 1800, args.port + 1801

@@ -168,6 +168,19 @@ def report(args) -> dict[str, Any]:
             "best_single": best_single, "adaptive_only_right": wins, "best_single_only_right": losses,
             "sign_test_p": sign_test(wins, losses)},
             "first_round_share": float((out.stop[rows] == 0).mean())}
+    eval_frontier = []  # the chosen rounds and scorer on the eval split, one shared stop threshold
+    for tau in (0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0, float("inf")):
+        o = apply_model(eval_run, type(model)(model.layout, model.scorer, (tau,) * (len(model.layout) - 1)))
+        right = [match(eval_run.answers[i][w] or "", golds[i]) if w >= 0 else 0.0 for i, w in enumerate(o.picked)]
+        eval_frontier.append({"scale": tau, "match": float(np.mean(right)), "computed_tokens": float(np.mean(o.tokens)),
+                              "rounds": float(np.mean(o.rounds)), "first_round_share": float((o.stop == 0).mean())})
+    if args.plot:
+        from serve.offline.plots import cost_accuracy_plot
+
+        singles = {s: (float(np.mean(tokens[s])), float(np.mean([match(a, g) for a, g in zip(systems[s], golds)])))
+                   for s in specs}
+        cost_accuracy_plot(eval_frontier, singles, f"confidence-aware EoR on {len(held)} eval questions: "
+                           "one stop threshold for every round (label)", args.plot)
     return {"fit_questions": len(fit), "eval_questions": len(held),
             "fit_datasets": {d: fit_run.datasets.count(d) for d in sorted(set(fit_run.datasets))},
             "latency_model": {"round_overhead_s": latency.round_overhead_s, "tokens_per_s": round(latency.tokens_per_s, 1)},
@@ -178,7 +191,10 @@ def report(args) -> dict[str, Any]:
                          "thresholds": [None if t == float("inf") else t for t in f.thresholds]} for f in fits],
             "chosen": {"rounds": [list(r) for r in chosen.layout],
                        "thresholds": [None if t == float("inf") else t for t in chosen.thresholds]},
-            "frontier_fit_cv": chosen.frontier, "eval": per_dataset,
+            "frontier_fit_cv": chosen.frontier,
+            "frontier_eval": [{"threshold": None if p["scale"] == float("inf") else p["scale"],
+                               **{k: v for k, v in p.items() if k != "scale"}} for p in eval_frontier],
+            "eval": per_dataset,
             "model": model.to_dict(specs)}
 
 
@@ -196,6 +212,9 @@ def format_report(doc: dict[str, Any]) -> str:
         for name, sc in d["systems"].items():
             r = f"{sc['rounds']:.2f}" if "rounds" in sc else ""
             lines.append(f"  {name:28s} {sc['match']:6.3f} {sc['em']:6.3f} {sc['f1']:6.3f} {sc['tokens']:7.0f} {r:>6s}")
+    lines.append("\nfrontier (eval; one shared threshold): " + "; ".join(
+        f"{'inf' if p['threshold'] is None else format(p['threshold'], '.1f')}: {p['match']:.3f} @ {p['computed_tokens']:.0f} tokens, {p['rounds']:.2f} rounds "
+        f"({p['first_round_share']:.0%} stop at 1)" for p in doc["frontier_eval"]))
     lines.append("\nfrontier (fit, out-of-fold; one shared threshold): " + "; ".join(
         f"{p['threshold']:.2f}: {p['accuracy']:.3f} @ {p['cost']:.1f}s ({p['first_round_share']:.0%} stop at 1)"
         for p in doc["frontier_fit_cv"][::4]))
@@ -213,6 +232,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--round-overhead", type=float, default=1.0, help="seconds each round adds beyond its tokens")
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--out", type=Path, help="also write the report here (JSON)")
+    ap.add_argument("--plot", type=Path, help="the eval frontier (Match vs reader tokens, singles as dots) as a PNG")
     args = ap.parse_args(argv)
     from serve.cli.common import _quiet_logs
 

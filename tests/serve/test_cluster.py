@@ -11,16 +11,35 @@ import pytest
 
 pytestmark = pytest.mark.slow
 
+QUESTIONS = ["who wrote the novel moby dick", "what is the largest planet in the solar system",
+             "who painted the sistine chapel ceiling", "what is the capital city of australia",
+             "who discovered penicillin", "when did the first man land on the moon",
+             "what is the chemical symbol for gold", "who composed the four seasons",
+             "how many bones are in the adult human body", "what language is spoken in brazil"]
 
-def test_two_nodes_answer_and_survive_losing_the_worker(tmp_path):
+
+def test_two_nodes_answer_and_survive_losing_the_worker(tmp_path, monkeypatch):
+    """Self-contained, as CI runs it (`./setup.sh --tests` builds no index; no ../shared/data):
+    its own EOR_HOME with a 300-article index of the embedded corpus, its own questions."""
+    from itertools import islice
+
     from bench.cluster import main
+    from retrievers.corpus import read_embedded
+    from retrievers.encoder import Encoder
+    from serve.builder import build_indexes
     from serve.engine.models import models_dir
 
-    if not (models_dir() / "smollm2-135m" / "config.json").exists():
+    model = models_dir() / "smollm2-135m"  # resolved before EOR_HOME moves to the temp folder
+    if not (model / "config.json").exists():
         pytest.fail("reader model not prepared: run ./setup.sh --tests (eor models prepare smollm2-135m)")
+    monkeypatch.setenv("EOR_HOME", str(tmp_path / "home"))  # the nodes `ray start` inherits it
+    build_indexes(list(islice(read_embedded(), 300)), "t", Encoder(), show_progress=False)
     out = tmp_path / "cluster.json"
-    assert main(["--cold", "1", "-n", "12", "-c", "8", "--kill-after", "10", "--rejoin-after", "15",
-                 "--port", "6397", "--out", str(out)]) == 0
+    questions = tmp_path / "questions.jsonl"  # its own: CI has no ../shared/data
+    questions.write_text("".join(json.dumps({"question": q, "answers": [], "dataset": "nq-open-oracle"}) + "\n"
+                                 for q in QUESTIONS), encoding="utf-8")
+    assert main(["--model", str(model), "--index", "t", "--cold", "1", "-n", "12", "-c", "8", "--kill-after", "10", "--rejoin-after", "15",
+                 "--questions", str(questions), "--offset", "0", "--port", "6397", "--out", str(out)]) == 0
     r = json.loads(out.read_text())
     placement = r["health"]["placement"]
     head = {p.split(": ", 1)[1].split()[0] for p in placement if p.startswith(("Reader", "Voter"))}

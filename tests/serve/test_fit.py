@@ -109,9 +109,14 @@ def test_fit_resumes_from_the_run_log_and_a_bad_push_target_fails_clearly(tmp_pa
     assert "--push expects HOST:PORT" in capsys.readouterr().err
     assert made == []  # refused before any work
     (tmp_path / "w.json").unlink()
-    assert main(args + ["--push", f"127.0.0.1:{_closed_port()}"]) == 1  # nobody listens there
-    out = capsys.readouterr()
-    assert "push to 127.0.0.1:" in out.err and "UNAVAILABLE" in out.err
+    port = _closed_port()
+    assert main(args + ["--push", f"127.0.0.1:{port}"]) == 1  # nobody listens there: the gate cannot ask
+    err = capsys.readouterr().err
+    assert "push gate could not ask" in err and "UNAVAILABLE" in err and "nothing pushed" in err
+    assert "Traceback" not in err
+    assert main(args + ["--push", f"127.0.0.1:{port}", "--force"]) == 1  # no gate; the push itself fails
+    err = capsys.readouterr().err
+    assert "push to 127.0.0.1:" in err and "UNAVAILABLE" in err and "Traceback" not in err
     assert (tmp_path / "w.json").exists()  # the fitted weights are kept (the live push: test_service_fake)
     assert main(["fit", "--questions", str(qfile), "--metrics", "em,nope"]) == 2
     assert "unknown similarity metric" in capsys.readouterr().err
