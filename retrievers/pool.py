@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
-from typing import Mapping, Sequence
+from typing import Collection, Mapping, Sequence
 
 from retrievers.corpus import split_words, truncate_words
 from retrievers.encoder import Encoder
@@ -123,6 +123,31 @@ def search_depths(plans: Sequence[RetrieverPlan], config: PoolConfig) -> dict[st
     return depth
 
 
+def pending_searches(shared: Sequence[QuestionWork], need: Mapping[str, int], deep: Mapping[str, int],
+                     skip: Collection[int] = ()) -> list[tuple[str, list[int], int]]:
+    """(source, question indexes, k) of each search a stage still needs: a source is searched for
+    the questions whose work has it at less than the stage's depth `need` and whose search of
+    it has not failed, at the deepest k their whole plan needs (`deep`), so a later stage finds
+    it done. The one rule for both homes of searching: the in-process pool and the service's
+    source actors (serve/app/ingress.py)."""
+    calls = []
+    for src, k in need.items():
+        todo = [j for j, w in enumerate(shared) if j not in skip and src not in w.failed and w.depth.get(src, 0) < k]
+        if todo:
+            calls.append((src, todo, max(k, deep.get(src, 0))))
+    return calls
+
+
+def record_search(shared: Sequence[QuestionWork], src: str, todo: Sequence[int], k: int,
+                  found: Sequence[list[Passage]] | Failure) -> None:
+    """Put one search's hits (or why it failed, for each of its questions) into their work."""
+    for j, hits in zip(todo, [found] * len(todo) if isinstance(found, Failure) else found):
+        if isinstance(hits, Failure):
+            shared[j].failed[src] = hits
+        else:
+            shared[j].hits[src], shared[j].depth[src] = hits, k
+
+
 @dataclass
 class _Work:
     """Per-run scratch: search results and rerank memos, per question index."""
@@ -134,7 +159,7 @@ class _Work:
     hits: dict[str, list[list[Passage]]] = field(default_factory=dict)
     source_errors: dict[tuple[int, str], Failure] = field(default_factory=dict)  # (question, source) -> why
     reranked: dict[tuple[int, str], list[Passage]] = field(default_factory=dict)
-    shared: Sequence[QuestionWork] | None = None
+    shared: Sequence[QuestionWork] = ()
 
 
 class RetrieverPool:
@@ -179,9 +204,10 @@ class RetrieverPool:
         if shared is not None and len(shared) != len(qs):
             raise ValueError(f"{len(qs)} questions but {len(shared)} shared work records")
         plans = [self._plan(s) for s in (self.specs if specs is None else specs)]
+        if shared is None:
+            shared = [QuestionWork() for _ in qs]  # this run's own, when no caller keeps them
         work = _Work(shared=shared)
-        if shared is not None:
-            work.earlier = {qi: w.earlier for qi, w in enumerate(shared)}  # extended in place
+        work.earlier = {qi: w.earlier for qi, w in enumerate(shared)}  # extended in place
         given = {qi: list(d) for qi, d in enumerate(documents or ()) if d}
         used = {s for p in plans for s in p.sources}
         if used & {"PK", "HB"}:
@@ -206,54 +232,36 @@ class RetrieverPool:
             raise KeyError(f"retriever {spec!r} is not in the pool; pool: {', '.join(self.plans)}")
         return self.plans[spec]
 
-    def _pk(self, qs: list[str], work: _Work, shared: Sequence[QuestionWork] | None) -> None:
+    def _pk(self, qs: list[str], work: _Work, shared: Sequence[QuestionWork]) -> None:
         """The PK document of each question: written once, reused by every later stage."""
-        todo = [qi for qi in range(len(qs)) if shared is None or shared[qi].pk is None]
-        written: dict[int, tuple[str, ReaderTokens, list[int]]] = {}
+        todo = [qi for qi in range(len(qs)) if shared[qi].pk is None]
         if todo:
             outs = self.reader.generate_counted([pk_prompt(qs[qi]) for qi in todo],
                                                 self._long_form(self.config.pk_tokens))
             for qi, (o, ids, g, _) in zip(todo, outs):
-                written[qi] = pk = (o.strip(), ReaderTokens(len(ids), g), list(ids))
-                if shared is not None:
-                    shared[qi].pk = pk
-                work.earlier.setdefault(qi, []).append((pk[2], "PK"))  # (shared's own list, when shared)
-        pks = [written[qi] if qi in written else shared[qi].pk for qi in range(len(qs))]
+                shared[qi].pk = pk = (o.strip(), ReaderTokens(len(ids), g), list(ids))
+                work.earlier[qi].append((pk[2], "PK"))  # shared[qi].earlier itself
+        pks = [shared[qi].pk for qi in range(len(qs))]
         work.pk_docs = [pk[0] for pk in pks]
         work.pk_tokens = [pk[1] for pk in pks]
 
     def _search(self, qs: list[str], plans: list[RetrieverPlan], work: _Work,
-                given: Mapping[int, list[Passage]], shared: Sequence[QuestionWork] | None = None,
-                plan_depth: Mapping[str, int] | None = None) -> None:
-        for src, k in search_depths(plans, self.config).items():
-            hits: list[list[Passage]] = [list(given.get(qi, ())) for qi in range(len(qs))]
-            todo = []
-            for qi in range(len(qs)):
-                if qi in given:
-                    continue
-                if shared is not None and src in shared[qi].failed:
-                    work.source_errors[(qi, src)] = shared[qi].failed[src]
-                elif shared is not None and shared[qi].depth.get(src, 0) >= k:
-                    hits[qi] = shared[qi].hits[src]  # an earlier stage searched it
-                else:
-                    todo.append(qi)
-            if todo:
-                deep = max(k, (plan_depth or {}).get(src, 0))
-                try:
-                    found = self.sources[src].search([qs[qi] for qi in todo], deep)
-                except Exception as exc:  # a broken source fails only the retrievers that use it
-                    log.exception("source %s failed", src)
-                    for qi in todo:
-                        kind = TIMEOUT if isinstance(exc, TimeoutError) else ERROR
-                        why = work.source_errors[(qi, src)] = Failure(kind, f"{src} search failed: {exc}")
-                        if shared is not None:
-                            shared[qi].failed[src] = why
-                else:
-                    for qi, h in zip(todo, found):
-                        hits[qi] = h
-                        if shared is not None:
-                            shared[qi].hits[src], shared[qi].depth[src] = h, deep
-            work.hits[src] = hits
+                given: Mapping[int, list[Passage]], shared: Sequence[QuestionWork],
+                plan_depth: Mapping[str, int]) -> None:
+        """Each source the stage reads, searched once per question (`pending_searches`); a broken
+        source fails only the retrievers that read it. Given documents replace the search."""
+        need = search_depths(plans, self.config)
+        for src, todo, k in pending_searches(shared, need, plan_depth, skip=given.keys()):
+            try:
+                found: Sequence[list[Passage]] | Failure = self.sources[src].search([qs[qi] for qi in todo], k)
+            except Exception as exc:
+                log.exception("source %s failed", src)
+                found = Failure(TIMEOUT if isinstance(exc, TimeoutError) else ERROR, f"{src} search failed: {exc}")
+            record_search(shared, src, todo, k, found)
+        for src in need:
+            work.hits[src] = [list(given[qi]) if qi in given else shared[qi].hits.get(src, []) for qi in range(len(qs))]
+            work.source_errors.update({(qi, src): shared[qi].failed[src] for qi in range(len(qs))
+                                       if qi not in given and src in shared[qi].failed})
 
     def _term_passages(self, qi: int, q: str, t: Term, work: _Work) -> list[Passage]:
         c = self.config
@@ -292,7 +300,7 @@ class RetrieverPool:
 
     def _reranked(self, qi: int, q: str, key: str, passages: list[Passage], work: _Work) -> list[Passage]:
         if (qi, key) not in work.reranked:
-            memo = work.shared[qi].reranked if work.shared is not None else {}
+            memo = work.shared[qi].reranked
             if key not in memo:  # chunks are embedded once per question, whichever stage asks first
                 memo[key] = cosine_rerank(self.reranker, q, passages)
             work.reranked[(qi, key)] = memo[key]

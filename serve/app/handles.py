@@ -9,15 +9,34 @@ the ordinary `RetrieverPool` staged logic while the heavy parts live once elsewh
 
 These are called from the worker thread that runs `pool.run` (never from the event loop);
 the time spent in each kind of call is accumulated per thread for the stage metrics.
+`bounded` is the event loop's counterpart (the ingress): a handle's response awaited under a
+deadline, and cancelled past it.
 """
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 from typing import Any, Sequence
 
 from retrievers.reader import Counted, PromptText, SamplingParams
 from retrievers.types import Passage
+
+
+async def bounded(response: Any, timeout: float) -> Any:
+    """A Ray Serve response awaited at most `timeout` s. Past it, or when the awaiting task is
+    cancelled (the client went away), the request is cancelled too (Ray does not do that by
+    itself); the reader calls a retriever actor makes are bounded by the same deadline
+    (`CallDeadline`), and a cancelled reader call aborts its engine requests. TimeoutError past
+    the deadline."""
+    async def wait():
+        return await response
+    try:
+        return await asyncio.wait_for(wait(), timeout)
+    except (asyncio.TimeoutError, asyncio.CancelledError):
+        response.cancel()
+        raise
+
 
 class StageClock:
     """Seconds spent in remote calls, per stage, for the calling thread."""

@@ -27,7 +27,9 @@ from retrievers.pool import QuestionWork
 from retrievers.reader import SamplingParams
 from retrievers.types import ERROR, TIMEOUT, Candidate, Failure, QuestionResult
 from serve.app import metrics
-from serve.app.placement import Placed, placements
+from serve.app.handles import bounded
+from serve.app.health import HealthChecks
+from serve.app.placement import Placed
 from serve.app.errors import (DeadlineExceeded, FailedPrecondition, Unauthenticated, Unimplemented, reader_unavailable,
                               status_of)
 from serve.config import config_from_dict
@@ -39,23 +41,8 @@ log = logging.getLogger(__name__)
 OK = grpc.StatusCode.OK
 
 
-async def _bounded(response: Any, timeout: float) -> Any:
-    """A Ray Serve response awaited at most `timeout` s. Past it, or when the awaiting task is
-    cancelled (the client went away), the request is cancelled too (Ray does not do that by
-    itself); the reader calls a retriever actor makes are bounded by the same deadline
-    (`CallDeadline`), and a cancelled reader call aborts its engine requests. TimeoutError past
-    the deadline."""
-    async def wait():
-        return await response
-    try:
-        return await asyncio.wait_for(wait(), timeout)
-    except (asyncio.TimeoutError, asyncio.CancelledError):
-        response.cancel()
-        raise
-
-
 @serve.deployment(ray_actor_options={"num_cpus": 0}, max_ongoing_requests=256)
-class EorIngress(Placed):
+class EorIngress(Placed, HealthChecks):
     def __init__(self, settings: dict, groups: list, group_specs: list, voter: Any, reader: Any,
                  sources: dict | None = None, generator: Any = None):
         self.settings = config_from_dict(settings)
@@ -200,7 +187,7 @@ class EorIngress(Placed):
 
     async def _group(self, handle: Any, questions: list[str], specs: list[str], top_k: int, timeout: float,
                      documents: Any = None, shared: list | None = None, plan_specs: list[str] | None = None):
-        return await _bounded(handle.run.remote(questions, specs, top_k, documents, timeout, shared, plan_specs),
+        return await bounded(handle.run.remote(questions, specs, top_k, documents, timeout, shared, plan_specs),
                               timeout)
 
     async def _ask(self, spec: AskSpec, on_provisional: Any = None) -> list[eor_pb2.AskReply]:
@@ -234,7 +221,7 @@ class EorIngress(Placed):
             t = time.perf_counter()
             reserve = min(self.limits.vote_reserve_s, budget / 4)  # a vote always gets this much
             try:
-                out = await _bounded(self.voter.vote_with_stats.remote(results, plan.key),
+                out = await bounded(self.voter.vote_with_stats.remote(results, plan.key),
                                      max(budget - (t - t0), reserve))
             except asyncio.TimeoutError as exc:
                 if isinstance(exc, ray_exceptions.RayError):  # the voter failed; it did not run late
@@ -280,29 +267,21 @@ class EorIngress(Placed):
         at once, and the others go on (in one actor or sixteen)."""
         from dataclasses import replace
 
-        from retrievers.pool import search_depths
+        from retrievers.pool import pending_searches, record_search, search_depths
         from retrievers.spec import parse_spec
 
         config = replace(self.settings.pool, default_k=top_k) if top_k else self.settings.pool
-        need = search_depths([parse_spec(s) for s in specs], config)
-        deep = search_depths([parse_spec(s) for s in plan_specs], config)
-        calls = []
-        for src, k in need.items():
-            todo = [j for j, w in enumerate(shared) if w.depth.get(src, 0) < k and src not in w.failed]
-            if todo and src in self.sources:
-                calls.append((src, todo, max(k, deep.get(src, k))))
-        outs = await asyncio.gather(*[_bounded(self.sources[src].search.remote([qs[j] for j in todo], kk), timeout)
-                                      for src, todo, kk in calls], return_exceptions=True)
-        for (src, todo, kk), out in zip(calls, outs):
+        calls = [c for c in pending_searches(shared, search_depths([parse_spec(s) for s in specs], config),
+                                             search_depths([parse_spec(s) for s in plan_specs], config))
+                 if c[0] in self.sources]
+        outs = await asyncio.gather(*[bounded(self.sources[src].search.remote([qs[j] for j in todo], k), timeout)
+                                      for src, todo, k in calls], return_exceptions=True)
+        for (src, todo, k), out in zip(calls, outs):
             if isinstance(out, BaseException):  # not searched again for these questions: the retrievers
-                why = (Failure(TIMEOUT, f"{src} search timed out after {timeout:g} s")
-                       if isinstance(out, asyncio.TimeoutError)  # that read it report it
+                out = (Failure(TIMEOUT, f"{src} search timed out after {timeout:g} s")  # that read it report it
+                       if isinstance(out, asyncio.TimeoutError)
                        else Failure(ERROR, f"{src} search failed: {status_of(out)[1]}"))
-                for j in todo:
-                    shared[j].failed[src] = why
-                continue
-            for j, hits in zip(todo, out):
-                shared[j].hits[src], shared[j].depth[src] = hits, kk
+            record_search(shared, src, todo, k, out)
 
     async def _fan_out(self, qs: list[str], wanted_specs: list[str], top_k: int, docs: Any,
                        timeout: float, work: list[QuestionWork] | None = None,
@@ -348,7 +327,7 @@ class EorIngress(Placed):
         timeout = self.limits.retriever_timeout_s
 
         async def search(src: str):
-            return await _bounded(self.sources[src].search.remote(list(spec.questions), k), timeout)
+            return await bounded(self.sources[src].search.remote(list(spec.questions), k), timeout)
         found = await asyncio.gather(*[search(s) for s in spec.sources], return_exceptions=True)
         return retrieve_reply(spec, dict(zip(spec.sources, found)))
 
@@ -380,71 +359,3 @@ class EorIngress(Placed):
             outs = [p.reply(o) for p, o in zip(prompts, outs)]
         model = await self.generator.model_id.remote()
         return eor_pb2.GenerateReply(outputs=outs, model=model)
-
-    async def _health(self, request, pings: bool = True) -> eor_pb2.HealthReply:
-        """`pings`: also ping every retriever actor and source (up to 2 s when one hangs);
-        grpc.health.v1 probes skip them (a probe has ~1 s, and a degraded part is no reason
-        to take the pod out)."""
-        reply = eor_pb2.HealthReply(retrievers=self.pool)
-        try:
-            st = await asyncio.wait_for(self._stats(), 10.0)
-        except Exception as exc:
-            reply.status = eor_pb2.HealthReply.NOT_SERVING
-            reply.detail = f"reader not answering: {type(exc).__name__}"
-            return reply
-        reply.status = eor_pb2.HealthReply.SERVING
-        if st.get("down"):
-            reply.status = eor_pb2.HealthReply.NOT_SERVING
-            reply.detail = st["down"]
-        reply.model = st["model"]
-        reply.reader_prompts = st["prompts"]
-        reply.reader_cache_hits = st["cache_hits"]
-        reply.reader_engine_calls = st["engine_calls"]
-        reply.reader_engine_prompts = st["engine_prompts"]
-        reply.reader_mean_batch = st["mean_batch"]
-        reply.reader_prompt_tokens = st["prompt_tokens"]
-        reply.reader_generated_tokens = st["generated_tokens"]
-        reply.reader_cached_tokens = st.get("cached_tokens", 0)
-        reply.reader_in_flight = st.get("in_flight", 0)
-        if pings:
-            reply.unavailable.extend(await self._unavailable())
-            reply.placement.extend(await placements(self._parts()))
-        if reply.unavailable and reply.status == eor_pb2.HealthReply.SERVING:
-            reply.detail = "degraded: not answering: " + ", ".join(reply.unavailable)
-        try:
-            reply.voter = await asyncio.wait_for(self.voter.weights_source.remote(), 10.0)
-            reply.generator_model = st["model"] if self.generator is self.reader else \
-                await asyncio.wait_for(self.generator.model_id.remote(), 10.0)
-        except Exception as exc:
-            reply.status = eor_pb2.HealthReply.NOT_SERVING
-            reply.detail = f"voter or generator not answering: {type(exc).__name__}"
-        return reply
-
-    def _parts(self) -> list[tuple[str, Any]]:
-        """Every deployment by name, for Health's placement (one line each)."""
-        parts = [("Reader", self.reader), ("Voter", self.voter)]
-        parts += [("Generator", self.generator)] if self.generator is not self.reader else []
-        parts += [(f"Source_{name}", h) for name, h in self.sources.items()]
-        parts += [(f"Retrievers_{i} ({', '.join(specs)})", h) for i, (specs, h) in enumerate(self.groups)]
-        return parts
-
-    async def _unavailable(self, timeout_s: float = 2.0) -> list[str]:
-        """The retriever actors and sources that do not answer a ping within `timeout_s`."""
-        parts = [(list(specs), h) for specs, h in self.groups] + [([name], h) for name, h in self.sources.items()]
-
-        async def down(handle: Any) -> bool:
-            try:
-                await _bounded(handle.ping.remote(), timeout_s)
-                return False
-            except Exception:
-                return True
-        dead = await asyncio.gather(*[down(h) for _, h in parts])
-        return [name for (names, _), d in zip(parts, dead) if d for name in names]
-
-    async def serving(self) -> tuple[bool, str]:
-        """For grpc.health.v1: (serving?, why not)."""
-        reply = await self._health(eor_pb2.HealthRequest(), pings=False)
-        return reply.status == eor_pb2.HealthReply.SERVING, reply.detail
-
-    async def _stats(self) -> dict:
-        return await self.reader.stats.remote()

@@ -492,3 +492,22 @@ def test_every_answer_carries_the_readers_logprobs(memo_encoder):
         assert c.confidence == pytest.approx(sum(c.logprobs) / len(c.logprobs))
     (plain,) = Setup(memo_encoder, specs=["SE@1"]).pool.run([QUESTION])
     assert plain.candidates[0].logprobs is None and plain.candidates[0].confidence is None
+
+
+def test_pending_searches_is_the_one_rule_for_what_a_stage_still_searches():
+    """Both homes of searching (the in-process pool, the service's source actors) ask it."""
+    from retrievers.pool import QuestionWork, pending_searches, record_search
+
+    work = [QuestionWork(), QuestionWork(), QuestionWork()]
+    p = Passage("w1", "t", "text", "Wiki")
+    work[1].hits["Wiki"], work[1].depth["Wiki"] = [p], 10  # searched deep enough by an earlier stage
+    work[2].failed["Wiki"] = Failure(TIMEOUT, "Wiki search timed out")  # never searched again
+    calls = pending_searches(work, {"Wiki": 5, "SE": 1}, {"Wiki": 10, "SE": 30})
+    assert calls == [("Wiki", [0], 10), ("SE", [0, 1, 2], 30)]  # at the plan's deepest k
+    assert pending_searches(work, {"SE": 1}, {}, skip={0, 2}) == [("SE", [1], 1)]  # given documents
+
+    record_search(work, "Wiki", [0], 10, [[p, p]])
+    record_search(work, "SE", [0, 1, 2], 30, Failure(TIMEOUT, "SE search timed out"))
+    assert work[0].hits["Wiki"] == [p, p] and work[0].depth["Wiki"] == 10
+    assert all(w.failed["SE"].kind == TIMEOUT for w in work) and "SE" not in work[0].depth
+    assert pending_searches(work, {"Wiki": 10, "SE": 1}, {}) == []  # done, or failed for good
