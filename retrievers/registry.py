@@ -1,26 +1,45 @@
-"""A small name -> class registry with lazy imports, so configs name components and heavy
-modules load only when used."""
+"""The one registry helper: name -> class or factory, with lazy imports, so configs name
+components and heavy modules load only when used. The knowledge-source backends, the voter's
+similarity metrics and its poolings are Registries. (The bench's perturbations keep their own
+table: the bench is a client that imports no server package.)"""
 from __future__ import annotations
 
 import importlib
-from typing import Any
+from typing import Any, Callable
+
+
+class UnknownName(KeyError, ValueError):
+    """A name nothing is registered under: a KeyError to lookups, a ValueError to config checks."""
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else ""
 
 
 class Registry:
     def __init__(self, kind: str):
         self.kind = kind
-        self._entries: dict[str, str | type] = {}
+        self._entries: dict[str, Any] = {}
 
-    def register(self, name: str, target: str | type) -> None:
-        """`target` is a class or a lazy "module:Class" reference."""
+    def register(self, name: str, target: Any) -> None:
+        """`target` is a class, a factory or a lazy "module:Class" reference."""
         self._entries[name] = target
+
+    def entry(self, name: str) -> Callable[[Any], Any]:
+        """Decorator form: `@METRICS.entry("em")` registers the function or class it decorates;
+        a name registered twice is an error (two modules claiming one name)."""
+        def deco(target: Any) -> Any:
+            if name in self._entries:
+                raise ValueError(f"{self.kind} {name!r} already registered")
+            self._entries[name] = target
+            return target
+        return deco
 
     def names(self) -> list[str]:
         return sorted(self._entries)
 
-    def get(self, name: str) -> type:
+    def get(self, name: str) -> Any:
         if name not in self._entries:
-            raise KeyError(f"unknown {self.kind} {name!r}; known: {', '.join(self.names())}")
+            raise UnknownName(f"unknown {self.kind} {name!r}; known: {', '.join(self.names())}")
         target = self._entries[name]
         if isinstance(target, str):
             module, attr = target.split(":")

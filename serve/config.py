@@ -19,6 +19,7 @@ from retrievers.encoder import DEFAULT_ENCODER
 from retrievers.pool import PoolConfig
 from serve.engine.models import DEFAULT_GENERATOR
 from serve.engine.vllm_engine import VLLMConfig
+from voter.estimator import VoterConfig
 
 
 @dataclass(frozen=True)
@@ -54,7 +55,7 @@ class VoterSelection:
 
     weights: str = ""
     metrics: tuple[str, ...] = ("em", "bertscore")
-    pooling: str = "mean"
+    pooling: str = VoterConfig.pooling
 
 
 # The retriever actors (the design card, ../shared/ARCHITECTURE.md, "Serving"): thin actors doing only the processing ops;

@@ -29,7 +29,9 @@ from voter.voting import (
 
 @dataclass(frozen=True)
 class VoterConfig:
-    """Every knob of the voter and its fit; validated on construction."""
+    """Every knob of the voter and its fit, with its default: the one home of the voter's
+    settings (EoRVoter's parameters, the fit's FitConfig.voter, a voter file's fields and
+    equal weights take their defaults from here); validated on construction."""
 
     pooling: str = "mean"
     threshold: float = 0.1  # t: retrievers with omega_r < t are dropped
@@ -171,18 +173,18 @@ class EoRVoter:
 
     def __init__(
         self,
-        pooling: str = "mean",
-        threshold: float = 0.1,
-        upper_bound: float = 0.6,
-        n_restarts: int = 6,
-        seed: int = 0,
-        sim_threshold: float = 0.5,
-        dropped_vote: bool = False,
-        max_fev: int | None = None,
-        xatol: float = 1e-3,
-        tie_break: float = 0.5,
-        temperature: float = 0.05,
-    ):
+        pooling: str = VoterConfig.pooling,
+        threshold: float = VoterConfig.threshold,
+        upper_bound: float = VoterConfig.upper_bound,
+        n_restarts: int = VoterConfig.n_restarts,
+        seed: int = VoterConfig.seed,
+        sim_threshold: float = VoterConfig.sim_threshold,
+        dropped_vote: bool = VoterConfig.dropped_vote,
+        max_fev: int | None = VoterConfig.max_fev,
+        xatol: float = VoterConfig.xatol,
+        tie_break: float = VoterConfig.tie_break,
+        temperature: float = VoterConfig.temperature,
+    ):  # explicit parameters (scikit-learn's convention), their defaults VoterConfig's
         self.pooling = pooling
         self.threshold = threshold
         self.upper_bound = upper_bound

@@ -13,6 +13,8 @@ from typing import Callable, Protocol
 
 import numpy as np
 
+from retrievers.registry import Registry
+
 
 class Pooling(Protocol):
     def __call__(
@@ -25,30 +27,21 @@ class Pooling(Protocol):
     ) -> np.ndarray: ...
 
 
-_POOLINGS: dict[str, Pooling] = {}
+POOLINGS = Registry("pooling")
 
 
 def register_pooling(name: str) -> Callable[[Pooling], Pooling]:
     """Register a pooling under `name` (a new pooling is one function)."""
-
-    def deco(fn: Pooling) -> Pooling:
-        if name in _POOLINGS:
-            raise ValueError(f"pooling {name!r} already registered")
-        _POOLINGS[name] = fn
-        return fn
-
-    return deco
+    return POOLINGS.entry(name)
 
 
 def get_pooling(name: str) -> Pooling:
-    try:
-        return _POOLINGS[name]
-    except KeyError:
-        raise ValueError(f"unknown pooling {name!r}; available: {sorted(_POOLINGS)}") from None
+    """ValueError naming the known poolings for an unknown name."""
+    return POOLINGS.get(name)
 
 
 def available_poolings() -> list[str]:
-    return sorted(_POOLINGS)
+    return POOLINGS.names()
 
 
 def _others(voters: np.ndarray) -> np.ndarray:

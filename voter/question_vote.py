@@ -26,6 +26,7 @@ import numpy as np
 
 from retrievers.types import QuestionResult
 from voter.cascade import settle_stat
+from voter.estimator import VoterConfig
 from voter.normalize import is_non_answer
 from voter.similarity import PairSimilarity, available_metrics, create_metric, similarity_tensor
 from voter.voting import VoteRule, VoterWeights, answer_margin, choose
@@ -34,7 +35,7 @@ from voter.weights_io import SHIPPED_VOTER, Provenance, SavedWeights, load_weigh
 # NLI judged by the reader costs about two prompts per distinct answer pair (~110 for one
 # question through 16 retrievers): a voter uses it only when it was fitted with it.
 DEFAULT_METRICS: tuple[str, ...] = ("em", "bertscore")
-DEFAULT_POOLING = "mean"
+DEFAULT_POOLING = VoterConfig.pooling
 
 
 @dataclass(frozen=True)
@@ -76,7 +77,7 @@ def build_metrics(options: MetricOptions, reader: Any) -> list[PairSimilarity]:
 
 
 def equal_weights(pool: Sequence[str], metrics: Sequence[str], pooling: str = DEFAULT_POOLING,
-                  upper_bound: float = 0.6, threshold: float = 0.1) -> SavedWeights:
+                  upper_bound: float = VoterConfig.upper_bound, threshold: float = VoterConfig.threshold) -> SavedWeights:
     """Unfitted voter: every weight upper_bound / 2, nothing dropped."""
     VoteRule(pooling)  # an unknown pooling fails here, before any work
     w = upper_bound / 2

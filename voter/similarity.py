@@ -16,6 +16,7 @@ from typing import Any, Callable, NamedTuple, Sequence
 
 import numpy as np
 
+from retrievers.registry import Registry
 from voter.normalize import normalize_answer
 
 
@@ -86,32 +87,22 @@ class EMSimilarity(PairSimilarity):
 
 
 # -- registry ------------------------------------------------------------------------
-_METRICS: dict[str, Callable[..., PairSimilarity]] = {}
+METRICS = Registry("similarity metric")
 
 
 def register_metric(name: str) -> Callable[[Callable[..., PairSimilarity]], Callable[..., PairSimilarity]]:
     """Register a factory `(**kwargs) -> PairSimilarity` under `name`."""
-
-    def deco(factory: Callable[..., PairSimilarity]) -> Callable[..., PairSimilarity]:
-        if name in _METRICS:
-            raise ValueError(f"metric {name!r} already registered")
-        _METRICS[name] = factory
-        return factory
-
-    return deco
+    return METRICS.entry(name)
 
 
 def create_metric(name: str, **kwargs: Any) -> PairSimilarity:
-    """Build a metric by name; cheap (models load on `load()` or first use)."""
-    try:
-        factory = _METRICS[name]
-    except KeyError:
-        raise ValueError(f"unknown similarity metric {name!r}; available: {sorted(_METRICS)}") from None
-    return factory(**kwargs)
+    """Build a metric by name (ValueError naming the known ones); cheap: models load on
+    `load()` or first use."""
+    return METRICS.create(name, **kwargs)
 
 
 def available_metrics() -> list[str]:
-    return sorted(_METRICS)
+    return METRICS.names()
 
 
 @register_metric("em")

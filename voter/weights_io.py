@@ -26,7 +26,7 @@ from typing import Any, Sequence
 
 from voter.adaptive import AdaptiveModel
 from voter.cascade import Cascade
-from voter.estimator import EoRVoter
+from voter.estimator import EoRVoter, VoterConfig
 from voter.voting import VoterWeights
 
 # The voter the repository ships: fitted on ../shared/data's NQ dev rows (fit split) with the
@@ -64,9 +64,9 @@ class SavedWeights:
     threshold: float
     weights: VoterWeights
     provenance: Provenance
-    sim_threshold: float = 0.5
-    dropped_vote: bool = False
-    upper_bound: float = 0.6
+    sim_threshold: float = VoterConfig.sim_threshold
+    dropped_vote: bool = VoterConfig.dropped_vote
+    upper_bound: float = VoterConfig.upper_bound
     cascade: Cascade | None = None  # None: the kept retrievers in one stage
     # the confidence-aware model: when set, its rounds are the stages and its scorer votes and stops
     adaptive: AdaptiveModel | None = None

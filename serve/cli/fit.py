@@ -103,6 +103,7 @@ def cmd_fit(args) -> int:
     from serve.builder import make_pool
     from serve.offline.dataset import qids_digest, select_questions
     from serve.offline.fitting import FitConfig, fit_weights, format_report
+    from voter.estimator import VoterConfig
     from serve.paths import eor_home
     from voter.question_vote import MetricOptions, build_metrics
     from voter.weights_io import file_sha256, save_weights
@@ -111,7 +112,8 @@ def cmd_fit(args) -> int:
     config = _config(args)
     selection = _selection(args)
     questions = select_questions(selection)
-    fit_config = FitConfig(metrics=MetricOptions.parse(args.metrics, args.nli_model), pooling=args.pooling or config.voter.pooling)
+    fit_config = FitConfig(metrics=MetricOptions.parse(args.metrics, args.nli_model),
+                           voter=VoterConfig(pooling=args.pooling or config.voter.pooling))
     pool = make_pool(config)
     scored, pool_s = _run_pool(args, config, pool, selection, questions)
     sel = selection.describe()

@@ -16,11 +16,11 @@ import numpy as np
 
 from retrievers.types import QuestionResult
 from serve.offline.dataset import Question
-from voter.question_vote import (DEFAULT_POOLING, MetricOptions, answer_grid, equal_weights,
+from voter.question_vote import (MetricOptions, answer_grid, equal_weights,
                           similarity_inputs)
 from voter.cascade import (DEFAULT_TARGET, UNANIMOUS_ONLY, Cascade, build_trace, evaluate_rule, fit_thresholds,
                            order_stages)
-from voter.estimator import EoRVoter, chosen_correctness
+from voter.estimator import EoRVoter, VoterConfig, chosen_correctness
 from voter.qa_metrics import match
 from voter.similarity import PairSimilarity
 from voter.weights_io import Provenance, SavedWeights
@@ -32,23 +32,13 @@ Scored = Sequence[tuple[Question, QuestionResult]]
 
 @dataclass(frozen=True)
 class FitConfig:
-    """The voter's fit settings (paper: mean pooling, bounds [0, 0.6], drop below t = 0.1)."""
+    """The fit's settings: the similarity metrics, the voter's own (`VoterConfig`, its one home:
+    paper's mean pooling, bounds [0, 0.6], drop below t = 0.1) and the cascade's."""
 
     metrics: MetricOptions = field(default_factory=MetricOptions)
-    pooling: str = DEFAULT_POOLING
-    threshold: float = 0.1
-    upper_bound: float = 0.6
-    n_restarts: int = 6
-    seed: int = 0
+    voter: VoterConfig = field(default_factory=VoterConfig)  # validated on construction
     cascade_target: float = DEFAULT_TARGET  # adaptive stop rule: agreement with the all-kept vote
     first_stage: int = 2  # retrievers in the cascade's first stage (a vote needs two answers)
-
-    def __post_init__(self) -> None:
-        self.voter().config  # validates pooling, bounds, threshold now, not after the pool ran
-
-    def voter(self) -> EoRVoter:
-        return EoRVoter(pooling=self.pooling, threshold=self.threshold, upper_bound=self.upper_bound,
-                        n_restarts=self.n_restarts, seed=self.seed)
 
 
 def correctness(scored: Scored, pool: Sequence[str],
@@ -80,7 +70,7 @@ def fit_weights(scored: Scored, pool: Sequence[str], metrics: Sequence[PairSimil
     X = similarity_inputs([r for _, r in scored], answer_grid([r for _, r in scored], pool), metrics)
     t1 = time.perf_counter()
     y = correctness(scored, pool)
-    voter = config.voter().fit(X, y)
+    voter = EoRVoter.from_config(config.voter).fit(X, y)
     t2 = time.perf_counter()
     seconds = {**(extra or {}).get("seconds", {}), "similarity": round(t1 - t0, 3), "fit": round(t2 - t1, 3)}
     prov = Provenance(
@@ -89,12 +79,13 @@ def fit_weights(scored: Scored, pool: Sequence[str], metrics: Sequence[PairSimil
         reader_model=reader_model,
         objective=float(voter.objective_),
         extra={**(extra or {}), "correctness": CORRECTNESS, "nli_backend": config.metrics.nli_backend,
-               "voter": {"n_restarts": config.n_restarts, "seed": config.seed}, "seconds": seconds},
+               "voter": {"n_restarts": config.voter.n_restarts, "seed": config.voter.seed}, "seconds": seconds},
     )
     saved = SavedWeights.from_voter(voter, pool, config.metrics.names, prov)
     results = [r for _, r in scored]
     saved = saved.with_cascade(fit_cascade(voter, X, pool, results, saved.kept_specs(), config))
-    base = equal_weights(pool, config.metrics.names, config.pooling, config.upper_bound, config.threshold)
+    base = equal_weights(pool, config.metrics.names, config.voter.pooling, config.voter.upper_bound,
+                         config.voter.threshold)
     base_acc = float(chosen_correctness(base.voter().predict(X), y).mean())
     return FitReport(saved, float(voter.objective_), base_acc,
                      {spec: float(y[:, m].mean()) for m, spec in enumerate(pool)}, seconds)

@@ -47,3 +47,26 @@ def test_source_backends_are_registered():
     assert SOURCE_BACKENDS.get("lucene") is LuceneSource
     se = SOURCE_BACKENDS.create("lucene", index_dir="/nonexistent")  # cheap constructor: no I/O yet
     assert se.name == "SE"
+
+
+def test_the_decorator_form_refuses_a_name_twice_and_unknown_names_are_value_errors_too():
+    reg = Registry("widget")
+
+    @reg.entry("thing")
+    def make(size: int = 1) -> Thing:
+        return Thing(size)
+
+    assert reg.create("thing", size=2).size == 2
+    with pytest.raises(ValueError, match="widget 'thing' already registered"):
+        reg.entry("thing")(Thing)
+    with pytest.raises(ValueError) as err:  # config checks catch ValueError
+        reg.get("nope")
+    assert str(err.value) == "unknown widget 'nope'; known: thing"  # no quotes around it
+
+
+def test_the_voters_metrics_and_poolings_are_registries():
+    from voter.pooling import POOLINGS
+    from voter.similarity import METRICS
+
+    assert isinstance(METRICS, Registry) and isinstance(POOLINGS, Registry)
+    assert {"em", "bertscore"} <= set(METRICS.names()) and "mean" in POOLINGS.names()
