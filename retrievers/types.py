@@ -1,7 +1,7 @@
 """Value types shared by the retrievers, the reader and the voter (frozen, batch-friendly)."""
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 
 @dataclass(frozen=True)
@@ -107,6 +107,12 @@ class QuestionResult:
     question: str
     candidates: tuple[Candidate, ...] = field(default_factory=tuple)
     shared_tokens: dict[str, ReaderTokens] = field(default_factory=dict)  # "PK": writing the PK document
+
+    def for_vote(self) -> "QuestionResult":
+        """The same answers without what the vote never reads (passages, documents): what
+        the service sends the Voter after each round."""
+        return replace(self, candidates=tuple(replace(c, context=Context(c.context.spec))
+                                              for c in self.candidates))
 
     def reader_tokens(self, specs: "set[str] | None" = None) -> ReaderTokens:
         """Reader work of the candidates in `specs` (all without), each shared document once;

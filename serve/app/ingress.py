@@ -221,7 +221,7 @@ class EorIngress(Placed, HealthChecks):
             t = time.perf_counter()
             reserve = min(self.limits.vote_reserve_s, budget / 4)  # a vote always gets this much
             try:
-                out = await bounded(self.voter.vote_with_stats.remote(results, plan.key),
+                out = await bounded(self.voter.vote_with_stats.remote([r.for_vote() for r in results], plan.key),
                                      max(budget - (t - t0), reserve))
             except asyncio.TimeoutError as exc:
                 if isinstance(exc, ray_exceptions.RayError):  # the voter failed; it did not run late
