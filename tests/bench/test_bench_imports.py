@@ -2,7 +2,7 @@
 with its own environment; it may import `protos` and `bench`).
 
 The other scripts in bench/ are component benchmarks that measure the server's parts
-in-process (the cluster bench that deploys the service onto Ray, recall of the sources, reader batching, model choice, the voter's objective,
+in-process (recall of the sources, reader batching, model choice, the voter's objective,
 the load test's `--start` mode): importing those parts is what they are for. They are
 listed here by name, so a new bench module is a client unless someone says otherwise."""
 from __future__ import annotations
@@ -12,7 +12,7 @@ from pathlib import Path
 
 BENCH = Path(__file__).resolve().parents[2] / "bench"
 FORBIDDEN = {"serve", "retrievers", "voter"}
-IN_PROCESS = {"cluster.py", "engine_settings.py", "load_test.py", "model_compare.py", "reader_batching.py", "retrieval_recall.py",
+IN_PROCESS = {"cluster.py", "engine_settings.py", "load_test.py", "model_compare.py", "reader_batching.py", "retrieval_recall.py", "scale_model.py",
               "voter_objective.py"}
 
 
