@@ -32,7 +32,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from bench.common import DEFAULT_QUESTIONS, read_questions
+from bench.common import DEFAULT_QUESTIONS, Timeline, read_questions
 
 HEAD, WORKER = "eor_head", "eor_worker"
 PLACEMENT = {"Reader": {HEAD: 0.5}, "Voter": {HEAD: 0.01}, "EorIngress": {HEAD: 0.01},
@@ -134,14 +134,9 @@ def node_loss(client, questions: list[str], n: int, concurrency: int, kill_after
     """SIGKILL the worker node under load, restart it after `rejoin_after_s`; the timeline."""
     import grpc
 
-    events: list[dict] = []
-    lock = threading.Lock()
-    t0 = time.time()
+    timeline = Timeline()
+    events, note = timeline.events, timeline.note
     stop = threading.Event()
-
-    def note(**e):
-        with lock:
-            events.append({"t": round(time.time() - t0, 2), **e})
 
     def one(q: str) -> None:
         try:
@@ -180,7 +175,7 @@ def node_loss(client, questions: list[str], n: int, concurrency: int, kill_after
         list(pool.map(one, [questions[i % len(questions)] for i in range(n)]))
     chaos_thread.join()
     kill_t = next(e["t"] for e in events if e["kind"] == "kill")
-    while time.time() - t0 < kill_t + limit_s:  # then until an Ask is whole again
+    while timeline.elapsed() < kill_t + limit_s:  # then until an Ask is whole again
         one(questions[0])
         last = events[-1]
         if last["code"] == "OK" and not last["empty"] and last["missing"] == 0:

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 import time
 from contextlib import contextmanager
 from pathlib import Path
@@ -52,3 +53,20 @@ def timer(into: dict, key: str):
     t = time.perf_counter()
     yield
     into[key] = time.perf_counter() - t
+
+
+class Timeline:
+    """Events stamped with the seconds since it began, noted from many threads: the fault
+    benches' record of Asks, Health polls, kills and rejoins (`events` is the timeline)."""
+
+    def __init__(self) -> None:
+        self.events: list[dict] = []
+        self.t0 = time.time()
+        self._lock = threading.Lock()
+
+    def note(self, **event) -> None:
+        with self._lock:
+            self.events.append({"t": round(time.time() - self.t0, 2), **event})
+
+    def elapsed(self) -> float:
+        return time.time() - self.t0

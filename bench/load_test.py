@@ -43,7 +43,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from bench.common import DEFAULT_QUESTIONS, read_questions
+from bench.common import DEFAULT_QUESTIONS, Timeline, read_questions
 
 LOOPBACK = ("127.0.0.1", "localhost", "[::1]")
 WARM_UP = "what is the capital of france"  # asked before the timed questions of `cold` and `inprocess`
@@ -347,13 +347,8 @@ def reader_fault_test(client, address: str, questions: list[str], n: int, concur
     targets = _engine_workers()
     if not targets:
         raise SystemExit("reader fault test: no VLLM::Worker process on this machine")
-    events: list[dict] = []
-    lock = threading.Lock()
-    t0 = time.time()
-
-    def note(**e):
-        with lock:
-            events.append({"t": round(time.time() - t0, 2), **e})
+    timeline = Timeline()
+    events, note = timeline.events, timeline.note
 
     def one(q: str) -> None:
         try:
@@ -388,7 +383,7 @@ def reader_fault_test(client, address: str, questions: list[str], n: int, concur
         list(pool.map(one, [questions[i % len(questions)] for i in range(n)]))
     # then ask until an answer comes back (the engine restarting), at most limit_s after the kill
     kill_t = next((e["t"] for e in events if e["kind"] == "kill"), None)
-    while kill_t is not None and time.time() - t0 < kill_t + limit_s:
+    while kill_t is not None and timeline.elapsed() < kill_t + limit_s:
         one(questions[0])
         last = events[-1]
         if last["kind"] == "ask" and last["code"] == "OK" and not last["empty"]:
