@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from functools import lru_cache
 
 REFREE = "ReFree"
 KNOWN_SOURCES = ("Wiki", "SE", "PK", "HB")
@@ -80,7 +81,10 @@ def _parse_term(text: str, spec: str) -> Term:
     return Term(source, rerank, k)
 
 
+@lru_cache(maxsize=1024)
 def parse_spec(spec: str) -> RetrieverPlan:
+    """The plan of one spec string. Cached (plans are frozen): every stage of every Ask names
+    its retrievers by spec, and the same few strings are parsed once per process."""
     text = spec.strip()
     if not text:
         raise SpecError("empty retriever spec")

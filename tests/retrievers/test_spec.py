@@ -114,3 +114,10 @@ def test_duplicate_spec_in_a_pool_is_an_error_naming_it():
 def test_a_bad_spec_anywhere_in_the_pool_fails_the_pool():
     with pytest.raises(SpecError, match="'Foo'"):
         parse_pool(["SE@1", "Foo@3"])
+
+
+def test_parse_spec_is_parsed_once_and_bad_specs_still_raise():
+    assert parse_spec("SE@RR@5&Wiki@5@CP") is parse_spec("SE@RR@5&Wiki@5@CP")
+    for _ in range(2):  # a failure is not cached as a result
+        with pytest.raises(SpecError):
+            parse_spec("SE@")
