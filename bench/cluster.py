@@ -268,7 +268,7 @@ def main(argv: list[str] | None = None) -> int:
         with LocalService(config_from_dict(one)) as svc1, EorClient(svc1.address, timeout_s=900) as client:
             client.ask("what is the capital of france")
             report["one_node"] = cold_latency(client, cold_qs)
-            from bench.load_test import memory_report
+            from bench.service_calls import memory_report
 
             report["one_node"]["rss_gib"] = memory_report(os.getpid()).get("total_gib")
         report["two_over_one_latency"] = round(report["two_nodes"]["mean_s"] / report["one_node"]["mean_s"], 3)

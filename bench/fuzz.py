@@ -208,9 +208,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--token", default=None)
     ap.add_argument("--out", default=None)
     args = ap.parse_args(argv)
-    from bench.load_test import _check_loopback
+    from bench.service_calls import check_loopback
 
-    _check_loopback(args.server)
+    check_loopback(args.server)
     report = run(args.server, args.n, args.c, args.seed, token=args.token)
     text = json.dumps(report, indent=2)
     if args.out:

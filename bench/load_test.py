@@ -36,92 +36,16 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import sys
-import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from bench.common import DEFAULT_QUESTIONS, Timeline, read_questions
+from bench.common import DEFAULT_QUESTIONS, read_questions
+from bench.faults import fault_test, reader_fault_test
+from bench.service_calls import (check_loopback, latency_summary, memory_report, metrics_snapshot, reader_counters,
+                                 reader_delta, run_calls)
 
-LOOPBACK = ("127.0.0.1", "localhost", "[::1]")
 WARM_UP = "what is the capital of france"  # asked before the timed questions of `cold` and `inprocess`
-
-
-def _check_loopback(address: str) -> None:
-    host = address.rpartition(":")[0]
-    if host not in LOOPBACK:
-        raise SystemExit(f"load tests run against loopback only, not {address}")
-
-
-def _pct(xs: list[float], q: float) -> float:
-    if not xs:
-        return float("nan")
-    s = sorted(xs)
-    return s[min(len(s) - 1, max(0, int(round(q * (len(s) - 1)))))]
-
-
-def _health(client) -> dict:
-    h = client.health()
-    return {"prompts": h.reader_prompts, "cache_hits": h.reader_cache_hits,
-            "engine_calls": h.reader_engine_calls, "engine_prompts": h.reader_engine_prompts,
-            "in_flight": h.reader_in_flight,
-            "prompt_tokens": h.reader_prompt_tokens, "generated_tokens": h.reader_generated_tokens,
-            "cached_tokens": h.reader_cached_tokens}
-
-
-def _reader_delta(before: dict, after: dict) -> dict:
-    d = {k: after[k] - before[k] for k in before}
-    d["computed_tokens"] = d["prompt_tokens"] - d["cached_tokens"] + d["generated_tokens"]
-    return {**d, "cache_hit_rate": d["cache_hits"] / d["prompts"] if d["prompts"] else None,
-            "mean_batch": d["engine_prompts"] / d["engine_calls"] if d["engine_calls"] else None}
-
-
-def run_calls(client, questions: list[str], concurrency: int, retrievers=(), on_reply=None,
-              stream: bool = False) -> dict:
-    """Ask every question (in order, `concurrency` at a time); latencies and failures.
-    `stream`: through AskStream, also the latency of the first (provisional or final) reply."""
-    import grpc
-
-    lat, first, failures, lock = [], [], [], threading.Lock()
-
-    def ask(q: str):
-        if not stream:
-            return client.ask(q, retrievers)
-        t, r, first_s = time.perf_counter(), None, None
-        for r in client.ask_stream(q, retrievers):
-            first_s = first_s if first_s is not None else time.perf_counter() - t
-        with lock:
-            first.append(first_s)
-        return r
-
-    def one(i_q):
-        i, q = i_q
-        t = time.perf_counter()
-        try:
-            r = ask(q)
-        except grpc.RpcError as exc:
-            with lock:
-                failures.append({"i": i, "question": q, "code": exc.code().name, "details": exc.details()})
-            return
-        dt = time.perf_counter() - t
-        with lock:
-            lat.append(dt)
-        if on_reply:
-            on_reply(i, time.time(), r)
-
-    t0 = time.perf_counter()
-    with ThreadPoolExecutor(max_workers=concurrency) as pool:
-        list(pool.map(one, enumerate(questions)))
-    wall = time.perf_counter() - t0
-    out = {"calls": len(questions), "ok": len(lat), "failed": len(failures), "failures": failures[:10],
-           "wall_s": round(wall, 2), "throughput_qps": round(len(lat) / wall, 3) if wall else None,
-           "p50_s": round(_pct(lat, 0.5), 3), "p95_s": round(_pct(lat, 0.95), 3),
-           "mean_s": round(statistics.fmean(lat), 3) if lat else None}
-    if stream:
-        out["first_reply_mean_s"] = round(statistics.fmean(first), 3) if first else None
-    return out
 
 
 def load_test(client, questions: list[str], n: int, concurrency: int, distinct: int) -> dict:
@@ -129,9 +53,9 @@ def load_test(client, questions: list[str], n: int, concurrency: int, distinct: 
         raise SystemExit(f"need {distinct} distinct questions, have {len(questions)}")
     pool = questions[:distinct]
     asked = [pool[i % distinct] for i in range(n)]
-    before = _health(client)
+    before = reader_counters(client)
     out = run_calls(client, asked, concurrency)
-    out.update(distinct=distinct, concurrency=concurrency, reader=_reader_delta(before, _health(client)))
+    out.update(distinct=distinct, concurrency=concurrency, reader=reader_delta(before, reader_counters(client)))
     return out
 
 
@@ -150,9 +74,9 @@ def compare(client, questions: list[str], cold: int, single: str, concurrency: i
         stops[str(reply.stopped_at_stage)] = stops.get(str(reply.stopped_at_stage), 0) + 1
     for name, qs, specs, hook in (("adaptive", sets[0], (), note_stop), ("single", sets[1], [single], None),
                                   *((("eor16", sets[2], list(pool), None),) if pool else ())):
-        h0 = _health(client)
+        h0 = reader_counters(client)
         rows[name] = run_calls(client, qs, concurrency, retrievers=specs, on_reply=hook, stream=name == "adaptive")
-        rows[name]["reader"] = _reader_delta(h0, _health(client))
+        rows[name]["reader"] = reader_delta(h0, reader_counters(client))
     rows["adaptive"]["stopped_at_stage"] = dict(sorted(stops.items()))
     rows["adaptive"]["first_round_stop_share"] = round(stops.get("1", 0) / cold, 3)
 
@@ -200,17 +124,17 @@ def cold_asks(client, questions: list[str]) -> dict:
     side of `inprocess` (start `eor serve` with the reader cache off, e.g.
     `--config bench/configs/no-cache.yaml`, so both sides compute every prompt)."""
     client.ask(WARM_UP)  # as `inprocess` does: both sides are warm before the timed questions
-    h0 = _health(client)
+    h0 = reader_counters(client)
     latencies, stops = [], []
     for q in questions:
         t = time.perf_counter()
         reply = client.ask(q)
         latencies.append(time.perf_counter() - t)
         stops.append([reply.stopped_at_stage, reply.answer])
-    reader = _reader_delta(h0, _health(client))
+    reader = reader_delta(h0, reader_counters(client))
     n = len(questions)
     # AsyncLLM: one engine request per distinct uncached prompt (CountingEngine counts requests as calls)
-    return {"path": "service", "voter": client.health().voter, **_latency_summary(latencies), "stops": stops,
+    return {"path": "service", "voter": client.health().voter, **latency_summary(latencies), "stops": stops,
             "reader": reader,
             "prompts_per_question": round(reader["prompts"] / n, 2),
             "engine_requests_per_question": round(reader["engine_calls"] / n, 2)}
@@ -248,160 +172,11 @@ def inprocess_asks(questions: list[str], config_path: str | None) -> dict:
     stats = {k: v - stats0[k] for k, v in vars(pool.reader.stats).items()}
     tokens = {k: getattr(engine, k, 0) - tokens0[k] for k in tokens0}
     n = len(questions)
-    return {"path": "in-process", "voter": choice.describe(), **_latency_summary(latencies), "stops": stops,
+    return {"path": "in-process", "voter": choice.describe(), **latency_summary(latencies), "stops": stops,
             "reader": {**stats, **tokens}, "prompts_per_question": round(stats["prompts"] / n, 2),
             "engine_requests_per_question": round(stats["engine_prompts"] / n, 2),
             "engine_calls_per_question": round(stats["calls"] / n, 2),
             "mean_batch": round(stats["engine_prompts"] / stats["calls"], 2) if stats["calls"] else None}
-
-
-def _latency_summary(latencies: list[float]) -> dict:
-    return {"questions": len(latencies), "mean_s": round(statistics.fmean(latencies), 3),
-            "p50_s": round(_pct(latencies, 0.5), 3), "p95_s": round(_pct(latencies, 0.95), 3),
-            "latencies_s": [round(x, 2) for x in latencies]}
-
-
-def _group_processes(group: int) -> list[int]:
-    """PIDs of the Ray worker processes serving retriever group `group` on this machine (Ray
-    titles an actor's process `ray::ServeReplica:<app>:<deployment>`)."""
-    import psutil
-
-    import re
-
-    tag = re.compile(rf"ServeReplica:eor:Retrievers_{group}(?!\d)")  # Retrievers_1, not Retrievers_10
-    out = []
-    for p in psutil.process_iter(["pid", "cmdline"]):
-        try:
-            if any(tag.search(part) for part in (p.info["cmdline"] or ())):
-                out.append(p.info["pid"])
-        except (psutil.NoSuchProcess, psutil.AccessDenied):
-            continue
-    return sorted(out)
-
-
-def fault_test(client, questions: list[str], n: int, concurrency: int, kill_after_s: float,
-               specs: list[str], group: int = 1) -> dict:
-    """Crash the process of retriever group `group` (serving `specs`) with SIGKILL after
-    `kill_after_s` s of load: works against any local server, not only one this process started."""
-    import os
-    import signal
-
-    replies: list[tuple[int, float, list[str]]] = []
-    targets = _group_processes(group)
-    if not targets:
-        raise SystemExit(f"fault test: no process of retriever group {group} found on this machine")
-    killed_at: list[float] = []
-
-    def killer():
-        time.sleep(kill_after_s)
-        for pid in targets:
-            os.kill(pid, signal.SIGKILL)
-        killed_at.append(time.time())
-
-    threading.Thread(target=killer, daemon=True).start()
-    res = run_calls(client, [questions[i % len(questions)] for i in range(n)], concurrency,
-                    on_reply=lambda i, t, r: replies.append((i, t, list(r.missing))))
-    k = killed_at[0] if killed_at else float("inf")
-    hit = [t for _, t, m in replies if set(specs) & set(m)]  # replies missing the killed group
-    other = sum(1 for _, _, m in replies if set(m) - set(specs))  # missing something else (load timeouts)
-    after = sorted((t, m) for _, t, m in replies if t > k)
-    whole_again = next((t - k for t, m in after if not set(specs) & set(m) and t > max(hit, default=k)), None)
-    now = _group_processes(group)
-    res.update(killed_pids=targets, killed_specs=specs, kill_after_s=kill_after_s,
-               replies_missing_killed_group=len(hit), replies_missing_other_retrievers=other,
-               group_whole_again_after_kill_s=round(whole_again, 1) if whole_again is not None else None,
-               processes_now=now, restarted=bool(now) and not set(now) & set(targets))
-    return res
-
-
-def _title(p) -> str:
-    return " ".join(p.cmdline() or ()) or p.name() or ""
-
-
-def _engine_workers() -> list[int]:
-    """PIDs of the service's vLLM worker processes (titled `VLLM::Worker`, under the Reader
-    replica's actor): never another engine on this machine (an `eor eval` beside the service)."""
-    import psutil
-
-    out = []
-    for p in psutil.process_iter():
-        try:
-            if _title(p).startswith("VLLM::Worker") and any(
-                    _title(a).startswith("ray::ServeReplica:eor:Reader") for a in p.parents()):
-                out.append(p.pid)
-        except (psutil.NoSuchProcess, psutil.AccessDenied):
-            continue
-    return sorted(out)
-
-
-def reader_fault_test(client, address: str, questions: list[str], n: int, concurrency: int,
-                      kill_after_s: float, limit_s: float = 600.0) -> dict:
-    """SIGKILL the reader's vLLM worker under load; the timeline of replies and Health, then
-    how long until an Ask is answered again (bounded by `limit_s`)."""
-    import os
-    import signal
-
-    import grpc
-    from grpc_health.v1 import health_pb2, health_pb2_grpc
-
-    targets = _engine_workers()
-    if not targets:
-        raise SystemExit("reader fault test: no VLLM::Worker process on this machine")
-    timeline = Timeline()
-    events, note = timeline.events, timeline.note
-
-    def one(q: str) -> None:
-        try:
-            r = client.ask(q)
-            note(kind="ask", code="OK", empty=not r.answer, answer=r.answer[:40])
-        except grpc.RpcError as exc:
-            note(kind="ask", code=exc.code().name, details=exc.details()[:200])
-
-    stop = threading.Event()
-
-    def poll_health():
-        with grpc.insecure_channel(address) as ch:
-            probe = health_pb2_grpc.HealthStub(ch)
-            while not stop.is_set():
-                try:
-                    h = client.health()
-                    std = probe.Check(health_pb2.HealthCheckRequest(), timeout=10).status
-                    note(kind="health", status=h.status, detail=h.detail[:120], grpc_health=std)
-                except grpc.RpcError as exc:
-                    note(kind="health", status=-1, detail=exc.code().name)
-                stop.wait(0.5)
-
-    def killer():
-        time.sleep(kill_after_s)
-        for pid in targets:
-            os.kill(pid, signal.SIGKILL)
-        note(kind="kill", pids=targets)
-
-    threading.Thread(target=poll_health, daemon=True).start()
-    threading.Thread(target=killer, daemon=True).start()
-    with ThreadPoolExecutor(max_workers=concurrency) as pool:
-        list(pool.map(one, [questions[i % len(questions)] for i in range(n)]))
-    # then ask until an answer comes back (the engine restarting), at most limit_s after the kill
-    kill_t = next((e["t"] for e in events if e["kind"] == "kill"), None)
-    while kill_t is not None and timeline.elapsed() < kill_t + limit_s:
-        one(questions[0])
-        last = events[-1]
-        if last["kind"] == "ask" and last["code"] == "OK" and not last["empty"]:
-            break
-        time.sleep(2)
-    stop.set()
-    asks = [e for e in events if e["kind"] == "ask"]
-    after = [e for e in asks if kill_t is not None and e["t"] >= kill_t]
-    not_serving = next((e["t"] for e in events if e["kind"] == "health" and kill_t is not None
-                        and e["t"] >= kill_t and e["status"] == 2), None)
-    back = next((e["t"] for e in after if e["code"] == "OK" and not e["empty"]
-                 and any(x["code"] != "OK" for x in after if x["t"] <= e["t"])), None)
-    return {"killed_pids": targets, "kill_at_s": kill_t, "asks": len(asks),
-            "ok_with_empty_answer": sum(1 for e in asks if e["code"] == "OK" and e["empty"]),
-            "codes_after_kill": {c: sum(1 for e in after if e["code"] == c) for c in {e["code"] for e in after}},
-            "health_not_serving_after_s": round(not_serving - kill_t, 2) if not_serving is not None else None,
-            "answered_again_after_s": round(back - kill_t, 2) if back is not None and kill_t is not None else None,
-            "workers_now": _engine_workers(), "timeline": events}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -446,7 +221,7 @@ def main(argv: list[str] | None = None) -> int:
 
         service = LocalService(load_config(args.config, {"service": {"port": 0}})).start()
         args.server = service.address
-    _check_loopback(args.server)
+    check_loopback(args.server)
     report: dict = {"server": args.server}
     try:
         with EorClient(args.server) as client:
@@ -466,7 +241,7 @@ def main(argv: list[str] | None = None) -> int:
                 report["cold"] = cold_asks(client, cold)
             if args.mode == "memory":
                 report["memory"] = memory_report(args.pid)
-                report["health"] = _health(client)
+                report["health"] = reader_counters(client)
             if args.mode == "reader-fault":
                 report["reader_fault"] = reader_fault_test(client, args.server, qs[:args.distinct], args.fault_n,
                                                            args.c, args.kill_after)
@@ -503,47 +278,6 @@ def _group_specs(service, config: str | None, group: int) -> list[str]:
     if service is not None:
         return list(actor_groups(service.settings)[group])
     return list(actor_groups(load_config(config))[group])
-
-
-def metrics_snapshot(address: str) -> dict:
-    """What `curl http://ADDRESS/metrics` shows of eor's metrics: per metric, the sum of its
-    samples (counters and histogram `_count`s), so a report can show they moved."""
-    import urllib.request
-
-    text = urllib.request.urlopen(f"http://{address}/metrics", timeout=30).read().decode()
-    sums: dict[str, float] = {}
-    for line in text.splitlines():
-        if line.startswith("#") or "eor_" not in line:
-            continue
-        name = line.split("{", 1)[0].split(" ", 1)[0]
-        if name.endswith("_bucket") or name.endswith("_sum"):
-            continue
-        try:
-            sums[name] = sums.get(name, 0.0) + float(line.rsplit(" ", 1)[1])
-        except ValueError:
-            continue
-    return {"address": address, "sums": dict(sorted(sums.items()))}
-
-
-def memory_report(root_pid: int | None = None) -> dict:
-    """Resident memory of the service, GiB: the process `root_pid` (default: this one, the
-    service --start began) and every descendant (GCS, raylet, the actors, vLLM's engine
-    processes under the Reader)."""
-    import psutil
-
-    me = psutil.Process(root_pid)
-    total, by = 0, {}
-    for p in [me] + me.children(recursive=True):
-        try:
-            rss, name = p.memory_info().rss, (p.name() or "?")
-            title = " ".join(p.cmdline()[:1]) or name
-        except (psutil.NoSuchProcess, psutil.AccessDenied):
-            continue
-        key = ("driver (gRPC front)" if p.pid == me.pid else title.split(" ")[0])[:48]
-        total += rss
-        by[key] = by.get(key, 0) + rss
-    return {"total_gib": round(total / 2**30, 2),
-            "by_process_gib": {k: round(v / 2**30, 2) for k, v in sorted(by.items(), key=lambda kv: -kv[1])[:25]}}
 
 
 if __name__ == "__main__":

@@ -34,9 +34,9 @@ class Client:
 def test_compare_times_the_first_streamed_reply_and_counts_round_one_stops(monkeypatch):
     import bench.load_test as lt
 
-    monkeypatch.setattr(lt, "_health", lambda client: {k: 0 for k in (
+    monkeypatch.setattr(lt, "reader_counters", lambda client: {k: 0 for k in (
         "prompt_tokens", "cached_tokens", "generated_tokens", "computed_tokens", "engine_calls", "prompts")})
-    monkeypatch.setattr(lt, "_reader_delta", lambda a, b: {k: 0 for k in (
+    monkeypatch.setattr(lt, "reader_delta", lambda a, b: {k: 0 for k in (
         "prompt_tokens", "cached_tokens", "generated_tokens", "computed_tokens")})
     out = compare(Client(), [f"q{i}" for i in range(8)], cold=4, single="Wiki@10")
     adaptive = out["rows"]["adaptive"]
