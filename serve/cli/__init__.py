@@ -22,14 +22,14 @@ from retrievers.sources.base import MissingIndexError
 from retrievers.spec import SpecError
 from serve.cli.ask import cmd_ask
 from serve.cli.bench import cmd_bench, run_bench
-from serve.cli.common import DEFAULT_EVAL_DIR, DEFAULT_WEIGHTS, _quiet_logs
+from serve.cli.common import DEFAULT_EVAL_DIR, DEFAULT_WEIGHTS, _quiet_logs, stop_on_sigterm
 from serve.cli.evaluate import cmd_eval
 from serve.cli.fit import cmd_fit, push_weights
 from serve.cli.prepare import cmd_index, cmd_models
 from serve.cli.runs import cmd_run
-from serve.cli.service import _stop_on_sigterm, cmd_serve
+from serve.cli.service import cmd_serve
 
-__all__ = ["main", "build_parser", "push_weights", "_stop_on_sigterm"]
+__all__ = ["main", "build_parser", "push_weights"]
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -160,6 +160,7 @@ def main(argv: list[str] | None = None) -> int:
         return run_bench(argv[1:])
     _quiet_logs()
     args = build_parser().parse_args(argv)
+    stop_on_sigterm()
     try:
         return args.func(args)
     except (MissingIndexError, FileNotFoundError, SpecError, KeyError, ValueError, NotImplementedError) as exc:

@@ -26,6 +26,23 @@ def _quiet_logs() -> None:
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
 
 
+def stop_on_sigterm() -> None:
+    """SIGTERM (systemd, Kubernetes, `kill`) stops any command like Ctrl-C: `eor serve`'s Ray,
+    its actors and `eor run`'s or `eor ask`'s vLLM engine go down with it instead of being
+    orphaned (a killed `eor run` left its EngineCore holding the model's memory). A
+    backgrounded process ignores SIGINT, so SIGINT is re-enabled too. Only the main thread
+    may set handlers (a CLI called from another thread keeps the ones it has)."""
+    import signal
+    import threading
+
+    def stop(signum, frame):
+        raise KeyboardInterrupt
+    if threading.current_thread() is not threading.main_thread():
+        return
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+
+
 def _config(args):
     from serve.config import load_config
 

@@ -24,10 +24,13 @@ def _run_pool(args, config, pool, selection, questions):
     t = time.perf_counter()
     log = run_log_for(config, pool, selection.path)
     with Console(verbose=args.verbose) as con:
-        scored = run_questions(pool, questions, log, args.batch_size, progress=not args.no_progress, stream=con.out)
-        engine = getattr(pool.reader, "engine", None)
-        if engine is not None and hasattr(engine, "close"):
-            engine.close()  # its shutdown messages go to the log too (a later NLI judge starts it again)
+        try:
+            scored = run_questions(pool, questions, log, args.batch_size, progress=not args.no_progress,
+                                   stream=con.out)
+        finally:  # also when interrupted (Ctrl-C, SIGTERM): the engine's processes go down with it
+            engine = getattr(pool.reader, "engine", None)
+            if engine is not None and hasattr(engine, "close"):
+                engine.close()  # its shutdown messages go to the log too (a later NLI judge starts it again)
     if not scored:
         raise ValueError("the pool accepted none of the selected questions")
     seconds = log.seconds()

@@ -6,17 +6,7 @@ import os
 import sys
 import time
 
-
-def _stop_on_sigterm() -> None:
-    """SIGTERM (systemd, Kubernetes, `kill`) stops the service like Ctrl-C: Ray, its actors
-    and the vLLM engine go down with it instead of being orphaned. A backgrounded process
-    ignores SIGINT, so SIGINT is re-enabled too."""
-    import signal
-
-    def stop(signum, frame):
-        raise KeyboardInterrupt
-    signal.signal(signal.SIGTERM, stop)
-    signal.signal(signal.SIGINT, stop)
+from serve.cli.common import stop_on_sigterm
 
 
 def cmd_serve(args) -> int:
@@ -41,7 +31,7 @@ def cmd_serve(args) -> int:
           f"actor{'s' if n_actors != 1 else ''}, {layout}; "
           f"the reader loads its model first)...", file=sys.stderr)
     service = LocalService(settings).start()
-    _stop_on_sigterm()
+    stop_on_sigterm()  # main() did too; the service's own startup may have reset it
     try:
         tls = " (TLS)" if svc.tls_cert else ""
         print(f"eor gRPC: {service.address}{tls}", flush=True)

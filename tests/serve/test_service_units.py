@@ -263,13 +263,13 @@ def test_prometheus_and_grafana_cover_the_metrics():
         assert any(n.startswith(f"ray_{name}") for n in named), name
 
 
-def test_eor_serve_stops_on_sigterm_like_ctrl_c():
-    """`eor serve` turns SIGTERM (and SIGINT, ignored in a backgrounded process) into the
+def test_every_eor_command_stops_on_sigterm_like_ctrl_c():
+    """Every `eor` command turns SIGTERM (and SIGINT, ignored in a backgrounded process) into the
     KeyboardInterrupt that stops Ray and vLLM, instead of dying and orphaning them."""
     import os
     import signal
 
-    from serve.cli import _stop_on_sigterm
+    from serve.cli.common import stop_on_sigterm as _stop_on_sigterm
 
     saved = signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGINT)
     try:
@@ -281,6 +281,34 @@ def test_eor_serve_stops_on_sigterm_like_ctrl_c():
     finally:
         signal.signal(signal.SIGTERM, saved[0])
         signal.signal(signal.SIGINT, saved[1])
+
+
+def test_a_sigterm_during_any_command_ends_it_like_ctrl_c(monkeypatch, capsys):
+    """`eor run` killed with SIGTERM: exit 130 with the one line that says the run log keeps
+    what finished (the engine is closed on the way out), not a silent death."""
+    import argparse
+    import os
+    import signal
+
+    import serve.cli as cli
+
+    def killed(args):
+        os.kill(os.getpid(), signal.SIGTERM)
+        raise AssertionError("SIGTERM did not interrupt the command")
+
+    class Parser:
+        def parse_args(self, argv):
+            return argparse.Namespace(func=killed)
+
+    monkeypatch.setattr(cli, "build_parser", lambda: Parser())
+    saved = signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGINT)
+    try:
+        assert cli.main(["run"]) == 130
+    finally:
+        signal.signal(signal.SIGTERM, saved[0])
+        signal.signal(signal.SIGINT, saved[1])
+    err = capsys.readouterr().err
+    assert "interrupted" in err and len(err.strip().splitlines()) == 1
 
 
 def test_the_grpc_deadline_bounds_an_ask_like_deadline_s():
