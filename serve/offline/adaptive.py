@@ -2,8 +2,9 @@
 
     .venv/bin/python -m serve.offline.adaptive --questions ../shared/data/questions.dev.jsonl --index shared
 
-Fits on the fit split (layouts, 5-fold CV by question, stop thresholds for expected latency
-within 0.5 pt of running every round), then reports on the eval split, per dataset: Match,
+Fits on the fit split (5-fold CV by question: each layout's stop thresholds are the cheapest
+within 0.5 pt of running its every round; the layout is the one of least expected latency within
+0.5 pt of the all-kept vote), then reports on the eval split, per dataset: Match,
 EM, F1, tokens computed and rounds per question of the adaptive model, the selector with
 every round, the shipped voter's cascade (adaptive and pruned), EoR-16 with equal weights and
 every single retriever; the paired counts and sign test against the fit split's best single

@@ -7,8 +7,8 @@ import math
 import numpy as np
 import pytest
 
-from voter.adaptive import (AdaptiveModel, LatencyModel, PoolRun, apply_model, candidate_layouts, choose_layout,
-                            fit_layout, fit_model)
+from voter.adaptive import (AdaptiveModel, LatencyModel, LayoutFit, PoolRun, apply_model, candidate_layouts,
+                            choose_layout, fit_layout, fit_model)
 from voter.selector import (NO_LOGPROB, AnswerScorer, RoundTrace, RoundView, candidate_features, evaluate_stop,
                             feature_names, fit_stop_thresholds, frontier, pick, sign_test, stop_rounds)
 
@@ -121,6 +121,19 @@ def test_layout_fit_stops_early_and_beats_the_best_single_on_held_out_questions(
     assert back.layout == model.layout and back.thresholds == model.thresholds
     with pytest.raises(ValueError, match="not in the pool"):
         AdaptiveModel.from_dict(model.to_dict(POOL), POOL[:2])
+
+
+def test_choose_layout_takes_the_cheapest_within_tolerance_of_the_all_kept_vote():
+    def fit(layout, cv, latency):
+        return LayoutFit(layout, (), cv, cv, 0.0, float(len(layout)), latency, 0.0, [])
+
+    whole = fit((POOL,), 0.536, 32.0)
+    lucky = fit((("A",), ("B", "C", "D")), 0.543, 29.0)  # a question ahead of the all-kept vote: noise
+    cheap = fit((("A", "B"), ("C", "D")), 0.536, 9.0)
+    worse = fit((("A",), ("B",), ("C", "D")), 0.521, 5.0)
+    assert choose_layout([whole, lucky, cheap, worse]) is cheap
+    assert choose_layout([whole, lucky, cheap, worse], tolerance=0.02) is worse
+    assert choose_layout([lucky, worse]) is lucky  # no all-kept layout: anchored on the best
 
 
 def test_sign_test_known_values():
