@@ -90,8 +90,9 @@ def build_parser() -> argparse.ArgumentParser:
     voter_args(f, choose=False)
     f.add_argument("--json", action="store_true", help="print a JSON summary")
     f.add_argument("--out", help=f"weights file to write (default: $EOR_HOME/{DEFAULT_WEIGHTS})")
-    f.add_argument("--adaptive", action="store_true", help="also fit the confidence-aware rounds, answer scorer "
-                   "and stop rule (a v3 voter file; needs candidates with the reader's log-probabilities)")
+    f.add_argument("--adaptive", action=argparse.BooleanOptionalAction, default=None,
+                   help="fit the confidence-aware rounds, answer scorer and stop rule too (a v3 voter file, the "
+                   "measured best: docs/benchmarks.md); default: when the selection has >= 20 questions")
     f.add_argument("--push", metavar="HOST:PORT", help="after fitting, push the weights to a running `eor serve` "
                    "(live update, no restart) if they pass the gate: judged against the live voter on held-out "
                    "questions, the deployed path")

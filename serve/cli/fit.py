@@ -9,6 +9,8 @@ from pathlib import Path
 from serve.cli.common import DEFAULT_WEIGHTS, _config
 from serve.cli.runs import _run_pool, _selection
 
+MIN_ADAPTIVE_QUESTIONS = 20  # fewer, and a 5-fold CV of the answer scorer has a handful of questions per fold
+
 
 def _warn_overlap(saved, selection) -> None:
     """Evaluating on questions the weights were fitted on flatters EoR: say so."""
@@ -124,19 +126,24 @@ def cmd_fit(args) -> int:
     report = fit_weights(scored, pool.specs, metrics, fit_config,
                          Path(selection.path).name, pool.reader.model_id, extra)  # a name, not this machine's path
     saved = report.saved
-    if args.adaptive:
+    adaptive = args.adaptive if args.adaptive is not None else len(scored) >= MIN_ADAPTIVE_QUESTIONS
+    if adaptive and len(scored) < MIN_ADAPTIVE_QUESTIONS:
+        raise ValueError(f"--adaptive needs at least {MIN_ADAPTIVE_QUESTIONS} questions, the selection has "
+                         f"{len(scored)}")
+    summary = ("confidence-aware rounds not fitted (--no-adaptive)" if args.adaptive is False else
+               f"confidence-aware rounds not fitted: {len(scored)} questions, fewer than {MIN_ADAPTIVE_QUESTIONS}")
+    if adaptive:
         saved, summary = _fit_adaptive(args, config, pool, selection, scored, metrics, saved)
     out = save_weights(args.out or eor_home() / DEFAULT_WEIGHTS, saved)
     if args.json:
         print(json.dumps({"weights": str(out), "voter": saved.describe(), "fit_match": report.train_accuracy,
                           "equal_weights_match": report.equal_weights_accuracy, "single_match": report.single_accuracy,
-                          "kept": saved.kept_specs(), "adaptive": summary if args.adaptive else None,
+                          "kept": saved.kept_specs(), "adaptive": summary if adaptive else None,
                           "seconds": report.seconds}))
         with contextlib.redirect_stdout(sys.stderr):  # stdout carries the JSON alone
             return gated_push(args, saved, metrics, Path(out)) if args.push else 0
     print(format_report(report))
-    if args.adaptive:
-        print(summary)
+    print(summary)
     print(f"weights written to {out}")
     return gated_push(args, saved, metrics, Path(out)) if args.push else 0
 

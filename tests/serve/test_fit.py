@@ -120,3 +120,26 @@ def test_fit_resumes_from_the_run_log_and_a_bad_push_target_fails_clearly(tmp_pa
     assert (tmp_path / "w.json").exists()  # the fitted weights are kept (the live push: test_service_fake)
     assert main(["fit", "--questions", str(qfile), "--metrics", "em,nope"]) == 2
     assert "unknown similarity metric" in capsys.readouterr().err
+
+
+def test_fit_adds_the_confidence_aware_rounds_by_default_from_20_questions(tmp_path, eor_home, use_pool, capsys):
+    qfile = write_questions(tmp_path / "q30.jsonl", [
+        {"qid": f"t{i}", "dataset": "toy", "question": f"what is number {i}?", "answers": [f"answer {i}"]}
+        for i in range(30)])
+    use_pool(FakePool(SPECS, answers))
+    base = ["fit", "--questions", str(qfile), "--split", "all", "--metrics", "em", "--no-progress"]
+    assert main(base + ["--out", str(tmp_path / "v3.json")]) == 0
+    printed = capsys.readouterr().out
+    assert "confidence-aware rounds:" in printed and "CV Match" in printed
+    v3 = load_weights(tmp_path / "v3.json", pool=SPECS, metrics=["em"])
+    assert json.loads((tmp_path / "v3.json").read_text())["format"] == "eor-voter/3"
+    assert v3.adaptive is not None and sorted(s for r in v3.adaptive.layout for s in r) == sorted(SPECS)
+    assert main(base + ["--out", str(tmp_path / "v2.json"), "--no-adaptive"]) == 0
+    assert "not fitted (--no-adaptive)" in capsys.readouterr().out
+    assert json.loads((tmp_path / "v2.json").read_text())["format"] == "eor-voter/2"
+    few = ["fit", "--questions", str(question_file(tmp_path)), "--split", "all", "--metrics", "em", "--no-progress",
+           "--out", str(tmp_path / "few.json")]
+    assert main(few) == 0 and "not fitted: 12 questions, fewer than 20" in capsys.readouterr().out
+    assert main(few + ["--adaptive"]) == 2
+    err = capsys.readouterr().err
+    assert "--adaptive needs at least 20 questions, the selection has 12" in err and "Traceback" not in err

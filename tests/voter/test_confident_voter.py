@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from pathlib import Path
 
 import pytest
 
@@ -15,6 +16,7 @@ from voter.similarity import create_metric
 from voter.weights_io import FORMAT, FORMAT_V2, SHIPPED_VOTER, Provenance, SavedWeights, load_weights, save_weights
 
 POOL = ("A", "B", "C")
+V2_VOTER = Path(__file__).parent / "data" / "voter-v2-8b3d50282f43.json"  # the voter shipped until v3
 
 
 def confident_model(threshold: float = 0.8) -> AdaptiveModel:
@@ -44,8 +46,11 @@ def test_v3_round_trip_and_v2_loading(tmp_path):
     assert back.stages.stages == (("A",), ("B", "C")) and back.stages.thresholds == (0.8,)
     plain = voter_file(None)
     assert plain.to_dict()["format"] == FORMAT_V2 and "adaptive" not in plain.to_dict()
-    shipped = load_weights(SHIPPED_VOTER)  # a v2 file: loads, same id as before this format existed
-    assert shipped.adaptive is None and shipped.to_dict()["format"] == FORMAT_V2 and shipped.digest == "8b3d50282f43"
+    old = load_weights(V2_VOTER)  # the voter shipped before v3: loads, with the id it always had
+    assert old.adaptive is None and old.to_dict()["format"] == FORMAT_V2 and old.digest == "8b3d50282f43"
+    shipped = load_weights(SHIPPED_VOTER)  # today's: confidence-aware, fitted on a mixed split
+    assert shipped.to_dict()["format"] == FORMAT and len(shipped.adaptive.layout) >= 2
+    assert shipped.provenance.extra["split"] == "fit" and shipped.provenance.extra["dataset"] is None
 
 
 def test_a_malformed_adaptive_section_is_refused(tmp_path):
