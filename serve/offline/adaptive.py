@@ -6,7 +6,7 @@ Fits on the fit split (5-fold CV by question: each layout's stop thresholds are 
 within 0.5 pt of running its every round; the layout is the one of least expected latency within
 0.5 pt of the all-kept vote), then reports on the eval split, per dataset: Match,
 EM, F1, tokens computed and rounds per question of the adaptive model, the selector with
-every round, the shipped voter's cascade (adaptive and pruned), EoR-16 with equal weights and
+every round, a voter file's cascade (the shipped one, or --voter; adaptive and pruned), EoR-16 with equal weights and
 every single retriever; the paired counts and sign test against the fit split's best single
 retriever; the Match-vs-latency frontier. Reads only finished questions (`bench/grow_runs.sh`
 grows them): it never starts the reader engine.
@@ -30,6 +30,7 @@ from voter.selector import sign_test
 ADAPTIVE = "adaptive (confidence)"
 SELECTOR = "selector, every round"
 BLIND = "adaptive, no confidence"  # the same rounds, refitted with the log-probabilities hidden
+VOTER = "voter file's cascade"  # the shipped voter's (or --voter's) own cascade and vote, replayed
 
 
 def finished(args) -> tuple[Any, list, list]:
@@ -119,7 +120,7 @@ def report(args) -> dict[str, Any]:
         raise SystemExit(f"the run log holds {len(fit)} fit and {len(held)} eval questions of this selection: "
                          "grow it first (bench/grow_runs.sh)")
     specs = list(pool.specs)
-    choice = choose_voter(specs, pool.reader.model_id)
+    choice = choose_voter(specs, pool.reader.model_id, weights=args.voter)
     metrics = build_metrics(choice.options, pool.reader)
     seconds = run_log_for(config, pool, args.questions).seconds()
     fitted = fit_adaptive(fit, specs, metrics, choice.saved.metrics, choice.saved.pooling, seconds,
@@ -140,10 +141,10 @@ def report(args) -> dict[str, Any]:
         ADAPTIVE: [eval_run.answers[i][w] or "" if w >= 0 else "" for i, w in enumerate(out.picked)],
         SELECTOR: [eval_run.answers[i][w] or "" if w >= 0 else "" for i, w in enumerate(every.picked)],
         BLIND: [eval_run.answers[i][w] or "" if w >= 0 else "" for i, w in enumerate(blind.picked)],
-        "shipped cascade": shipped.answers[EOR], EOR_PRUNED: shipped.answers[EOR_PRUNED],
+        VOTER: shipped.answers[EOR], EOR_PRUNED: shipped.answers[EOR_PRUNED],
         EOR_16: shipped.answers[EOR_16]}
     tokens = {ADAPTIVE: out.tokens, SELECTOR: every.tokens, BLIND: blind.tokens,
-              "shipped cascade": np.array([t.computed for t in shipped.tokens[EOR]], dtype=float),
+              VOTER: np.array([t.computed for t in shipped.tokens[EOR]], dtype=float),
               EOR_PRUNED: np.array([t.computed for t in shipped.tokens[EOR_PRUNED]], dtype=float),
               EOR_16: np.array([t.computed for t in shipped.tokens[EOR_16]], dtype=float)}
     rounds = {ADAPTIVE: out.rounds, SELECTOR: every.rounds, BLIND: blind.rounds}
@@ -182,7 +183,7 @@ def report(args) -> dict[str, Any]:
                    for s in specs}
         cost_accuracy_plot(eval_frontier, singles, f"confidence-aware EoR on {len(held)} eval questions: "
                            "one stop threshold for every round (label)", args.plot)
-    return {"fit_questions": len(fit), "eval_questions": len(held),
+    return {"fit_questions": len(fit), "eval_questions": len(held), "voter": choice.saved.describe(),
             "fit_datasets": {d: fit_run.datasets.count(d) for d in sorted(set(fit_run.datasets))},
             "latency_model": {"round_overhead_s": latency.round_overhead_s, "tokens_per_s": round(latency.tokens_per_s, 1)},
             "fit_best_single": best_single, "fit_single_match": acc,
@@ -231,6 +232,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--eval-limit", type=int, default=None)
     ap.add_argument("--tolerance", type=float, default=0.005, help="Match the stop rule may give up (0.005 = 0.5 pt)")
     ap.add_argument("--round-overhead", type=float, default=1.0, help="seconds each round adds beyond its tokens")
+    ap.add_argument("--voter", help="the voter file whose cascade is replayed beside the fit (default: the shipped "
+                    "voter), e.g. tests/voter/data/voter-v2-8b3d50282f43.json, the one shipped before v3")
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--out", type=Path, help="also write the report here (JSON)")
     ap.add_argument("--plot", type=Path, help="the eval frontier (Match vs reader tokens, singles as dots) as a PNG")
