@@ -195,6 +195,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--offset", type=int, default=0, help="compare, cold, inprocess, deadline: skip this many "
                     "more questions of the file (past the ones fits, evals or earlier runs asked, so every question "
                     "is cold); load: its distinct questions start here (some never asked: the engine batches them)")
+    ap.add_argument("--no-eor16", action="store_true", help="compare: skip the third row (EoR-16 over its own "
+                    "--cold questions: the costliest part of a cold comparison)")
     ap.add_argument("--fault-n", type=int, default=60, help="calls of the fault test's load")
     ap.add_argument("--kill-after", type=float, default=30.0)
     ap.add_argument("--kill-group", type=int, default=1, help="index of the retriever group whose actor dies")
@@ -234,7 +236,8 @@ def main(argv: list[str] | None = None) -> int:
                 from retrievers.spec import PAPER_POOL
 
                 fresh = qs[args.distinct + args.offset:]
-                report["compare"] = compare(client, fresh, args.cold, args.single, pool=PAPER_POOL)
+                report["compare"] = compare(client, fresh, args.cold, args.single,
+                                            pool=() if args.no_eor16 else PAPER_POOL)
             if args.mode == "deadline":
                 report["deadline"] = deadline_test(client, cold, args.deadline)
             if args.mode == "cold":
