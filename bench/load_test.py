@@ -27,6 +27,10 @@ inprocess: the same questions through `eor ask`'s in-process path (no service ne
 deadline: `--cold` never-asked questions, each an Ask with deadline_s = `--deadline`: latency, what
          is listed missing, and how soon after the reply the reader's in-flight requests are 0.
 memory:  the resident memory of a running `eor serve` (`--pid`) and all its processes.
+soak:    production batches (`-n` Asks at `-c` over `--distinct` never-asked questions each, from
+         `--offset`) alone, then while `eor bench SUITE --every 1s --rounds N` runs a slice beside
+         them: failed Asks, p50/p95 with and without the bench, the bench's share of reader time
+         (bench/soak.py).
 reader-fault: during a load at concurrency `-c`, SIGKILL the vLLM worker process; expect no
          Ask OK with an empty answer, the affected ones UNAVAILABLE with one line, Health (and
          grpc.health.v1) NOT_SERVING within 5 s, and correct answers again within 3 min with no
@@ -182,7 +186,7 @@ def inprocess_asks(questions: list[str], config_path: str | None) -> dict:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("mode", choices=["load", "compare", "cold", "inprocess", "fault", "reader-fault", "deadline",
-                                     "memory", "all"])
+                                     "memory", "soak", "all"])
     ap.add_argument("--server", default="127.0.0.1:50051")
     ap.add_argument("--start", action="store_true", help="start the service in this process (loopback)")
     ap.add_argument("--config", help="eor YAML for --start")
@@ -194,7 +198,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--single", default="Wiki@10")
     ap.add_argument("--offset", type=int, default=0, help="compare, cold, inprocess, deadline: skip this many "
                     "more questions of the file (past the ones fits, evals or earlier runs asked, so every question "
-                    "is cold); load: its distinct questions start here (some never asked: the engine batches them)")
+                    "is cold); load, soak: its distinct questions start here (some never asked: the engine batches them)")
     ap.add_argument("--no-eor16", action="store_true", help="compare: skip the third row (EoR-16 over its own "
                     "--cold questions: the costliest part of a cold comparison)")
     ap.add_argument("--fault-n", type=int, default=60, help="calls of the fault test's load")
@@ -203,6 +207,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--metrics-address", help="HOST:PORT of the server's Prometheus endpoint (with --start: known)")
     ap.add_argument("--deadline", type=float, default=5.0, help="deadline mode: deadline_s of each Ask")
     ap.add_argument("--pid", type=int, help="memory mode: the pid of the running `eor serve`")
+    ap.add_argument("--bench-suite", choices=["sure", "rare", "query"], default="query",
+                    help="soak: the suite `eor bench --every` runs beside the load (default query)")
+    ap.add_argument("--bench-limit", type=int, default=2, help="soak: questions of the bench slice (default 2)")
+    ap.add_argument("--rounds", type=int, default=3, help="soak: bench rounds (default 3)")
+    ap.add_argument("--bench-out", default="var/bench/soak", help="soak: the bench's output folder")
+    ap.add_argument("--bench-args", default="", help="soak: more bench arguments, e.g. '--variants 2'")
     ap.add_argument("--out", help="write the report JSON here")
     args = ap.parse_args(argv)
 
@@ -242,6 +252,14 @@ def main(argv: list[str] | None = None) -> int:
                 report["deadline"] = deadline_test(client, cold, args.deadline)
             if args.mode == "cold":
                 report["cold"] = cold_asks(client, cold)
+            if args.mode == "soak":
+                from bench.soak import bench_command, soak
+
+                out = Path(args.bench_out).resolve()
+                cmd = bench_command(args.server, args.bench_suite, args.bench_limit, args.rounds, out,
+                                    args.bench_args.split())
+                report["soak"] = soak(client, qs[args.offset:], args.n, args.c, args.distinct, cmd, out,
+                                      out / "bench.log")
             if args.mode == "memory":
                 report["memory"] = memory_report(args.pid)
                 report["health"] = reader_counters(client)
@@ -262,6 +280,7 @@ def main(argv: list[str] | None = None) -> int:
             service.stop()
     _write_report(report, args.out)
     failed = sum(report.get(k, {}).get("failed", 0) for k in ("load", "fault"))
+    failed += report.get("soak", {}).get("failed_production_asks", 0)
     failed += report.get("reader_fault", {}).get("ok_with_empty_answer", 0)
     return 1 if failed else 0
 

@@ -85,6 +85,8 @@ def build_parser() -> argparse.ArgumentParser:
                     help="SURE: the semantic-equivalence judge: 'content' BERTScore both ways (default), "
                          "'reader' the service's reader with SURE's entailment prompt")
     ap.add_argument("--every", type=parse_duration, default=None, help="re-run on this schedule (e.g. 6h)")
+    ap.add_argument("--rounds", type=int, default=None, help="with --every: stop after this many rounds "
+                    "(default: for ever)")
     ap.add_argument("--metrics-port", type=int, default=None, help="with --every: serve Prometheus gauges here")
     ap.add_argument("--baseline", default=None,
                     help="a finished run's folder to compare with, paired on the same instances (with --every: "
@@ -305,6 +307,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.metrics_port is not None and args.every is None:
         raise SystemExit("--metrics-port needs --every (the gauges are for the continuous mode)")
+    if args.rounds is not None and (args.every is None or args.rounds < 1):
+        raise SystemExit("--rounds needs --every and a count >= 1")
     if args.limit is not None and args.limit < 1:
         raise SystemExit("--limit must be >= 1")
     for flag, path in (("--questions", args.questions), ("--corpus", args.corpus)):
@@ -327,7 +331,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                          "(.venv-bench, bench/setup.sh) complete?")
     if args.every is not None:
         preflight(suite)
-        run_forever(args, items)
+        run_forever(args, items, rounds=args.rounds)
         return 0
     import grpc
 

@@ -75,6 +75,12 @@ def test_metrics_port_needs_every(tmp_path):
         cli.main(["rare", "--server", "127.0.0.1:1", "--metrics-port", "9000", "--out", str(tmp_path)])
 
 
+@pytest.mark.parametrize("extra", [["--rounds", "3"], ["--every", "1h", "--rounds", "0"]])
+def test_rounds_needs_every_and_a_count(tmp_path, extra):
+    with pytest.raises(SystemExit, match="--rounds needs --every"):
+        cli.main(["rare", "--server", "127.0.0.1:1", "--out", str(tmp_path), *extra])
+
+
 def test_unreachable_server_is_a_clear_error(tmp_path, data_files):
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
