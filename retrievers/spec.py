@@ -48,6 +48,12 @@ class RetrieverPlan:
     def sources(self) -> set[str]:
         return {t.source for t in self.terms}
 
+    @property
+    def reader_steps(self) -> int:
+        """Reader calls made one after another before the answer exists: the answer itself, the
+        compression before it (@CP), and the parametric passage (PK, and HB, which holds PK)."""
+        return 1 + int(self.compress) + int(bool(self.sources & {"PK", "HB"}))
+
 
 _TERM = re.compile(r"^(?P<src>[A-Za-z]+)(?P<ops>(@[A-Za-z0-9]+)*)$")
 

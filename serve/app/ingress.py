@@ -195,7 +195,8 @@ class EorIngress(Placed, HealthChecks):
         actors that hold its specs; explicitly named retrievers run as one stage.
         `on_provisional(replies)`: awaited after each round that left questions open, with
         their provisional replies (final = false)."""
-        from serve.ensemble import VoteDeadline, answer_async, cascade_for
+        from retrievers.spec import parse_spec
+        from serve.ensemble import EnsembleAnswer, VoteDeadline, answer_async, cascade_for
 
         t0 = time.perf_counter()
         budget = self.limits.retriever_timeout_s
@@ -206,6 +207,7 @@ class EorIngress(Placed, HealthChecks):
         reader_s = [0.0]
         plan_specs = [s for stage in cascade.stages for s in stage]
         work = [QuestionWork() for _ in spec.questions]  # one plan per question, shared by its stages
+        stages_run = [0]
 
         async def run_stage(open_: list[int], specs: list[str]) -> list[QuestionResult]:
             timeout = max(budget - (time.perf_counter() - t0), 0.001)
@@ -213,9 +215,38 @@ class EorIngress(Placed, HealthChecks):
             docs = [spec.documents[i] for i in open_] if spec.documents is not None else None
             if docs is None:
                 await self._search_once(qs, shared, specs, plan_specs, spec.top_k, timeout)
-            results, spent = await self._fan_out(qs, specs, spec.top_k, docs, timeout, shared, plan_specs)
+            first, stages_run[0] = stages_run[0] == 0, stages_run[0] + 1
+            quick = [s for s in specs if parse_spec(s).reader_steps == 1]
+            if on_provisional is None or not first or not quick or len(quick) == len(specs):
+                results, spent = await self._fan_out(qs, specs, spec.top_k, docs, timeout, shared, plan_specs)
+                reader_s[0] += spent
+                return results
+            # a stream's first answer comes as soon as round 1's one-step retrievers have read (no
+            # compression or parametric passage to wait for); the rest of the round reads meanwhile
+            later = asyncio.ensure_future(self._fan_out(qs, [s for s in specs if s not in quick], spec.top_k, docs,
+                                                        timeout, shared, plan_specs))
+            try:
+                early, spent = await self._fan_out(qs, quick, spec.top_k, docs, timeout, shared, plan_specs)
+                reader_s[0] += spent
+                await early_answer(open_, early)
+                late, spent = await later
+            finally:
+                later.cancel()
             reader_s[0] += spent
-            return results
+            return [in_order(a, b, specs) for a, b in zip(early, late)]
+
+        def in_order(a: QuestionResult, b: QuestionResult, specs: list[str]) -> QuestionResult:
+            by = {c.retriever: c for c in a.candidates + b.candidates}
+            return QuestionResult(a.question, tuple(by[s] for s in specs if s in by),
+                                  {**a.shared_tokens, **b.shared_tokens})
+
+        async def early_answer(open_: list[int], results: list[QuestionResult]) -> None:
+            try:
+                votes, stats = await vote(results)
+            except VoteDeadline:  # no early answer; the round's own vote still runs
+                return
+            n = len(cascade.stages)
+            await provisional([EnsembleAnswer(r, v, 0, n, st) for r, v, st in zip(results, votes, stats)], open_)
 
         async def vote(results: list[QuestionResult]):
             t = time.perf_counter()

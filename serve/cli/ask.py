@@ -11,7 +11,8 @@ from serve.cli.common import _config, _fmt_score, print_result, result_to_dict, 
 
 
 def _provisional_line(stage: int, stages: int, answer: str, retriever: str | None, score: float | None) -> str:
-    return (f"after stage {stage}/{stages}: provisional answer {answer!r} from {retriever or '-'} "
+    when = f"after stage {stage}/{stages}" if stage else f"early in stage 1/{stages}"
+    return (f"{when}: provisional answer {answer!r} from {retriever or '-'} "
             f"(score {_fmt_score(score)}); asking more retrievers")
 
 

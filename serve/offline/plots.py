@@ -82,14 +82,18 @@ def weights_plot(saved: SavedWeights, title: str, path: str | Path) -> Path:
 
 
 def cost_accuracy_plot(sweep: Sequence[dict], singles: dict[str, tuple[float, float]], title: str,
-                       path: str | Path) -> Path:
+                       path: str | Path, curve: str = "adaptive EoR (threshold x scale)",
+                       marked: dict[str, tuple[float, float]] | None = None) -> Path:
     """Match against reader tokens computed per question as the stop thresholds scale (0: stop
-    at the first settled stage ... inf: run every kept retriever); single retrievers as dots."""
+    at the first settled stage ... inf: run every kept retriever); single retrievers as dots,
+    `marked` points (e.g. the fitted operating point) as stars."""
     fig = _figure(6.0, 4.2)
     ax = fig.add_subplot(1, 1, 1)
     xs = [p["computed_tokens"] for p in sweep]
     ys = [p["match"] for p in sweep]
-    ax.plot(xs, ys, "-o", color="tab:blue", label="adaptive EoR (threshold x scale)")
+    ax.plot(xs, ys, "-o", color="tab:blue", label=curve)
+    for name, (x, y) in (marked or {}).items():
+        ax.scatter([x], [y], s=90, marker="*", color="tab:red", zorder=3, label=name)
     for p in sweep:
         label = "inf" if not math.isfinite(p["scale"]) else f"{p['scale']:g}"
         ax.annotate(label, (p["computed_tokens"], p["match"]), fontsize=7, xytext=(3, 3), textcoords="offset points")

@@ -121,3 +121,9 @@ def test_parse_spec_is_parsed_once_and_bad_specs_still_raise():
     for _ in range(2):  # a failure is not cached as a result
         with pytest.raises(SpecError):
             parse_spec("SE@")
+
+
+@pytest.mark.parametrize("spec,steps", [("SE@1", 1), ("SE@2&Wiki@5", 1), ("ReFree", 1), ("SE@1@CP", 2),
+                                        ("PK", 2), ("HB@RR@10", 2), ("HB@RR@10@CP", 3)])
+def test_reader_steps_count_the_reader_calls_before_the_answer(spec, steps):
+    assert parse_spec(spec).reader_steps == steps

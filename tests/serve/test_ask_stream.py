@@ -103,3 +103,38 @@ def test_a_caller_that_goes_away_cancels_the_ask():
     asyncio.run(scenario())
     assert started[:2] == [["SE@1"], ["Wiki@10"]] and cancelled == [["Wiki@10"]]
     assert ["ReFree"] not in started  # nothing after the caller left
+
+
+def test_the_first_answer_comes_when_round_1s_one_step_retrievers_have_read():
+    """Round 1 holds SE@1 (one reader call) and SE@1@CP (compression, then the answer): a
+    stream gets SE@1's answer first (stage 0), then round 1's vote over both, then the final;
+    a plain Ask runs round 1 as one call."""
+    calls = []
+
+    async def run(questions, specs, top_k, documents, timeout, shared, plan_specs):
+        calls.append(list(specs))
+        await asyncio.sleep(0.2 if any(s.endswith("@CP") for s in specs) else 0.01)
+        return GroupRun([QuestionResult(q, tuple(Candidate(s, f"answer of {s}", Context(s)) for s in specs))
+                         for q in questions])
+
+    class Run:
+        def remote(self, *args):
+            return run(*args)
+    handle = _Handle()
+    handle.run = Run()
+    stages = (("SE@1", "SE@1@CP"), ("Wiki@10",))
+
+    def vote(results):
+        votes = [Vote(r.candidates[0].retriever, r.candidates[0].answer, 0.5, None, {}) for r in results]
+        return votes, [float("inf") if len(r.candidates) >= 3 else 0.0 for r in results]
+    plan = _Handle(plan=lambda: VoterPlan("k", Cascade(stages, (1.0,)), "test voter"),
+                   vote_with_stats=lambda results, key: vote(results))
+    items = asyncio.run(collect(_ingress(_Handle(), handle, plan), eor_pb2.AskRequest(question="who?")))
+    replies = [r for r, _, _ in items]
+    assert [r.stopped_at_stage for r in replies] == [0, 1, 2] and [r.final for r in replies] == [False, False, True]
+    assert list(replies[0].ran) == ["SE@1"] and list(replies[1].ran) == ["SE@1", "SE@1@CP"]  # pool order kept
+    assert sorted(map(tuple, calls[:2])) == [("SE@1",), ("SE@1@CP",)] and calls[2] == ["Wiki@10"]
+    calls.clear()
+    ing = _ingress(_Handle(), handle, plan)
+    reply = asyncio.run(ing._ask_one(eor_pb2.AskRequest(question="who?")))
+    assert reply.final and calls[0] == ["SE@1", "SE@1@CP"]

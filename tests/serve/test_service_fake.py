@@ -453,13 +453,14 @@ def test_eor_ask_server_prints_the_reply(service, capsys):
 @pytest.mark.parametrize("front", ["eor", "ray"])
 def test_ask_stream_through_both_fronts_ends_with_the_final_reply(stub, ray_proxy_stub, front):
     """Rounds and their provisional replies are tested on the ingress (test_ask_stream.py); here
-    the stream crosses Ray Serve for real: the equal-weights voter runs one round, so the only
-    reply is the final one, the same as Ask's."""
+    the stream crosses Ray Serve for real: the equal-weights voter runs one round of 16, so the
+    early answer of its one-step retrievers comes first, then the final reply, the same as Ask's."""
     s = stub if front == "eor" else ray_proxy_stub
     req = eor_pb2.AskRequest(question="who painted the mona lisa")  # (Ray's proxy: an error comes after an empty reply)
     replies = list(s.AskStream(req, timeout=60))
-    assert [r.final for r in replies] == [True]
-    assert replies[0].answer == s.Ask(req, timeout=60).answer == "lisa" and len(replies[0].candidates) == 16
+    assert [r.final for r in replies] == [False, True] and [r.stopped_at_stage for r in replies] == [0, 1]
+    assert "SE@1" in replies[0].ran and "SE@1@CP" not in replies[0].ran and "PK" not in replies[0].ran
+    assert replies[-1].answer == s.Ask(req, timeout=60).answer == "lisa" and len(replies[-1].candidates) == 16
     with pytest.raises(grpc.RpcError) as err:
         list(s.AskStream(eor_pb2.AskRequest(question=""), timeout=30))
     assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "\n" not in err.value.details()
