@@ -18,12 +18,13 @@ from voter.question_vote import Vote
 STAGES = (("SE@1",), ("Wiki@10",), ("ReFree",))
 
 
-def group(delay: float = 0.0, started: list | None = None, cancelled: list | None = None):
+def group(delay=0.0, started: list | None = None, cancelled: list | None = None):
+    """A retriever group; `delay`: seconds per call, or a function of the call's specs."""
     async def run(questions, specs, top_k, documents, timeout, shared, plan_specs):
         if started is not None:
             started.append(list(specs))
         try:
-            await asyncio.sleep(delay)
+            await asyncio.sleep(delay(specs) if callable(delay) else delay)
         except asyncio.CancelledError:
             if cancelled is not None:
                 cancelled.append(list(specs))
@@ -110,18 +111,7 @@ def test_the_first_answer_comes_when_round_1s_one_step_retrievers_have_read():
     stream gets SE@1's answer first (stage 0), then round 1's vote over both, then the final;
     a plain Ask runs round 1 as one call."""
     calls = []
-
-    async def run(questions, specs, top_k, documents, timeout, shared, plan_specs):
-        calls.append(list(specs))
-        await asyncio.sleep(0.2 if any(s.endswith("@CP") for s in specs) else 0.01)
-        return GroupRun([QuestionResult(q, tuple(Candidate(s, f"answer of {s}", Context(s)) for s in specs))
-                         for q in questions])
-
-    class Run:
-        def remote(self, *args):
-            return run(*args)
-    handle = _Handle()
-    handle.run = Run()
+    handle = group(delay=lambda specs: 0.2 if any(s.endswith("@CP") for s in specs) else 0.01, started=calls)
     stages = (("SE@1", "SE@1@CP"), ("Wiki@10",))
 
     def vote(results):
