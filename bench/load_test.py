@@ -46,8 +46,8 @@ from pathlib import Path
 
 from bench.common import DEFAULT_QUESTIONS, read_questions
 from bench.faults import fault_test, reader_fault_test
-from bench.service_calls import (check_loopback, latency_summary, memory_report, metrics_snapshot, reader_counters,
-                                 reader_delta, run_calls)
+from bench.service_calls import (check_loopback, latency_summary, memory_report, metrics_snapshot, ratio,
+                                 reader_counters, reader_delta, run_calls)
 
 WARM_UP = "what is the capital of france"  # asked before the timed questions of `cold` and `inprocess`
 
@@ -83,9 +83,6 @@ def compare(client, questions: list[str], cold: int, single: str, concurrency: i
         rows[name]["reader"] = reader_delta(h0, reader_counters(client))
     rows["adaptive"]["stopped_at_stage"] = dict(sorted(stops.items()))
     rows["adaptive"]["first_round_stop_share"] = round(stops.get("1", 0) / cold, 3)
-
-    def ratio(a: float | None, b: float | None) -> float | None:
-        return round(a / b, 2) if a is not None and b else None
     work = {}
     for kind in ("prompt_tokens", "cached_tokens", "generated_tokens", "computed_tokens"):
         work[kind] = {name: round(r["reader"][kind] / cold, 1) for name, r in rows.items()}

@@ -84,6 +84,11 @@ def run_calls(client, questions: list[str], concurrency: int, retrievers=(), on_
     return out
 
 
+def ratio(a: float | None, b: float | None) -> float | None:
+    """a / b to two decimals, or None when either side is missing (or b is 0)."""
+    return round(a / b, 2) if a is not None and b else None
+
+
 def latency_summary(latencies: list[float]) -> dict:
     return {"questions": len(latencies), "mean_s": round(statistics.fmean(latencies), 3),
             "p50_s": round(percentile(latencies, 0.5), 3), "p95_s": round(percentile(latencies, 0.95), 3),

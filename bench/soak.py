@@ -18,7 +18,7 @@ import threading
 import time
 from pathlib import Path
 
-from bench.service_calls import latency_summary, run_calls
+from bench.service_calls import latency_summary, ratio, run_calls
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -40,14 +40,14 @@ def production_batch(client, fresh: list[str], n: int, concurrency: int) -> dict
 def _merge(batches: list[dict]) -> dict:
     """Batches as one phase; latencies are the service's own (each reply's latency_s)."""
     lat = [x for b in batches for x in b["server_latencies_s"]]
-    return {"batches": len(batches), "asks": sum(b["calls"] for b in batches),
-            "ok": sum(b["ok"] for b in batches), "failed": sum(b["failed"] for b in batches),
-            "failures": [f for b in batches for f in b["failures"]][:10],
-            "reader_s": round(sum(b["reader_s"] for b in batches), 2),
-            "wall_s": round(sum(b["wall_s"] for b in batches), 1),
-            **{k: v for k, v in latency_summary(lat).items() if k != "latencies_s"}} if lat else \
-        {"batches": len(batches), "asks": sum(b["calls"] for b in batches), "ok": 0,
-         "failed": sum(b["failed"] for b in batches), "failures": [f for b in batches for f in b["failures"]][:10]}
+    phase = {"batches": len(batches), "asks": sum(b["calls"] for b in batches),
+             "ok": sum(b["ok"] for b in batches), "failed": sum(b["failed"] for b in batches),
+             "failures": [f for b in batches for f in b["failures"]][:10],
+             "reader_s": round(sum(b["reader_s"] for b in batches), 2),
+             "wall_s": round(sum(b["wall_s"] for b in batches), 1)}
+    if lat:
+        phase.update({k: v for k, v in latency_summary(lat).items() if k != "latencies_s"})
+    return phase
 
 
 def bench_command(server: str, suite: str, limit: int, rounds: int, out: Path, extra: list[str]) -> list[str]:
@@ -92,12 +92,7 @@ def soak(client, questions: list[str], n: int, concurrency: int, distinct: int, 
     rounds = {k: v for k, v in finished_rounds(bench_out).items() if k not in before}
     bench_reader = sum(r["metrics"]["cost"]["total"]["reader_s"] for r in rounds.values())
     with_bench = _merge(batches)
-    prod_reader = with_bench.get("reader_s", 0.0)
-    both = bench_reader + prod_reader
-
-    def ratio(key: str) -> float | None:
-        a, b = with_bench.get(key), alone.get(key)
-        return round(a / b, 2) if a is not None and b else None
+    both = bench_reader + with_bench["reader_s"]
     return {"production": {"n": n, "concurrency": concurrency, "distinct_per_batch": distinct},
             "alone": alone,
             "with_bench": with_bench,
@@ -105,5 +100,6 @@ def soak(client, questions: list[str], n: int, concurrency: int, distinct: int, 
                       "rounds": sorted(rounds), "wall_s": round(bench_wall, 1), "reader_s": round(bench_reader, 2),
                       "log": str(log)},
             "bench_share_of_reader_s": round(bench_reader / both, 3) if both else None,
-            "p50_with_over_alone": ratio("p50_s"), "p95_with_over_alone": ratio("p95_s"),
+            "p50_with_over_alone": ratio(with_bench.get("p50_s"), alone.get("p50_s")),
+            "p95_with_over_alone": ratio(with_bench.get("p95_s"), alone.get("p95_s")),
             "failed_production_asks": alone["failed"] + with_bench["failed"]}

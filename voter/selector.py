@@ -182,6 +182,12 @@ def frontier(trace: RoundTrace, levels: Sequence[float] = tuple(np.linspace(0.0,
     return out
 
 
+def paired_counts(a_right: Sequence[bool], b_right: Sequence[bool]) -> tuple[int, int]:
+    """Questions only A got right and questions only B got right (the sign test's wins, losses)."""
+    wins = sum(bool(x) and not y for x, y in zip(a_right, b_right))
+    return wins, sum(bool(y) and not x for x, y in zip(a_right, b_right))
+
+
 def sign_test(wins: int, losses: int) -> float:
     """Two-sided exact sign test p-value of paired wins vs losses (ties dropped)."""
     n = wins + losses

@@ -207,7 +207,6 @@ class EorIngress(Placed, HealthChecks):
         reader_s = [0.0]
         plan_specs = [s for stage in cascade.stages for s in stage]
         work = [QuestionWork() for _ in spec.questions]  # one plan per question, shared by its stages
-        stages_run = [0]
 
         async def run_stage(open_: list[int], specs: list[str]) -> list[QuestionResult]:
             timeout = max(budget - (time.perf_counter() - t0), 0.001)
@@ -215,8 +214,8 @@ class EorIngress(Placed, HealthChecks):
             docs = [spec.documents[i] for i in open_] if spec.documents is not None else None
             if docs is None:
                 await self._search_once(qs, shared, specs, plan_specs, spec.top_k, timeout)
-            first, stages_run[0] = stages_run[0] == 0, stages_run[0] + 1
             quick = [s for s in specs if parse_spec(s).reader_steps == 1]
+            first = list(specs) == list(cascade.stages[0])
             if on_provisional is None or not first or not quick or len(quick) == len(specs):
                 results, spent = await self._fan_out(qs, specs, spec.top_k, docs, timeout, shared, plan_specs)
                 reader_s[0] += spent

@@ -25,7 +25,7 @@ import numpy as np
 from voter.adaptive import (AdaptiveModel, LatencyModel, LayoutFit, PoolRun, apply_model, candidate_layouts,
                             choose_layout, fit_layout, fit_model)
 from voter.qa_metrics import exact_match, match, token_f1
-from voter.selector import sign_test
+from voter.selector import paired_counts, sign_test
 
 ADAPTIVE = "adaptive (confidence)"
 SELECTOR = "selector, every round"
@@ -163,11 +163,10 @@ def report(args) -> dict[str, Any]:
             if name in rounds:
                 sc["rounds"] = float(np.mean(rounds[name][rows]))
             table[name] = sc
-        a = np.array([match(systems[ADAPTIVE][i], golds[i]) for i in rows])
+        a = [match(systems[ADAPTIVE][i], golds[i]) > 0 for i in rows]
 
         def paired(single: str) -> dict[str, Any]:
-            b = np.array([match(systems[single][i], golds[i]) for i in rows])
-            wins, losses = int(((a > 0) & (b == 0)).sum()), int(((a == 0) & (b > 0)).sum())
+            wins, losses = paired_counts(a, [match(systems[single][i], golds[i]) > 0 for i in rows])
             return {"best_single": single, "adaptive_only_right": wins, "best_single_only_right": losses,
                     "sign_test_p": sign_test(wins, losses)}
         # the fit split's best single is the fair baseline; the one best on these very questions,

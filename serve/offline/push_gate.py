@@ -83,7 +83,7 @@ def judge_push(client: Any, saved: Any, metrics: Sequence[Any], questions: Seque
     pool) and compare the live answers with the candidate's replayed cascade."""
     from serve.offline.evaluation import EOR, replay_ensembles
     from voter.qa_metrics import match
-    from voter.selector import sign_test
+    from voter.selector import paired_counts, sign_test
 
     pool = list(saved.pool)
     live, named = [], []
@@ -94,8 +94,7 @@ def judge_push(client: Any, saved: Any, metrics: Sequence[Any], questions: Seque
     replay = replay_ensembles([(q, result_of(r)) for q, r in zip(questions, named)], saved, metrics)
     cand_ok = [match(a, q.answers) > 0 for a, q in zip(replay.answers[EOR], questions)]
     live_ok = [match(r.answer, q.answers) > 0 for r, q in zip(live, questions)]
-    wins = sum(c and not lv for c, lv in zip(cand_ok, live_ok))
-    losses = sum(lv and not c for c, lv in zip(cand_ok, live_ok))
+    wins, losses = paired_counts(cand_ok, live_ok)
     n = max(len(questions), 1)
     cm, lm = sum(cand_ok) / n, sum(live_ok) / n
     voters = sorted({r.voter for r in live})

@@ -10,7 +10,7 @@ import pytest
 from voter.adaptive import (AdaptiveModel, LatencyModel, LayoutFit, PoolRun, apply_model, candidate_layouts,
                             choose_layout, fit_layout, fit_model)
 from voter.selector import (NO_LOGPROB, AnswerScorer, RoundTrace, RoundView, candidate_features, evaluate_stop,
-                            feature_names, fit_stop_thresholds, frontier, pick, sign_test, stop_rounds)
+                            feature_names, fit_stop_thresholds, frontier, paired_counts, pick, sign_test, stop_rounds)
 
 POOL = ("A", "B", "C", "D")
 
@@ -134,6 +134,11 @@ def test_choose_layout_takes_the_cheapest_within_tolerance_of_the_all_kept_vote(
     assert choose_layout([whole, lucky, cheap, worse]) is cheap
     assert choose_layout([whole, lucky, cheap, worse], tolerance=0.02) is worse
     assert choose_layout([lucky, worse]) is lucky  # no all-kept layout: anchored on the best
+
+
+def test_paired_counts_count_the_questions_only_one_side_got_right():
+    assert paired_counts([True, True, False, False, True], [True, False, True, False, False]) == (2, 1)
+    assert paired_counts([], []) == (0, 0)
 
 
 def test_sign_test_known_values():
