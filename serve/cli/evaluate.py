@@ -45,7 +45,8 @@ def cmd_eval(args) -> int:
     doc["pool_seconds_per_question"] = args.seconds_per_question
     said = [a for a in runs.answers["EoR"] if a]
     doc["words_per_answer"] = round(sum(len(a.split()) for a in said) / len(said), 2) if said else None
-    doc["cascade"] = {"stages": runs.stages, "thresholds": [None if not math.isfinite(t) else t
+    mean_rounds = sum((k + 1) * rate for k, rate in enumerate(runs.stop_rate))
+    doc["cascade"] = {"stages": runs.stages, "mean_rounds": round(mean_rounds, 4), "thresholds": [None if not math.isfinite(t) else t
                                                             for t in saved.stages.thresholds],
                       "stop_rate": runs.stop_rate, "threshold_sweep": [
                           {**p, "scale": None if not math.isfinite(p["scale"]) else p["scale"]} for p in runs.sweep]}
@@ -57,7 +58,8 @@ def cmd_eval(args) -> int:
         for r in reports:
             print(format_table(r))
         print("adaptive EoR stops after stage: " + ", ".join(
-            f"{k + 1} ({'+'.join(st)}) {rate:.0%}" for k, (st, rate) in enumerate(zip(runs.stages, runs.stop_rate))))
+            f"{k + 1} ({'+'.join(st)}) {rate:.0%}" for k, (st, rate) in enumerate(zip(runs.stages, runs.stop_rate)))
+              + f"; {mean_rounds:.2f} rounds per question")
         print("threshold sweep (scale: Match, tokens computed per question): " + "; ".join(
             f"{'inf' if not math.isfinite(p['scale']) else format(p['scale'], 'g')}: {p['match']:.3f}, "
             f"{p['computed_tokens']:.0f}" for p in runs.sweep))

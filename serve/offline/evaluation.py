@@ -18,6 +18,7 @@ from serve.offline.fitting import CORRECTNESS, Scored
 from voter.question_vote import Vote, answer_grid
 from retrievers.types import ReaderTokens
 from voter.qa_metrics import exact_match, match, mrlr, oracle_upper_bound, rwr_matrix, token_f1
+from voter.selector import paired_counts, sign_test
 from voter.weights_io import SavedWeights
 
 EOR = "EoR"  # what the voter gives by default: adaptive EoR (its cascade, early stop)
@@ -54,8 +55,15 @@ class DatasetReport:
     systems: dict[str, SystemScores]  # EoR first, then the pool in order
     best_single: str  # highest Match, ties to the earlier retriever in the pool
     oracle: float
+    paired: tuple[int, int]  # questions only EoR got right, only the best single got right
     rwr_labels: tuple[str, ...]  # the pool, then EoR
     rwr: np.ndarray = field(repr=False)  # [M+1, M+1], RWR(row, column)
+
+    @property
+    def sign_test_p(self) -> float:
+        """EoR vs the best single, paired on the same questions (the best single is picked on
+        these very questions, so the test is against the hardest baseline there is)."""
+        return sign_test(*self.paired)
 
     def to_dict(self) -> dict[str, Any]:
         eor, best = self.systems[EOR], self.systems[self.best_single]
@@ -64,7 +72,9 @@ class DatasetReport:
             "systems": {k: v.to_dict() for k, v in self.systems.items()},
             "best_single": self.best_single,
             "eor_vs_best_single": {"match": [_clean(eor.match), _clean(best.match)],
-                                   "mrlr": [_clean(eor.mrlr), _clean(best.mrlr)]},
+                                   "mrlr": [_clean(eor.mrlr), _clean(best.mrlr)],
+                                   "eor_only_right": self.paired[0], "best_single_only_right": self.paired[1],
+                                   "sign_test_p": _clean(self.sign_test_p)},
             "oracle": _clean(self.oracle),
             "rwr": {"labels": list(self.rwr_labels),
                     "matrix": [[_clean(x) for x in row] for row in self.rwr]},
@@ -101,9 +111,9 @@ def _dataset_report(name: str, golds: list[Sequence[str]], answers: list[list[st
            for j, lab in enumerate(labels)}
     systems = {**{e: per[e] for e in ensembles}, **{s: per[s] for s in pool}}
     best = max(pool, key=lambda s: (per[s].match, -list(pool).index(s)))
-    rwr_cols = main_cols
-    return DatasetReport(name, n, systems, best, oracle_upper_bound(ok[:, :m]), labels[: m + 1],
-                         rwr_matrix(ok[:, rwr_cols]))
+    paired = paired_counts(ok[:, m] > 0, ok[:, list(pool).index(best)] > 0)
+    return DatasetReport(name, n, systems, best, oracle_upper_bound(ok[:, :m]), paired, labels[: m + 1],
+                         rwr_matrix(ok[:, main_cols]))
 
 
 def evaluate(scored: Scored, votes: Sequence[Vote] | dict[str, Sequence[str]], pool: Sequence[str],
@@ -162,6 +172,8 @@ def format_table(report: DatasetReport) -> str:
     lines.append(f"  EoR vs best single ({report.best_single}, *): Match {_fmt(eor.match).strip()} vs "
                  f"{_fmt(best.match).strip()}, MRLR {_fmt(eor.mrlr).strip()} vs {_fmt(best.mrlr).strip()}; "
                  f"oracle of the pool {_fmt(report.oracle).strip()}")
+    lines.append(f"  paired on these questions: {report.paired[0]} right only by EoR, {report.paired[1]} only by "
+                 f"{report.best_single}; sign test p = {report.sign_test_p:.3f}")
     return "\n".join(lines)
 
 

@@ -67,6 +67,9 @@ def test_eval_numbers_by_hand_and_plots(qfile, tmp_path, eor_home, use_pool, cap
         {"EoR": 1 / 3, "Wiki@10": 1 / 3, "SE@1": 1 / 6, "ReFree": 4 / 9}, abs=1e-6)
     assert a["best_single"] == "Wiki@10"  # ties with SE@1 on Match: the earlier one
     assert a["eor_vs_best_single"]["mrlr"] == pytest.approx([1 / 3, 1 / 3], abs=1e-6)
+    # paired on the same questions: q1 both right, q4 only Wiki@10 -> 0 vs 1, sign test p = 1
+    v = a["eor_vs_best_single"]
+    assert (v["eor_only_right"], v["best_single_only_right"], v["sign_test_p"]) == (0, 1, 1.0)
     assert a["oracle"] == 0.75  # q1, q2, q4 have a right retriever; q3 none
     assert a["rwr"]["labels"] == [*SPECS, "EoR"]
     assert a["rwr"]["matrix"][0][2] == pytest.approx(2 / 3, abs=1e-6)  # RWR(W, F)
@@ -81,6 +84,7 @@ def test_eval_numbers_by_hand_and_plots(qfile, tmp_path, eor_home, use_pool, cap
     pngs = {p.split("/")[-1] for p in doc["plots"]}
     assert pngs == {"rwr_a.png", "rwr_b.png", "rwr_all.png", "retriever_weights.png", "match_vs_tokens.png"}
     assert doc["cascade"]["stop_rate"] == [1.0] and doc["cascade"]["stages"] == [SPECS]
+    assert doc["cascade"]["mean_rounds"] == 1.0
     for name in pngs:
         assert (out_dir / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert json.loads((out_dir / "eval.json").read_text())["datasets"]["a"]["oracle"] == 0.75
@@ -123,6 +127,17 @@ class NoisyPool(FakePool):
         return super().run(questions, specs, **kw)
 
 
+def test_eval_prints_the_paired_test_and_rounds(qfile, tmp_path, eor_home, use_pool, capsys):
+    use_pool(FakePool(SPECS, answers))
+    rc = main(["eval", "--questions", str(qfile), "--split", "all", "--metrics", "em", "--no-progress",
+               "--equal-weights", "--out-dir", str(tmp_path / "r")])
+    out = capsys.readouterr().out
+    assert rc == 0
+    # dataset a: q4 right only by Wiki@10; "all" adds q6, right by both
+    assert out.count("paired on these questions: 0 right only by EoR, 1 only by Wiki@10; sign test p = 1.000") == 2
+    assert "; 1.00 rounds per question" in out
+
+
 @pytest.mark.parametrize("command", ["eval", "fit", "run"])
 def test_json_is_alone_on_stdout_whatever_the_libraries_print(command, qfile, tmp_path, eor_home, use_pool, capfd):
     use_pool(NoisyPool(SPECS, answers))
@@ -158,6 +173,7 @@ def test_eval_replays_a_confidence_aware_voter(qfile, tmp_path, eor_home, use_po
     doc = run_eval(capsys, "--questions", str(qfile), "--out-dir", str(tmp_path / "r"),
                    "--weights", str(tmp_path / "v3.json"))
     assert doc["cascade"]["stages"] == [["SE@1"], ["Wiki@10", "ReFree"]] and doc["cascade"]["stop_rate"] == [0.0, 1.0]
+    assert doc["cascade"]["mean_rounds"] == 2.0
     s = doc["datasets"]["all"]["systems"]
     assert s["EoR"] == s["EoR pruned"] and s["EoR"]["match"] is not None
 
