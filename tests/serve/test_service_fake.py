@@ -322,20 +322,20 @@ def test_fit_push_changes_the_live_voter_without_restarting_anything(service, st
     assert err.value.code() == grpc.StatusCode.FAILED_PRECONDITION
 
 
-def test_the_push_gate_refuses_a_degraded_voter_and_accepts_one_as_good_as_the_live_one(service, stub, tmp_path,
-                                                                                         capsys):
+def test_the_push_gate_refuses_a_degraded_voter_and_accepts_the_shipped_one(service, stub, tmp_path, capsys):
     """`eor fit --push`'s gate against the real service: the live voter's answers are its own
     (no retrievers named), the candidate's its cascade replayed over the same service's
     answers. A voter trusting ReFree alone is refused and nothing is pushed; --force pushes it
-    and says so; the live voter's own weights pass (the replay reproduces the live answers)."""
+    and says so; the live voter's own weights pass (the replay reproduces the live answers),
+    and so does the shipped voter."""
     import argparse
     import dataclasses
     import json
 
     from serve.cli.fit import gated_push
-    from voter.question_vote import MetricOptions, build_metrics, equal_weights
+    from voter.question_vote import MetricOptions, build_metrics, equal_weights, metric_options
     from voter.voting import VoterWeights
-    from voter.weights_io import save_weights
+    from voter.weights_io import SHIPPED_VOTER, load_weights, save_weights
 
     qfile = tmp_path / "questions.jsonl"
     qfile.write_text("".join(json.dumps({"qid": f"g{i}", "dataset": "toy", "question": f"closedbook question about topic{i}",
@@ -361,6 +361,12 @@ def test_the_push_gate_refuses_a_degraded_voter_and_accepts_one_as_good_as_the_l
     assert stub.Ask(eor_pb2.AskRequest(question="who painted the mona lisa"), timeout=60).retriever == "ReFree"
     assert gated_push(args, live, metrics, good) == 0
     assert stub.Ask(eor_pb2.AskRequest(question="who painted the mona lisa"), timeout=60).retriever != "ReFree"
+    # the shipped voter (confidence-aware, its own metrics) passes the same gate; then back to equal weights
+    shipped = load_weights(SHIPPED_VOTER, pool=PAPER_POOL)
+    assert gated_push(args, shipped, build_metrics(metric_options(shipped), None), SHIPPED_VOTER) == 0
+    out = capsys.readouterr().out
+    assert "candidate Match 1.000 vs live 1.000" in out and "passes" in out and "weights pushed" in out
+    assert gated_push(args, live, metrics, good) == 0
 
 
 def test_killed_retriever_actor_is_missing_then_restarted(service, stub):
@@ -517,9 +523,9 @@ def test_a_real_prometheus_reads_the_dashboard_and_fires_the_regression_alert(se
     from pathlib import Path
 
     from serve.cli.fit import gated_push
-    from voter.question_vote import MetricOptions, build_metrics, equal_weights
+    from voter.question_vote import MetricOptions, build_metrics, equal_weights, metric_options
     from voter.voting import VoterWeights
-    from voter.weights_io import save_weights
+    from voter.weights_io import SHIPPED_VOTER, load_weights, save_weights
 
     repo = Path(__file__).resolve().parents[2]
     bench_py = repo / ".venv-bench" / "bin" / "python"
