@@ -6,6 +6,7 @@ real-model tests, tests/serve/test_service_e2e.py)."""
 from __future__ import annotations
 
 import os
+import re
 import socket
 import time
 import urllib.parse
@@ -472,9 +473,25 @@ def test_ask_stream_through_both_fronts_ends_with_the_final_reply(stub, ray_prox
     assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "\n" not in err.value.details()
 
 
+def test_ask_stream_deadline_over_the_wire_ends_with_a_final_reply_of_what_finished(stub):
+    from tests.serve.service_fakes import SLOW_S
+
+    replies = list(stub.AskStream(eor_pb2.AskRequest(question="a slow-se question", deadline_s=1), timeout=60))
+    final = replies[-1]
+    assert final.final and not any(r.final for r in replies[:-1])
+    se_specs = {s for s in PAPER_POOL if "SE" in s or "HB" in s}
+    assert se_specs <= set(final.missing) and final.answer == "question"
+    errors = {c.retriever: c.error for c in final.candidates}
+    waited = [float(re.search(r"timed out after ([0-9.e-]+) s", errors[s]).group(1)) for s in se_specs]
+    assert max(waited) <= 1.0  # the Ask's own deadline, not the service's 2 s retriever timeout
+    time.sleep(SLOW_S)  # the SE source finishes the slow search before the next test
+
+
 def test_ask_stream_client_that_goes_away_leaves_the_service_serving(stub):
     call = stub.AskStream(eor_pb2.AskRequest(question="who painted the mona lisa", deadline_s=30), timeout=60)
-    call.cancel()  # the client leaves before any reply
+    first = next(call)  # the early answer of round 1's one-step retrievers ...
+    assert not first.final
+    call.cancel()  # ... and the client leaves before the final one
     with pytest.raises(grpc.RpcError) as err:
         list(call)
     assert err.value.code() == grpc.StatusCode.CANCELLED
