@@ -47,7 +47,11 @@ def test_qwen_answers_in_a_few_words_rewrites_and_reuses_prefixes(qwen):
     rag = qwen.format(answer_prompt("who painted the mona lisa", doc))
     rewrite = qwen.format(PromptText("Rewrite this question in a formal tone. Reply with the rewritten question "
                                      "only: who painted the mona lisa"))
-    out = [o.text for o in qwen.generate([rag, rewrite], SamplingParams(max_tokens=32))]
+    gens = qwen.generate([rag, rewrite], SamplingParams(max_tokens=32))
+    out = [o.text for o in gens]
+    # the reader's confidence comes with every answer: one log-probability per generated token
+    assert gens[0].logprobs and all(-100.0 <= x <= 0.0 for x in gens[0].logprobs)
+    assert sum(gens[0].logprobs) / len(gens[0].logprobs) > -1.0  # greedy, the document names the painter
     short = clean_answer(out[0])
     assert "leonardo" in short.lower() and len(short.split()) <= 5, out[0]
     assert "?" in out[1] and out[1].strip().lower() != "who painted the mona lisa", out[1]
