@@ -107,8 +107,10 @@ def eor_home(tmp_path, monkeypatch) -> Path:
 
 @pytest.fixture
 def use_pool(monkeypatch):
-    """use_pool(pool): `eor` commands get this pool from serve.builder.make_pool."""
+    """use_pool(pool): `eor` commands get this pool from serve.builder.make_pool, in this process
+    (a developer's running `eor serve` would otherwise answer `eor ask` instead of the pool)."""
     import serve.builder
+    import serve.cli.ask
 
     def install(pool):
         made: list = []  # the configs make_pool was called with, for this pool
@@ -118,6 +120,7 @@ def use_pool(monkeypatch):
             return pool
 
         monkeypatch.setattr(serve.builder, "make_pool", make_pool)
+        monkeypatch.setattr(serve.cli.ask, "running_service", lambda args: None)
         return made
 
     return install
