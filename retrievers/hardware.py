@@ -1,18 +1,32 @@
 """What this CPU can do fast, for the choices models make at load time (one home for the check)."""
 from __future__ import annotations
 
+import os
 from functools import lru_cache
 from pathlib import Path
 
+BF16_ENV = "EOR_CPU_BF16"  # "0": act as a CPU without bf16 hardware (fp32 reader and encoder); "1": force bf16
+
 
 @lru_cache(maxsize=1)
-def cpu_has_bf16() -> bool:
-    """AVX512-BF16 or AMX: bf16 matrix maths in hardware. Measured here: the reader prefills
-    1.9x and the encoder embeds 2.6x faster in bf16 than fp32, with the same answers and
-    embeddings (cosine >= 0.99997). Without them bf16 is emulated and slower (../shared/ARCHITECTURE.md:
-    4x on AVX2)."""
+def cpu_flags_have_bf16() -> bool:
+    """AVX512-BF16 or AMX in /proc/cpuinfo."""
     try:
         flags = Path("/proc/cpuinfo").read_text()
     except OSError:
         return False
     return "avx512_bf16" in flags or "amx_bf16" in flags
+
+
+def cpu_has_bf16() -> bool:
+    """AVX512-BF16 or AMX: bf16 matrix maths in hardware. Measured here: the reader prefills
+    1.9x and the encoder embeds 2.6x faster in bf16 than fp32, with the same answers and
+    embeddings (cosine >= 0.99997). Without them bf16 is emulated and slower (../shared/ARCHITECTURE.md:
+    4x on AVX2). `EOR_CPU_BF16=0` overrides the check, so a bf16 machine can stand in for the
+    fp32 class (with `ATEN_CPU_CAPABILITY=avx2`, torch's AVX2 kernels too)."""
+    forced = os.environ.get(BF16_ENV, "").strip()
+    if forced in ("0", "1"):
+        return forced == "1"
+    if forced:
+        raise ValueError(f"{BF16_ENV} must be 0 or 1, got {forced!r}")
+    return cpu_flags_have_bf16()

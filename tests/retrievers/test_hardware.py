@@ -1,0 +1,34 @@
+"""The bf16 choice and its override (EOR_CPU_BF16), used by the reader and the encoder."""
+from __future__ import annotations
+
+import pytest
+
+from retrievers import hardware
+
+
+def test_override_forces_either_class(monkeypatch):
+    monkeypatch.setenv(hardware.BF16_ENV, "0")
+    assert hardware.cpu_has_bf16() is False
+    monkeypatch.setenv(hardware.BF16_ENV, "1")
+    assert hardware.cpu_has_bf16() is True
+
+
+def test_without_override_the_cpu_decides(monkeypatch):
+    monkeypatch.delenv(hardware.BF16_ENV, raising=False)
+    assert hardware.cpu_has_bf16() is hardware.cpu_flags_have_bf16()
+
+
+def test_a_bad_override_is_one_clear_error(monkeypatch):
+    monkeypatch.setenv(hardware.BF16_ENV, "yes")
+    with pytest.raises(ValueError, match="EOR_CPU_BF16 must be 0 or 1"):
+        hardware.cpu_has_bf16()
+
+
+def test_reader_and_encoder_follow_the_override(monkeypatch):
+    from serve.engine.vllm_engine import VLLMConfig, resolve_dtype
+
+    monkeypatch.setenv(hardware.BF16_ENV, "0")
+    assert resolve_dtype(VLLMConfig(device="cpu")) == (True, "float32")
+    assert resolve_dtype(VLLMConfig(device="cpu", dtype="bfloat16")) == (True, "bfloat16")  # explicit wins
+    monkeypatch.setenv(hardware.BF16_ENV, "1")
+    assert resolve_dtype(VLLMConfig(device="cpu")) == (True, "bfloat16")
