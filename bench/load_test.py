@@ -161,7 +161,8 @@ def inprocess_asks(questions: list[str], config_path: str | None) -> dict:
     try:
         answer([WARM_UP], choice, pool.run, metrics)
         stats0 = dict(vars(pool.reader.stats))
-        tokens0 = {k: getattr(engine, k, 0) for k in ("prompt_tokens", "generated_tokens", "cached_tokens")}
+        tokens0 = {"prompt_tokens": engine.prompt_tokens, "generated_tokens": engine.generated_tokens,
+                   "cached_tokens": engine.cached_tokens}
         latencies, stops = [], []
         for q in questions:
             t = time.perf_counter()
@@ -171,7 +172,9 @@ def inprocess_asks(questions: list[str], config_path: str | None) -> dict:
     finally:
         engine.close()
     stats = {k: v - stats0[k] for k, v in vars(pool.reader.stats).items()}
-    tokens = {k: getattr(engine, k, 0) - tokens0[k] for k in tokens0}
+    tokens = {"prompt_tokens": engine.prompt_tokens - tokens0["prompt_tokens"],
+              "generated_tokens": engine.generated_tokens - tokens0["generated_tokens"],
+              "cached_tokens": engine.cached_tokens - tokens0["cached_tokens"]}
     n = len(questions)
     return {"path": "in-process", "voter": choice.describe(), **latency_summary(latencies), "stops": stops,
             "reader": {**stats, **tokens}, "prompts_per_question": round(stats["prompts"] / n, 2),

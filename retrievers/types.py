@@ -38,11 +38,11 @@ class Context:
 
 @dataclass(frozen=True)
 class ReaderTokens:
-    """Reader work, counted with the reader's own tokenizer: what the cascade orders stages by."""
+    """Reader work, as the engine counted it when the prompts ran: what the cascade orders stages by."""
 
     prompt: int = 0  # tokens of the formatted prompts (prefix-cache hits included)
     generated: int = 0
-    cached: int = 0  # of `prompt`: whole KV blocks shared with a prompt of an earlier engine call
+    cached: int = 0  # of `prompt`: served by the engine's prefix cache, shared with an earlier prompt of the question
 
     def __add__(self, other: "ReaderTokens") -> "ReaderTokens":
         return ReaderTokens(self.prompt + other.prompt, self.generated + other.generated,

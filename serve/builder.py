@@ -9,7 +9,8 @@ from typing import Any, TextIO
 from retrievers.corpus import Document
 from retrievers.encoder import Encoder
 from retrievers.pool import RetrieverPool
-from retrievers.reader import CachedReader, ReaderCache, ReaderEngine
+from retrievers.engine import ReaderEngine
+from retrievers.reader import CachedReader, ReaderCache
 from retrievers.registry import SOURCE_BACKENDS
 from retrievers.sources.dense import build_dense_index
 from retrievers.sources.lucene import build_lucene_index

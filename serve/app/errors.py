@@ -60,21 +60,25 @@ def reader_unavailable(exc: BaseException) -> bool:
 
 def status_of(exc: BaseException) -> tuple[grpc.StatusCode, str]:
     """The one table: a ServiceError answers with its own code and details, also when raised in
-    another actor; anything else is INTERNAL with its first line."""
+    another actor; a dead engine is UNAVAILABLE in our words; anything else is INTERNAL with
+    its first line."""
     err = _unwrapped(exc)
     if isinstance(err, ServiceError):
         return err.code, err.details
     if isinstance(exc, ServiceError):
         return exc.code, exc.details
+    if _dead(err, pipes=False) is not None:  # an engine death no Reader turned into ReaderUnavailable
+        return grpc.StatusCode.UNAVAILABLE, engine_down(err)
     return grpc.StatusCode.INTERNAL, one_line(err)
 
 
-def engine_died(exc: BaseException) -> bool:
-    """vLLM's own signal that its engine core is gone (EngineDeadError; a worker killed under
-    it surfaces the same way), or the pipe to it broke. EngineGenerateError is not: vLLM calls
-    it recoverable (one bad request), and it must not restart the engine for everyone.
-    vLLM is imported only where it is installed; engines of tests raise the builtin errors."""
-    dead: tuple[type[BaseException], ...] = (BrokenPipeError, ConnectionResetError)
+def _dead(exc: BaseException | None, pipes: bool = True) -> BaseException | None:
+    """The error in `exc` or what it wraps that says the engine is gone: vLLM's own signal that
+    its engine core is gone (EngineDeadError; a worker killed under it surfaces the same way),
+    or the pipe to it broke (`pipes`: only where the error came from the engine). EngineGenerateError is not: vLLM calls it recoverable (one bad
+    request), and it must not restart the engine for everyone. vLLM is imported only where it
+    is installed; engines of tests raise the builtin errors."""
+    dead: tuple[type[BaseException], ...] = (BrokenPipeError, ConnectionResetError) if pipes else ()
     try:
         from vllm.v1.engine.exceptions import EngineDeadError
 
@@ -85,9 +89,21 @@ def engine_died(exc: BaseException) -> bool:
     while exc is not None and id(exc) not in seen:  # the error itself, or what it wraps
         seen.add(id(exc))
         if isinstance(exc, dead):
-            return True
+            return exc
         exc = exc.__cause__ or exc.__context__
-    return False
+    return None
+
+
+def engine_died(exc: BaseException) -> bool:
+    """Whether `exc` says the reader engine is gone (see `_dead`)."""
+    return _dead(exc) is not None
+
+
+def engine_down(exc: BaseException) -> str:
+    """What callers are told while a dead engine restarts: the project's words and the error's
+    kind; the engine's own message ("See stack trace (above) ...") is for the log only."""
+    dead = _dead(exc) or exc
+    return f"reader engine down ({type(dead).__name__}: its engine process stopped); restarting, try again shortly"
 
 
 def one_line(exc: BaseException) -> str:

@@ -19,7 +19,7 @@ import threading
 import time
 from typing import Any, Sequence
 
-from retrievers.reader import Counted, PromptText, SamplingParams
+from retrievers.reader import Generation, PromptText, SamplingParams
 from retrievers.types import Passage
 
 
@@ -128,5 +128,5 @@ class RemoteReader:
     def generate(self, prompts: Sequence[PromptText], params: SamplingParams) -> list[str]:
         return _call("read", self.handle.generate, list(prompts), params, timeout_s=self.timeout_s)
 
-    def generate_counted(self, prompts: Sequence[PromptText], params: SamplingParams) -> list[Counted]:
+    def generate_counted(self, prompts: Sequence[PromptText], params: SamplingParams) -> list[Generation]:
         return _call("read", self.handle.generate_counted, list(prompts), params, timeout_s=self.timeout_s)

@@ -4,8 +4,9 @@ chat template; `generate_counted` also returns their token counts and log-probab
 every distinct uncached prompt is one engine request that joins the running batch
 (continuous batching, across retrievers and questions); a prompt already in flight is
 awaited, not sent twice; a cancelled call aborts the requests only it waited for. An engine
-without `agenerate` (test fakes) gets concurrent calls merged into one batch per
-SamplingParams instead (serve/app/batching.py). A dead engine is reported and restarted here.
+that runs batches instead (`continuous = False`: test fakes) gets concurrent calls merged
+into one batch per SamplingParams (serve/app/batching.py). A dead engine is reported and
+restarted here.
 """
 from __future__ import annotations
 
@@ -17,9 +18,11 @@ from typing import Sequence
 
 from ray import serve
 
-from retrievers.reader import CachedReader, Counted, Generation, PromptText, ReaderEngine, SamplingParams
+from retrievers.engine import ReaderEngine
+from retrievers.reader import CachedReader, Generation, PromptText, SamplingParams
+from retrievers.types import ReaderTokens
 from serve.app import metrics
-from serve.app.errors import ReaderUnavailable, engine_died, one_line
+from serve.app.errors import ReaderUnavailable, engine_died, engine_down, one_line
 from serve.app.placement import THIN, Placed
 from serve.builder import make_engine
 from serve.config import EorConfig, config_from_dict
@@ -27,47 +30,53 @@ from serve.config import EorConfig, config_from_dict
 log = logging.getLogger(__name__)
 
 
-
-class CountingEngine:
-    """Wraps the engine: records each engine batch's size, prompt and generated tokens.
-
-    Token counts come from the engine's own counters when it keeps them (VLLMEngine:
-    `prompt_tokens`, `generated_tokens`); otherwise generated tokens are re-tokenized and
-    prompt tokens are not counted."""
+class CountingEngine(ReaderEngine):
+    """Wraps the engine: records each batch's size and each request's tokens (the metrics and
+    `Reader.stats`). The counts are the engine's own, carried by each output; an output
+    without them (an engine that keeps none: test fakes) has its generated tokens counted by
+    the engine's tokenizer and no prompt tokens. It does not score: the service never
+    rescores cached outputs (`can_score` stays False)."""
 
     def __init__(self, engine: ReaderEngine):
         self.engine = engine
         self.model_id = engine.model_id
         self.batches = 0
         self.batch_prompts = 0
-        self.prompt_tokens = 0
-        self.generated_tokens = 0
-        self.cached_tokens = 0
         self.in_flight = 0  # requests in the engine now (a batch engine: its batch)
 
     @property
     def continuous(self) -> bool:
-        return hasattr(self.engine, "agenerate")
-
-    def format(self, prompt):
-        return self.engine.format(prompt)
+        return self.engine.continuous
 
     @property
-    def token_ids(self):
-        """The engine's tokenizer (`CachedReader.token_ids` uses it when there is one)."""
-        return getattr(self.engine, "token_ids", None)
+    def dead_error(self) -> BaseException | None:
+        return self.engine.dead_error
 
-    def _tokens(self, outs: Sequence[str]) -> int:
-        tok = getattr(self.engine, "tokenizer", None)
-        try:
-            return sum(len(tok.encode(o, add_special_tokens=False)) for o in outs) if tok else \
-                sum(len(o.split()) for o in outs)
-        except Exception:
-            return sum(len(o.split()) for o in outs)
+    @property
+    def unfinished_requests(self) -> int:
+        return self.engine.unfinished_requests
+
+    def format(self, prompt: PromptText) -> str:
+        return self.engine.format(prompt)
+
+    def token_ids(self, texts: Sequence[str]) -> list[list[int]]:
+        return self.engine.token_ids(texts)
+
+    def load(self) -> "CountingEngine":
+        self.engine.load()
+        return self
+
+    def close(self) -> None:
+        self.engine.close()
+
+    def _record(self, out: Generation) -> None:
+        t = out.tokens or ReaderTokens(0, len(self.engine.token_ids([out.text])[0]))
+        self.add_tokens(t)
+        metrics.inc("eor_reader_cached_tokens", t.cached)
+        metrics.inc("eor_reader_tokens", t.generated)
+        metrics.inc("eor_reader_prompt_tokens", t.prompt)
 
     def generate(self, prompts: Sequence[str], params: SamplingParams) -> list[Generation]:
-        before = (getattr(self.engine, "prompt_tokens", None), getattr(self.engine, "generated_tokens", None))
-        cached_before = getattr(self.engine, "cached_tokens", 0)
         self.in_flight += len(prompts)  # a batch engine: the batch is what is in it now
         metrics.set_gauge("eor_reader_in_flight", self.in_flight)
         try:
@@ -75,19 +84,11 @@ class CountingEngine:
         finally:
             self.in_flight -= len(prompts)
             metrics.set_gauge("eor_reader_in_flight", self.in_flight)
-        cached = getattr(self.engine, "cached_tokens", 0) - cached_before
-        self.cached_tokens += cached
-        metrics.inc("eor_reader_cached_tokens", cached)
         self.batches += 1
         self.batch_prompts += len(prompts)
-        prompt_tokens = self.engine.prompt_tokens - before[0] if before[0] is not None else 0
-        generated = (self.engine.generated_tokens - before[1] if before[1] is not None
-                     else self._tokens([o.text for o in outs]))
-        self.prompt_tokens += prompt_tokens
-        self.generated_tokens += generated
         metrics.observe("eor_reader_batch_size", len(prompts))
-        metrics.inc("eor_reader_tokens", generated)
-        metrics.inc("eor_reader_prompt_tokens", prompt_tokens)
+        for o in outs:
+            self._record(o)
         return outs
 
     async def agenerate(self, prompt: str, params: SamplingParams) -> Generation:
@@ -103,13 +104,8 @@ class CountingEngine:
         finally:
             self.in_flight -= 1
             metrics.set_gauge("eor_reader_in_flight", self.in_flight)
-        self.prompt_tokens += out.prompt_tokens
-        self.generated_tokens += out.generated_tokens
-        self.cached_tokens += out.cached_tokens
-        metrics.inc("eor_reader_cached_tokens", out.cached_tokens)
-        metrics.inc("eor_reader_tokens", out.generated_tokens)
-        metrics.inc("eor_reader_prompt_tokens", out.prompt_tokens)
-        return Generation(out.text, out.logprobs)
+        self._record(out)
+        return out
 
 
 @serve.deployment(ray_actor_options=THIN, max_ongoing_requests=256)
@@ -133,16 +129,12 @@ class Reader(Placed):
         self._waiters: dict[str, int] = {}  # cache key -> calls awaiting it
 
     def _new_engine(self) -> ReaderEngine:
-        engine = make_engine(self.settings, continuous=True)
-        if hasattr(engine, "load"):
-            engine.load()  # vLLM starts here, inside this actor
-        return engine
+        return make_engine(self.settings, continuous=True).load()  # vLLM starts here, inside this actor
 
     def _restart(self, old: ReaderEngine) -> None:
         """Replace the dead engine (runs on its own thread; calls meanwhile get ReaderUnavailable)."""
         try:
-            if hasattr(old, "close"):
-                old.close()
+            old.close()
         except Exception:  # the old engine is dead: closing it is best effort
             log.warning("closing the dead reader engine failed", exc_info=True)
         while True:
@@ -161,8 +153,8 @@ class Reader(Placed):
         with self._restart_lock:
             if self.down is not None:
                 return self.down
-            self.down = why = f"reader engine down ({one_line(exc)}); restarting"
-            log.error(why)
+            self.down = why = engine_down(exc)
+            log.error("%s", why, exc_info=exc)  # the log keeps vLLM's own error and its traceback
             threading.Thread(target=self._restart, args=(self.counting.engine,), name="engine-restart",
                              daemon=True).start()
             return why
@@ -187,10 +179,10 @@ class Reader(Placed):
         plain string is sent as it is (`Generate` with raw = true)."""
         return [g.text for g in await self._complete(self._formatted(prompts), params)]
 
-    async def generate_counted(self, prompts: list[PromptText], params: SamplingParams) -> list[Counted]:
-        """Output, prompt token ids (the model's tokenizer), generated tokens and log-probabilities per prompt."""
+    async def generate_counted(self, prompts: list[PromptText], params: SamplingParams) -> list[Generation]:
+        """Outputs with their log-probabilities and what each cost (the engine's token counts)."""
         texts = self._formatted(prompts)
-        return self.reader.counted(texts, await self._complete(texts, params))
+        return self.reader.counted(texts, params, await self._complete(texts, params))
 
     async def _complete(self, texts: list[str], params: SamplingParams) -> list[Generation]:
         if self.counting.continuous:
@@ -250,7 +242,7 @@ class Reader(Placed):
     async def stats(self) -> dict:
         """Counters, and whether the engine is down: vLLM's own monitor notices a dead engine
         core with no request running, so an idle service's Health turns NOT_SERVING too."""
-        dead = getattr(self.counting.engine, "dead_error", None)
+        dead = self.counting.dead_error
         down = self._mark_down(dead) if dead is not None and self.down is None else self.down
         st = self.reader.stats
         c = self.counting

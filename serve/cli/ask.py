@@ -165,9 +165,8 @@ def _ask_local(args, questions, con):
         if s not in pool.specs:
             raise KeyError(f"retriever {s!r} is not in the pool; pool: {', '.join(pool.specs)}")
     pool.load()
-    engine = getattr(pool.reader, "engine", None)
-    if engine is not None and hasattr(engine, "on_start"):
-        engine.on_start = lambda: con.step(f"starting the reader engine ({config.reader.model}, vLLM)")
+    engine = pool.reader.engine
+    engine.on_start = lambda: con.step(f"starting the reader engine ({config.reader.model}, vLLM)")
     t = time.time()
 
     def on_stage(k: int, n: int, specs: list[str]) -> None:
@@ -180,7 +179,6 @@ def _ask_local(args, questions, con):
                      on_provisional)
     elapsed = time.time() - t
     con.done()
-    if engine is not None and hasattr(engine, "close"):
-        engine.close()  # its shutdown messages go to the log too, not after the answer
+    engine.close()  # its shutdown messages go to the log too, not after the answer
     return answers, choice, pool, elapsed
 

@@ -28,9 +28,7 @@ def _run_pool(args, config, pool, selection, questions):
             scored = run_questions(pool, questions, log, args.batch_size, progress=not args.no_progress,
                                    stream=con.out)
         finally:  # also when interrupted (Ctrl-C, SIGTERM): the engine's processes go down with it
-            engine = getattr(pool.reader, "engine", None)
-            if engine is not None and hasattr(engine, "close"):
-                engine.close()  # its shutdown messages go to the log too (a later NLI judge starts it again)
+            pool.reader.engine.close()  # its shutdown messages go to the log too (a later NLI judge starts it again)
     if not scored:
         raise ValueError("the pool accepted none of the selected questions")
     seconds = log.seconds()

@@ -9,8 +9,10 @@ import os
 from dataclasses import dataclass
 from typing import Sequence
 
+from retrievers.engine import ReaderEngine
 from retrievers.hardware import cpu_has_bf16
 from retrievers.reader import Generation, PromptText, SamplingParams, clean_logprobs
+from retrievers.types import ReaderTokens
 from serve.engine.models import DEFAULT_READER, is_chat_model, resolve_model
 
 
@@ -50,8 +52,11 @@ def resolve_dtype(config: VLLMConfig) -> tuple[bool, str]:
     return on_cpu, ("bfloat16" if cpu_has_bf16() else "float32") if on_cpu else "bfloat16"
 
 
-class VLLMEngine:
-    """Implements retrievers.reader.ReaderEngine. Heavy work happens in load()."""
+class VLLMEngine(ReaderEngine):
+    """vLLM's offline `LLM`, batches through `generate`, with a prefill scoring pass. Heavy work
+    happens in load()."""
+
+    can_score = True
 
     def __init__(self, config: VLLMConfig = VLLMConfig()):
         self.config = config
@@ -62,10 +67,6 @@ class VLLMEngine:
         self.chat = is_chat_model(self.path)
         self._llm = None
         self._tokenizer = None
-        self.prompt_tokens = 0  # since start: tokens prefilled (prompts; prefix-cache hits included)
-        self.generated_tokens = 0  # since start: tokens decoded
-        self.cached_tokens = 0  # since start: prompt tokens served by the prefix cache (vLLM's count)
-        self.on_start = None  # called once when the engine starts (a progress line), then cleared
 
     def load(self) -> "VLLMEngine":
         if self._llm is not None:
@@ -101,19 +102,23 @@ class VLLMEngine:
                                stop=list(params.stop) or None, seed=self.config.seed,
                                repetition_penalty=params.repetition_penalty, logprobs=0)
 
-    def _generation(self, completion) -> Generation:
-        """vLLM's completion as a Generation: the text and its tokens' log-probabilities,
-        without the end-of-sequence token (it is not part of the text, and a scoring pass of
-        the text alone must give the same numbers)."""
+    def _generation(self, out) -> Generation:
+        """One finished request (vLLM's RequestOutput) as a Generation: the text, its tokens'
+        log-probabilities without the end-of-sequence token (it is not part of the text, and a
+        scoring pass of the text alone must give the same numbers), and vLLM's own token counts,
+        which also go to the engine's token stats."""
+        completion = out.outputs[0]
         ids = list(completion.token_ids or ())
+        tokens = ReaderTokens(len(out.prompt_token_ids or ()), len(ids), out.num_cached_tokens or 0)
+        self.add_tokens(tokens)
         lps = completion.logprobs
         if lps is None or len(lps) != len(ids):
-            return Generation(completion.text)
+            return Generation(completion.text, None, tokens)
         special = set(self.tokenizer.all_special_ids)
         n = len(ids)
         while n and ids[n - 1] in special:
             n -= 1
-        return Generation(completion.text, clean_logprobs([lps[i][ids[i]].logprob for i in range(n)]))
+        return Generation(completion.text, clean_logprobs([lps[i][ids[i]].logprob for i in range(n)]), tokens)
 
     def score(self, prompts: Sequence[str], outputs: Sequence[str]) -> list[tuple[float, ...]]:
         """The log-probabilities of given outputs after their prompts, from one prefill-only
@@ -136,12 +141,6 @@ class VLLMEngine:
             first = len(ids) - n
             scored.append(clean_logprobs([out.prompt_logprobs[i][ids[i]].logprob for i in range(first, len(ids))]))
         return scored
-
-    def _count(self, out) -> None:
-        """Add one finished request's tokens to the engine's counters (vLLM's own numbers)."""
-        self.prompt_tokens += len(out.prompt_token_ids or ())
-        self.cached_tokens += out.num_cached_tokens or 0
-        self.generated_tokens += len(out.outputs[0].token_ids or ())
 
     def close(self) -> None:
         """Stop the engine's worker processes now, not at interpreter exit (when logging is gone)."""
@@ -182,20 +181,7 @@ class VLLMEngine:
     def generate(self, prompts: Sequence[str], params: SamplingParams) -> list[Generation]:
         self.load()
         outs = self._llm.generate(list(prompts), self._sampling(params), use_tqdm=False)
-        for o in outs:
-            self._count(o)
-        return [self._generation(o.outputs[0]) for o in outs]
-
-
-@dataclass(frozen=True)
-class EngineOutput:
-    """One finished request: its text, its tokens' log-probabilities and vLLM's token counts."""
-
-    text: str
-    logprobs: tuple[float, ...] | None = None
-    prompt_tokens: int = 0
-    cached_tokens: int = 0
-    generated_tokens: int = 0
+        return [self._generation(o) for o in outs]
 
 
 class AsyncVLLMEngine(VLLMEngine):
@@ -205,6 +191,9 @@ class AsyncVLLMEngine(VLLMEngine):
     `generate` aborts on CancelledError), so a missed deadline frees the engine at once.
     The Reader counts what it has in flight (`CountingEngine.in_flight`); `unfinished_requests`
     is vLLM's own count, for checking that an abort reached the engine."""
+
+    continuous = True
+    can_score = False  # its `score` pass needs the offline LLM's batch generate
 
     @property
     def dead_error(self) -> BaseException | None:
@@ -228,7 +217,7 @@ class AsyncVLLMEngine(VLLMEngine):
     def generate(self, prompts: Sequence[str], params: SamplingParams) -> list[Generation]:
         raise TypeError("AsyncVLLMEngine answers agenerate(); the in-process pool uses VLLMEngine")
 
-    async def agenerate(self, prompt: str, params: SamplingParams) -> "EngineOutput":
+    async def agenerate(self, prompt: str, params: SamplingParams) -> Generation:
         """One prompt, one engine request; its output and tokens when it finishes."""
         import uuid
 
@@ -238,7 +227,4 @@ class AsyncVLLMEngine(VLLMEngine):
             final = out
         if final is None:
             raise RuntimeError("the engine finished a request without output")
-        self._count(final)
-        gen = self._generation(final.outputs[0])
-        return EngineOutput(gen.text, gen.logprobs, len(final.prompt_token_ids or ()),
-                            final.num_cached_tokens or 0, len(final.outputs[0].token_ids or ()))
+        return self._generation(final)

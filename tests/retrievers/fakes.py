@@ -5,8 +5,9 @@ import hashlib
 import re
 from typing import Sequence
 
-from retrievers.reader import PromptText, SamplingParams
-from retrievers.types import Passage
+from retrievers.engine import ReaderEngine
+from retrievers.reader import Generation, PromptText, SamplingParams
+from retrievers.types import Passage, ReaderTokens
 
 QUESTION = "Who painted the Mona Lisa?"
 
@@ -54,12 +55,26 @@ for _i in range(25):
 PK_WORDS = 230  # a PK document of 230 words splits into two ~100-word chunks for HB
 
 
-class FakeEngine:
-    """Implements the ReaderEngine protocol; deterministic outputs, every call recorded."""
+class FakeEngine(ReaderEngine):
+    """A ReaderEngine with deterministic outputs, every call recorded, counting as vLLM does:
+    a word for a token, and a prefix cache that serves a prompt's leading whole blocks of
+    BLOCK words that an earlier prompt already had (vLLM reuses only whole KV blocks)."""
+
+    BLOCK = 128
 
     def __init__(self, model_id: str = "fake-reader"):
         self.model_id = model_id
         self.calls: list[tuple[list[str], SamplingParams]] = []
+        self._blocks: set[str] = set()  # every whole-block prefix prefilled so far
+
+    def _prefix_hits(self, prompt: str) -> int:
+        words = prompt.split()
+        prefixes = [" ".join(words[: (i + 1) * self.BLOCK]) for i in range(len(words) // self.BLOCK)]
+        n = 0
+        while n < len(prefixes) and prefixes[n] in self._blocks:
+            n += 1
+        self._blocks.update(prefixes)
+        return n * self.BLOCK
 
     def format(self, prompt: PromptText) -> str:
         return f"{prompt.body}\n{prompt.cue}"
@@ -74,9 +89,14 @@ class FakeEngine:
             return f" summary-{digest(prompt)} of the document \n"
         return f" ans-{digest(prompt)}\nand then a second line"
 
-    def generate(self, prompts: Sequence[str], params: SamplingParams) -> list[str]:
+    def generate(self, prompts: Sequence[str], params: SamplingParams) -> list[Generation]:
         self.calls.append((list(prompts), params))
-        return [self.respond(p) for p in prompts]
+        outs = []
+        for p in prompts:
+            text = self.respond(p)
+            outs.append(Generation(text, None, ReaderTokens(len(p.split()), len(text.split()), self._prefix_hits(p))))
+            self.add_tokens(outs[-1].tokens)
+        return outs
 
     def calls_of(self, kind: str) -> list[tuple[list[str], SamplingParams]]:
         """Engine calls of one stage: "pk", "cp" or "answer"."""

@@ -3,6 +3,7 @@ staged, batch-first runs; one engine call per stage; failure isolation; processi
 from __future__ import annotations
 
 from collections import Counter
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -427,6 +428,24 @@ def test_reader_tokens_per_retriever_with_shared_prefixes_and_the_pk_document_on
     assert result.reader_tokens({"PK", "HB@RR@10"}).total == alone - pk.total  # the PK document is written once
 
 
+def test_token_counts_are_the_engines_and_nothing_is_tokenised(memo_encoder):
+    """The pool reads each prompt's tokens from the engine's output; a hit the engine counted
+    that no earlier prompt of the question shares (another question's prefix) is not the
+    question's: 0, no owner."""
+    class NoTokenizer(FakeEngine):
+        def token_ids(self, texts):
+            raise AssertionError("tokenised again")
+
+    s = Setup(memo_encoder, specs=["Wiki@10@CP"])
+    s.reader = s.pool.reader = CachedReader(NoTokenizer())
+    (first,) = s.pool.run([QUESTION])
+    (second,) = s.pool.run(["who painted the night watch"])  # the same Wiki passages: the engine hits them
+    assert s.pool.reader.engine.cached_tokens > 0
+    for r in (first, second):
+        (c,) = r.candidates
+        assert c.tokens.prompt > 0 and c.tokens.cached == 0 and c.cached_from is None
+
+
 class CountingEncoder:
     """Counts the texts it embeds (the @RR cost), over the memoised real encoder."""
 
@@ -479,7 +498,7 @@ class LogprobEngine(FakeEngine):
 
     def generate(self, prompts, params):
         outs = super().generate(prompts, params)
-        return [Generation(o, tuple(-0.1 * (i + 1) for i in range(len(o.split())))) for o in outs]
+        return [replace(o, logprobs=tuple(-0.1 * (i + 1) for i in range(len(o.text.split())))) for o in outs]
 
 
 def test_every_answer_carries_the_readers_logprobs(memo_encoder):

@@ -5,12 +5,15 @@ import threading
 
 import pytest
 
+from retrievers.engine import ReaderEngine
 from retrievers.reader import (CachedReader, Generation, PromptText, ReaderCache, ReaderStats, SamplingParams,
                                clean_logprobs)
+from retrievers.types import ReaderTokens
 
 
-class EchoEngine:
-    """Returns " out:<prompt> " for every prompt and records each call."""
+class EchoEngine(ReaderEngine):
+    """Returns " out:<prompt> " for every prompt (plain strings: no log-probabilities, no token
+    counts) and records each call."""
 
     def __init__(self, model_id: str = "m1", drop: int = 0):
         self.model_id = model_id
@@ -162,6 +165,8 @@ def test_a_reply_begun_for_the_model_is_the_start_then_what_it_wrote():
 class ScoringEngine(EchoEngine):
     """Returns Generations with log-probabilities; `score` answers the prefill-only pass."""
 
+    can_score = True
+
     def __init__(self):
         super().__init__()
         self.scored: list[tuple[list[str], list[str]]] = []
@@ -209,3 +214,88 @@ def test_an_engine_of_plain_strings_gives_no_logprobs():
 
 def test_clean_logprobs_clamps_what_is_not_finite():
     assert clean_logprobs([-0.1, float("-inf"), float("nan"), None]) == (-0.1, -100.0, -100.0, -100.0)
+
+
+class CountingEchoEngine(EchoEngine):
+    """Echoes, with the request's token counts as an engine keeps them (words, 1 cached per prompt);
+    records every tokenizer call."""
+
+    def __init__(self):
+        super().__init__()
+        self.tokenized: list[list[str]] = []
+
+    def generate(self, prompts, params):
+        self.calls.append((list(prompts), params))
+        return [Generation(f" out:{p}", (-0.5,), ReaderTokens(len(p.split()) + 2, 1, 1)) for p in prompts]
+
+    def token_ids(self, texts):
+        self.tokenized.append(list(texts))
+        return super().token_ids(texts)
+
+
+def test_the_engines_token_counts_are_kept_with_the_cached_output(tmp_path):
+    """Nothing is tokenised: the counts come from the engine's request, and a cache hit reports
+    what the prompt cost when it ran."""
+    cache = ReaderCache(tmp_path / "c.sqlite")
+    eng = CountingEchoEngine()
+    first = CachedReader(eng, cache).generate_counted([PromptText("a b"), PromptText("c")], P)
+    assert [g.tokens for g in first] == [ReaderTokens(4, 1, 1), ReaderTokens(3, 1, 1)]
+    eng2 = CountingEchoEngine()
+    again = CachedReader(eng2, cache).generate_counted([PromptText("c"), PromptText("a b")], P)
+    assert again == [first[1], first[0]]
+    assert eng2.calls == [] and eng.tokenized == [] and eng2.tokenized == []
+
+
+def test_outputs_without_counts_are_counted_once_by_the_tokenizer(tmp_path):
+    """An engine that keeps no counts (or a cache written before counts were recorded): the
+    engine's tokenizer counts prompt and output once, prefix-cache hits unknown (0), and the
+    counts are cached with the output."""
+    path = tmp_path / "old.sqlite"
+    import sqlite3
+    db = sqlite3.connect(str(path))  # a cache file of before: outputs and log-probabilities only
+    db.execute("CREATE TABLE out (k TEXT PRIMARY KEY, v TEXT NOT NULL)")
+    db.execute("CREATE TABLE logprobs (k TEXT PRIMARY KEY, v TEXT NOT NULL)")
+    db.execute("INSERT INTO out VALUES (?, ?)", (ReaderCache.key("m1", "<x y|Answer:>", P), "old answer"))
+    db.commit()
+    db.close()
+    eng = CountingEchoEngine()
+    out = CachedReader(eng, ReaderCache(path)).generate_counted([PromptText("x y"), PromptText("x y")], P)
+    assert out[0] == out[1] == Generation("old answer", None, ReaderTokens(2, 2, 0))
+    assert eng.calls == [] and eng.tokenized == [["<x y|Answer:>", "old answer"]]  # once for both
+    eng2 = CountingEchoEngine()
+    assert CachedReader(eng2, ReaderCache(path)).generate_counted([PromptText("x y")], P) == [out[0]]
+    assert eng2.tokenized == []
+    plain = CachedReader(EchoEngine()).generate_counted([PromptText("p q r")], P)  # words, by the default tokenizer
+    assert plain[0].text == "out:<p q r|Answer:>" and plain[0].tokens == ReaderTokens(3, 3, 0)
+
+
+def test_scoring_an_old_output_keeps_its_counts(tmp_path):
+    cache = ReaderCache(tmp_path / "c.sqlite")
+    cache.put_many({ReaderCache.key("m1", "a", P): Generation("old answer", None, ReaderTokens(7, 2, 0))})
+    out = CachedReader(ScoringEngine(), cache).generate_full(["a"], P)
+    assert out == [Generation("old answer", (-1.0,), ReaderTokens(7, 2, 0))]
+    assert cache.get_many([ReaderCache.key("m1", "a", P)]) == {ReaderCache.key("m1", "a", P): out[0]}
+
+
+def test_an_engine_outside_the_interface_is_refused():
+    class Duck:
+        model_id = "duck"
+
+        def format(self, prompt):
+            return prompt.body
+
+        def generate(self, prompts, params):
+            return list(prompts)
+
+    with pytest.raises(TypeError, match="Duck does not implement ReaderEngine"):
+        CachedReader(Duck())
+
+
+def test_prefix_owner_is_the_earlier_prompt_sharing_the_longest_prefix():
+    from retrievers.reader import prefix_owner
+
+    earlier = [("Docs A then ask X", "A"), ("Docs AB then summarise", "AB"), ("Other", "O")]
+    assert prefix_owner("Docs AB then answer", earlier) == "AB"
+    assert prefix_owner("Docs A then ask Y", earlier) == "A"
+    assert prefix_owner("Nothing alike", earlier) is None and prefix_owner("x", []) is None
+    assert prefix_owner("Docs A", [("Docs A 1", "first"), ("Docs A 2", "second")]) == "first"  # ties: the earliest

@@ -15,6 +15,7 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 import pytest
 
 from retrievers.pool import PoolConfig
+from retrievers.engine import ReaderEngine
 from retrievers.reader import CachedReader, PromptText, SamplingParams
 from retrievers.types import ERROR, TIMEOUT, Candidate, Failure, Context, Passage, QuestionResult
 from voter.normalize import normalize_answer
@@ -22,7 +23,7 @@ from voter.normalize import normalize_answer
 _ANSWER = r"(?:Question: .*? Answer: )?(.*)"
 
 
-class FakeEngine:
+class FakeEngine(ReaderEngine):
     """A ReaderEngine used only as the NLI judge: "entailment" when one normalised answer
     contains the other, "neutral" otherwise."""
 

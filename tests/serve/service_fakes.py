@@ -16,14 +16,15 @@ from typing import Sequence
 
 import numpy as np
 
-from retrievers.reader import PromptText, SamplingParams
-from retrievers.types import Passage
+from retrievers.engine import ReaderEngine
+from retrievers.reader import Generation, PromptText, SamplingParams
+from retrievers.types import Passage, ReaderTokens
 from tests.retrievers.fakes import SE_PAGES, WIKI_PASSAGES
 
 SLOW_S = 6.0
 
 
-class FakeServiceEngine:
+class FakeServiceEngine(ReaderEngine):
     """Answers by the question's last word (so retrievers mostly agree), ReFree differently;
     judges NLI by string equality; sleeps `EOR_FAKE_ENGINE_DELAY` seconds per batch."""
 
@@ -31,8 +32,6 @@ class FakeServiceEngine:
 
     def __init__(self) -> None:
         self.delay = float(os.environ.get("EOR_FAKE_ENGINE_DELAY", "0"))
-        # counted like vLLM's: words for tokens; a prompt's first half "hits the prefix cache"
-        self.prompt_tokens = self.generated_tokens = self.cached_tokens = 0
 
     def format(self, prompt: PromptText) -> str:
         return f"{prompt.body}\n{prompt.cue}{prompt.start}"
@@ -55,14 +54,16 @@ class FakeServiceEngine:
             return "no idea" if "closedbook" in question else f"no idea about {last}"
         return f"{last}"
 
-    def generate(self, prompts: Sequence[str], params: SamplingParams) -> list[str]:
+    def generate(self, prompts: Sequence[str], params: SamplingParams) -> list[Generation]:
+        """Counted like vLLM's requests: words for tokens; a prompt's first half "hits the prefix cache"."""
         if self.delay:
             time.sleep(self.delay)
-        outs = [self.respond(p) for p in prompts]
-        words = [len(p.split()) for p in prompts]
-        self.prompt_tokens += sum(words)
-        self.cached_tokens += sum(w // 2 for w in words)
-        self.generated_tokens += sum(len(o.split()) for o in outs)
+        outs = []
+        for p in prompts:
+            text = self.respond(p)
+            words = len(p.split())
+            outs.append(Generation(text, None, ReaderTokens(words, len(text.split()), words // 2)))
+            self.add_tokens(outs[-1].tokens)
         return outs
 
 

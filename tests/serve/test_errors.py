@@ -8,7 +8,8 @@ from ray.exceptions import RayTaskError
 
 from retrievers.types import ERROR, TIMEOUT, Candidate, Failure
 from serve.app.errors import (DeadlineExceeded, FailedPrecondition, InvalidArgument, ReaderUnavailable,
-                              Unauthenticated, Unimplemented, engine_died, reader_unavailable, status_of)
+                              Unauthenticated, Unimplemented, engine_died, engine_down, reader_unavailable,
+                              status_of)
 
 
 @pytest.mark.parametrize("exc, code", [
@@ -47,6 +48,25 @@ def test_engine_death_is_recognised_by_type_not_by_name():
     class EngineDeadErrorLookalike(RuntimeError):
         pass
     assert not engine_died(EngineDeadErrorLookalike("named like it, but is not it"))
+
+
+def test_a_dead_engine_is_told_in_our_words_never_vllms():
+    """vLLM's EngineDeadError says "See stack trace (above) for the root cause": the log's business."""
+    from vllm.v1.engine.exceptions import EngineDeadError
+
+    ours = "reader engine down (EngineDeadError: its engine process stopped); restarting, try again shortly"
+    assert engine_down(EngineDeadError()) == ours
+    try:
+        try:
+            raise EngineDeadError()
+        except EngineDeadError as inner:
+            raise RuntimeError("the request failed") from inner
+    except RuntimeError as outer:
+        assert engine_down(outer) == ours
+        assert status_of(RayTaskError("run", "Traceback ...", outer)) == (grpc.StatusCode.UNAVAILABLE, ours)
+    assert status_of(EngineDeadError()) == (grpc.StatusCode.UNAVAILABLE, ours)  # however it reached the front
+    code, details = status_of(BrokenPipeError("client went away"))  # a pipe, not known to be the engine's
+    assert code == grpc.StatusCode.INTERNAL and details == "BrokenPipeError: client went away"
 
 
 def test_failed_candidates_carry_their_kind():

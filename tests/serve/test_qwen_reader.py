@@ -97,5 +97,5 @@ def test_async_engine_batches_continuously_and_aborts_a_cancelled_request():
     finally:
         engine.close()
     assert len({o.text for o in outs}) == 1 and "leonardo" in outs[0].text.lower()
-    assert outs[0].generated_tokens >= 1
-    assert outs[0].prompt_tokens > 200 and outs[-1].cached_tokens >= 128  # the same prompt again: prefix cache
+    assert outs[0].tokens.generated >= 1
+    assert outs[0].tokens.prompt > 200 and outs[-1].tokens.cached >= 128  # the same prompt again: prefix cache

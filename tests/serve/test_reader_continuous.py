@@ -9,16 +9,18 @@ import asyncio
 
 import pytest
 
-from retrievers.reader import PromptText, SamplingParams
+from retrievers.engine import ReaderEngine
+from retrievers.reader import Generation, PromptText, SamplingParams
+from retrievers.types import ReaderTokens
 from serve.config import config_from_dict
-from serve.engine.vllm_engine import EngineOutput
 from tests.serve.test_reader_recovery import EngineDeadError
 
 
-class SlowEngine:
+class SlowEngine(ReaderEngine):
     """Each request takes `delay` seconds; records what it was sent, what finished, what was aborted."""
 
     model_id = "slow-reader"
+    continuous = True
     delay = 0.05
     die = False
 
@@ -30,7 +32,7 @@ class SlowEngine:
     def format(self, prompt: PromptText) -> str:
         return prompt.body
 
-    async def agenerate(self, prompt: str, params: SamplingParams) -> EngineOutput:
+    async def agenerate(self, prompt: str, params: SamplingParams) -> Generation:
         self.sent.append(prompt)
         if SlowEngine.die:
             raise EngineDeadError("EngineCore died\nTraceback (most recent call last):")
@@ -40,7 +42,7 @@ class SlowEngine:
             self.aborted.append(prompt)
             raise
         self.finished.append(prompt)
-        return EngineOutput(f" out:{prompt} ", prompt_tokens=len(prompt.split()), cached_tokens=0, generated_tokens=2)
+        return Generation(f" out:{prompt} ", None, ReaderTokens(len(prompt.split()), 2, 0))
 
 
 ENGINES: list[SlowEngine] = []
@@ -107,7 +109,7 @@ def test_a_dead_continuous_engine_is_reported_in_one_line_and_replaced(reader):
             await reader.generate(["x"], PARAMS)
         SlowEngine.die = False
         msg = str(err.value)
-        assert msg.startswith("reader engine down (EngineDeadError: EngineCore died)") and "\n" not in msg
+        assert msg == "reader engine down (EngineDeadError: its engine process stopped); restarting, try again shortly"
         for _ in range(300):
             if reader.down is None:
                 break

@@ -1,6 +1,7 @@
 """The real RetrieverPool (fake sources and engine) through the run log and the voter, so the
 fakes used elsewhere cannot drift from what the pool really returns."""
 from retrievers.pool import PoolConfig, RetrieverPool
+from retrievers.engine import ReaderEngine
 from retrievers.reader import CachedReader, PromptText
 from retrievers.types import Passage
 from serve.offline.dataset import Question
@@ -31,7 +32,7 @@ class Reranker:
         return self
 
 
-class Engine:
+class Engine(ReaderEngine):
     model_id = "fake-rag"
 
     def format(self, prompt: PromptText) -> str:

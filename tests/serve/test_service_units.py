@@ -13,7 +13,9 @@ import pytest
 import yaml
 
 from protos import eor_pb2
-from retrievers.reader import SamplingParams
+from retrievers.engine import ReaderEngine
+from retrievers.reader import Generation, PromptText, SamplingParams
+from retrievers.types import ReaderTokens
 from serve.config import ServiceConfig, actor_groups, actor_layout, config_from_dict, load_config
 from serve.app.wire import BadRequest, InvalidArgument, lenient, parse_ask
 
@@ -63,21 +65,19 @@ def test_batcher_caps_batches_and_reports_engine_errors():
     assert max(sizes) <= 3
 
 
-def test_counting_engine_reads_the_engines_token_counters_or_retokenizes():
+def test_counting_engine_sums_the_engines_counts_per_output_or_counts_words():
     from serve.app.reader import CountingEngine
 
-    class Counted:
+    class Counted(ReaderEngine):
         model_id = "counted"
 
-        def __init__(self):
-            self.prompt_tokens = self.generated_tokens = 0
+        def format(self, prompt):
+            return prompt.body
 
         def generate(self, prompts, params):
-            self.prompt_tokens += 10 * len(prompts)
-            self.generated_tokens += 3 * len(prompts)
-            return ["x y z"] * len(prompts)
+            return [Generation("x y z", None, ReaderTokens(10, 3, 4))] * len(prompts)
 
-    class Plain:
+    class Plain(Counted):
         model_id = "plain"
 
         def generate(self, prompts, params):
@@ -86,10 +86,32 @@ def test_counting_engine_reads_the_engines_token_counters_or_retokenizes():
     counted = CountingEngine(Counted())
     counted.generate(["a", "b"], SamplingParams())
     counted.generate(["c"], SamplingParams())
-    assert (counted.batches, counted.batch_prompts, counted.prompt_tokens, counted.generated_tokens) == (2, 3, 30, 9)
+    assert (counted.batches, counted.batch_prompts) == (2, 3)
+    assert (counted.prompt_tokens, counted.generated_tokens, counted.cached_tokens) == (30, 9, 12)
     plain = CountingEngine(Plain())
-    plain.generate(["a", "b"], SamplingParams())
-    assert (plain.prompt_tokens, plain.generated_tokens) == (0, 4)  # words when the engine has no tokenizer
+    assert plain.generate(["a", "b"], SamplingParams())[0] == Generation("one two")
+    assert (plain.prompt_tokens, plain.generated_tokens) == (0, 4)  # no counts: its tokenizer's words, no prompt
+
+
+def test_counting_engine_is_a_reader_engine_that_passes_on_what_its_engine_declares():
+    from serve.app.reader import CountingEngine
+
+    class Continuous(ReaderEngine):
+        model_id = "c"
+        continuous = True
+        can_score = True  # the service still does not rescore: the wrapper declares no scoring pass
+
+        def format(self, prompt):
+            return f"<{prompt.body}>"
+
+        @property
+        def dead_error(self):
+            return RuntimeError("gone")
+
+    wrapped = CountingEngine(Continuous())
+    assert isinstance(wrapped, ReaderEngine) and wrapped.continuous and not wrapped.can_score
+    assert str(wrapped.dead_error) == "gone" and wrapped.format(PromptText("q")) == "<q>"
+    assert wrapped.load() is wrapped
 
 
 def test_lenient_deserializer_turns_bad_bytes_into_bad_request():

@@ -62,11 +62,15 @@ def test_answers_carry_logprobs_that_a_scoring_pass_reproduces(engine):
 
 def test_engine_counts_prompt_and_generated_tokens(engine):
     prompt = engine.format(PromptText("Name a primary colour."))
-    before = (engine.prompt_tokens, engine.generated_tokens)
+    before = (engine.prompt_tokens, engine.generated_tokens, engine.cached_tokens)
     out = engine.generate([prompt, prompt], SamplingParams(max_tokens=4))
     n_prompt = len(engine.tokenizer.encode(prompt, add_special_tokens=False))
     assert engine.prompt_tokens - before[0] in (2 * n_prompt, 2 * n_prompt + 2)  # +BOS if the model adds one
     assert 2 <= engine.generated_tokens - before[1] <= 8 and all(out)
+    # each output carries its own request's counts (vLLM's), and they add up to the engine's
+    assert [o.tokens.prompt for o in out] == [len(engine.token_ids([prompt])[0])] * 2
+    assert sum(o.tokens.generated for o in out) == engine.generated_tokens - before[1]
+    assert sum(o.tokens.cached for o in out) == engine.cached_tokens - before[2]
 
 
 def test_cached_reader_never_pays_twice(engine, tmp_path):
@@ -78,6 +82,8 @@ def test_cached_reader_never_pays_twice(engine, tmp_path):
     assert first == again and reader.stats.engine_prompts == 1
     text = engine.format(p[0])
     assert again_reader.generate_full([text], SamplingParams(max_tokens=8))[0].logprobs  # cached with them
+    counted = again_reader.generate_counted(p, SamplingParams(max_tokens=8))[0].tokens  # and with their counts
+    assert counted.prompt == len(engine.token_ids([text])[0]) and counted.generated >= 1
 
 
 def test_missing_model_is_a_clear_error(tmp_path):

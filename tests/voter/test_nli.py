@@ -7,6 +7,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
+from retrievers.engine import ReaderEngine
 from retrievers.reader import CachedReader, PromptText, SamplingParams
 from voter.nli import (
     SURE_NLI_CUE,
@@ -19,7 +20,7 @@ from voter.nli import (
 from voter.similarity import create_metric, similarity_tensor
 
 
-class FakeEngine:
+class FakeEngine(ReaderEngine):
     """A ReaderEngine: completion formatting; says "yes" for the (premise, hypothesis)
     answer pairs in `entails`, "no" otherwise."""
 
