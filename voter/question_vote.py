@@ -179,8 +179,10 @@ def confident_votes(results: Sequence[QuestionResult], grid: Sequence[Sequence[s
         per = {s: None for s in pool} | {pool[m]: float(q) for m, q in zip(idx, p)}
         if chosen.index < 0:
             votes.append(Vote(None, "", None, None, per))
-        else:
-            votes.append(Vote(pool[chosen.index], chosen.answer, chosen.p, None, per))
+        else:  # the margin, as every vote's: over the best different answer, here in P(right)
+            p_row = np.array([np.nan if per[s] is None else per[s] for s in pool])
+            votes.append(Vote(pool[chosen.index], chosen.answer, chosen.p,
+                              _finite_or_none(answer_margin(p_row, answers, chosen.index)), per))
         stats.append(chosen.p)
     return votes, stats
 

@@ -54,6 +54,7 @@ class EorIngress(Placed, HealthChecks):
         self.reader = reader
         self.generator = generator if generator is not None else reader  # Generate's model
         self.token = os.environ.get(self.limits.token_env, "") if self.limits.token_env else ""
+        metrics.start_retriever_counters(self.pool)  # errors and timeouts read 0 before the first
 
     # ---- Ray Serve gRPC proxy entry points ------------------------------------------
     async def _proxy(self, method: str, request: Any, grpc_context: Any, empty: Any) -> Any:

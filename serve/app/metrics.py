@@ -8,7 +8,7 @@ worker (plain unit tests) the recorders do nothing.
 from __future__ import annotations
 
 import threading
-from typing import Any
+from typing import Any, Sequence
 
 STAGE_BUCKETS = [0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20, 40, 80, 160, 320]
 BATCH_BUCKETS = [1, 2, 4, 8, 16, 32, 64, 128, 256]
@@ -91,6 +91,18 @@ def set_gauge(name: str, value: float, **tags: str) -> None:
 def inc(name: str, value: float = 1.0, **tags: str) -> None:
     if value:
         _record(name, "inc", value, tags)
+
+
+RETRIEVER_COUNTERS = ("eor_retriever_errors", "eor_retriever_timeouts")
+
+
+def start_retriever_counters(specs: Sequence[str]) -> None:
+    """A series at 0 for each retriever of the pool, from start: a dashboard shows 0, not "no
+    data", and `increase`/`rate` count a retriever's first error. (Ray's `Counter.inc` refuses
+    0; recording 0 through the metric's own `_record` adds nothing and creates the series.)"""
+    for name in RETRIEVER_COUNTERS:
+        for spec in specs:
+            _record(name, "_record", 0.0, {"retriever": spec})
 
 
 METRIC_NAMES = tuple(_DEFS)

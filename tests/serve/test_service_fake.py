@@ -240,6 +240,10 @@ def test_metrics_endpoint_shows_the_service_metrics(service, stub):
     assert not missing, missing
     for stage in ("retrieve", "read", "vote", "total"):
         assert f'stage="{stage}"' in text
+    for counter in ("ray_eor_retriever_errors_total", "ray_eor_retriever_timeouts_total"):  # a series each, from start
+        series = [line for line in text.splitlines() if line.startswith(counter + "{")]
+        absent = [s for s in PAPER_POOL if not any(f'retriever="{s}"' in line for line in series)]
+        assert not absent, (counter, absent)
 
 
 def test_ask_with_documents_reads_them_instead_of_searching(stub):

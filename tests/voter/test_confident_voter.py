@@ -76,6 +76,17 @@ def test_the_scorer_votes_and_its_probability_is_the_statistic():
     assert v.scores["B"] == pytest.approx(p) and v.scores["A"] < 0.01
 
 
+def test_a_confident_vote_has_a_margin_over_the_best_different_answer_in_p_right():
+    """As every vote's margin (the service's vote-margin metric and the reply's `margin`), in P(right)."""
+    saved = voter_file(confident_model())
+    r = result("q", {"A": ("paris", -2.5), "B": ("lyon", -0.05), "C": ("paris", -0.5)})
+    (v,), _ = vote_with_stats([r], saved, [create_metric("em")])
+    assert v.answer == "lyon" and v.margin == pytest.approx(v.scores["B"] - v.scores["C"])
+    (same,), _ = vote_with_stats([result("q", {"A": ("paris", -2.5), "B": ("Paris", -0.05)})], saved,
+                                 [create_metric("em")])
+    assert same.margin is None  # no different answer to be ahead of
+
+
 def test_rounds_stop_after_the_first_when_the_reader_is_sure():
     from serve.ensemble import answer_async
 
