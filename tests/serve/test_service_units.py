@@ -13,9 +13,7 @@ import pytest
 import yaml
 
 from protos import eor_pb2
-from retrievers.engine import ReaderEngine
-from retrievers.reader import Generation, PromptText, SamplingParams
-from retrievers.types import ReaderTokens
+from retrievers.reader import SamplingParams
 from serve.config import ServiceConfig, actor_groups, actor_layout, config_from_dict, load_config
 from serve.app.wire import BadRequest, InvalidArgument, lenient, parse_ask
 
@@ -63,55 +61,6 @@ def test_batcher_caps_batches_and_reports_engine_errors():
 
     assert asyncio.run(main()) == [["0", "0"], ["1", "1"], ["2", "2"]]
     assert max(sizes) <= 3
-
-
-def test_counting_engine_sums_the_engines_counts_per_output_or_counts_words():
-    from serve.app.reader import CountingEngine
-
-    class Counted(ReaderEngine):
-        model_id = "counted"
-
-        def format(self, prompt):
-            return prompt.body
-
-        def generate(self, prompts, params):
-            return [Generation("x y z", None, ReaderTokens(10, 3, 4))] * len(prompts)
-
-    class Plain(Counted):
-        model_id = "plain"
-
-        def generate(self, prompts, params):
-            return ["one two"] * len(prompts)
-
-    counted = CountingEngine(Counted())
-    counted.generate(["a", "b"], SamplingParams())
-    counted.generate(["c"], SamplingParams())
-    assert (counted.batches, counted.batch_prompts) == (2, 3)
-    assert (counted.prompt_tokens, counted.generated_tokens, counted.cached_tokens) == (30, 9, 12)
-    plain = CountingEngine(Plain())
-    assert plain.generate(["a", "b"], SamplingParams())[0] == Generation("one two")
-    assert (plain.prompt_tokens, plain.generated_tokens) == (0, 4)  # no counts: its tokenizer's words, no prompt
-
-
-def test_counting_engine_is_a_reader_engine_that_passes_on_what_its_engine_declares():
-    from serve.app.reader import CountingEngine
-
-    class Continuous(ReaderEngine):
-        model_id = "c"
-        continuous = True
-        can_score = True  # the service still does not rescore: the wrapper declares no scoring pass
-
-        def format(self, prompt):
-            return f"<{prompt.body}>"
-
-        @property
-        def dead_error(self):
-            return RuntimeError("gone")
-
-    wrapped = CountingEngine(Continuous())
-    assert isinstance(wrapped, ReaderEngine) and wrapped.continuous and not wrapped.can_score
-    assert str(wrapped.dead_error) == "gone" and wrapped.format(PromptText("q")) == "<q>"
-    assert wrapped.load() is wrapped
 
 
 def test_lenient_deserializer_turns_bad_bytes_into_bad_request():
@@ -283,37 +232,6 @@ def test_prometheus_and_grafana_cover_the_metrics():
     only_merging_batcher = {"eor_reader_merged_calls"}  # recorded only by the non-continuous engines' batcher
     for name in set(METRIC_KINDS) - only_merging_batcher:
         assert any(n.startswith(f"ray_{name}") for n in named), name
-
-
-class RecordedMetric:
-    """Stands in for a Ray metric: what was recorded, by method."""
-
-    def __init__(self):
-        self.records: list[tuple[str, float, dict]] = []
-
-    def _record(self, value, tags=None):
-        self.records.append(("_record", value, dict(tags or {})))
-
-    def inc(self, value, tags=None):
-        if value <= 0:  # as Ray's Counter.inc
-            raise ValueError(f"value must be >0, got {value}")
-        self.records.append(("inc", value, dict(tags or {})))
-
-
-def test_retriever_error_and_timeout_series_exist_at_zero_from_start(monkeypatch):
-    """Before any error the ingress records 0 for every retriever of the configured pool, so
-    Prometheus has a series per retriever (a panel reads 0, not "no data")."""
-    from serve.app import metrics
-    from serve.app.ingress import EorIngress
-
-    made: dict[str, RecordedMetric] = {}
-    monkeypatch.setattr(metrics, "_get", lambda name: made.setdefault(name, RecordedMetric()))
-    settings = config_from_dict({"pool": {"specs": ["Wiki@10", "SE@1", "ReFree"]}})
-    EorIngress.func_or_class(settings.to_dict(), [], [], None, None)
-    for name in ("eor_retriever_errors", "eor_retriever_timeouts"):
-        assert made[name].records == [("_record", 0.0, {"retriever": s}) for s in ("Wiki@10", "SE@1", "ReFree")]
-    metrics.inc("eor_retriever_errors", retriever="SE@1")
-    assert made["eor_retriever_errors"].records[-1] == ("inc", 1.0, {"retriever": "SE@1"})
 
 
 def test_every_eor_command_stops_on_sigterm_like_ctrl_c():
