@@ -16,19 +16,23 @@ import time
 from typing import Sequence
 
 from bench.common import DEFAULT_QUESTIONS, read_questions
-from retrievers.reader import CachedReader, ReaderCache, SamplingParams
+from retrievers.engine import ReaderEngine
+from retrievers.reader import CachedReader, Generation, ReaderCache, SamplingParams
 
 
-class RecordingEngine:
+class RecordingEngine(ReaderEngine):
     """Passes through to the real engine and keeps the prompts of the last call."""
 
-    def __init__(self, engine):
+    def __init__(self, engine: ReaderEngine):
         self.engine, self.model_id, self.last = engine, engine.model_id, []
 
     def format(self, prompt):
         return self.engine.format(prompt)
 
-    def generate(self, prompts: Sequence[str], params: SamplingParams) -> list[str]:
+    def token_ids(self, texts: Sequence[str]) -> list[list[int]]:
+        return self.engine.token_ids(texts)
+
+    def generate(self, prompts: Sequence[str], params: SamplingParams) -> "Sequence[Generation | str]":
         self.last = list(prompts)
         return self.engine.generate(prompts, params)
 
