@@ -1,7 +1,7 @@
 """The reader engine interface: what the reader asks of an LLM engine (vLLM on CPU or GPU,
 serve/engine/; a fake in unit tests), declared once, with defaults, in the style of vLLM's
 `EngineClient`. An engine overrides the abilities it has; callers read the declared flags
-(`continuous`, `can_score`) and never probe an engine for a method.
+(`continuous`, `reports_logprobs`) and never probe an engine for a method.
 """
 from __future__ import annotations
 
@@ -22,7 +22,11 @@ class ReaderEngine(ABC):
     model_id: str  # the model and what changes its outputs (the reader cache's key)
 
     continuous: bool = False  # True: `agenerate`, one request at a time into the running batch
-    can_score: bool = False  # True: `score` runs a prefill-only pass
+    # True: every Generation carries its tokens' log-probabilities from the decoding request itself.
+    # A cached output without them is then read again, never rescored: re-tokenising an answer's text
+    # does not always give back the tokens it was decoded as (measured: up to 15 nats off a token;
+    # docs/notes/2026-11-25-logprob-agreement.md)
+    reports_logprobs: bool = False
 
     # Token stats since the engine started, the engine's own counts (`add_tokens`, per request)
     prompt_tokens: int = 0  # prefilled, prefix-cache hits included
@@ -55,11 +59,6 @@ class ReaderEngine(ABC):
     def token_ids(self, texts: Sequence[str]) -> list[list[int]]:
         """Each text as the model's tokenizer splits it. Default: one id per whitespace word."""
         return [[zlib.crc32(w.encode()) for w in t.split()] for t in texts]
-
-    def score(self, prompts: Sequence[str], outputs: Sequence[str]) -> list[tuple[float, ...]]:
-        """Where `can_score`: the log-probabilities of given outputs after their prompts, from one
-        prefill-only pass (how outputs cached before log-probabilities were recorded get them)."""
-        raise NotImplementedError(f"{type(self).__name__} has no prefill scoring pass")
 
     def add_tokens(self, tokens: ReaderTokens) -> None:
         """Count one finished request in the token stats."""

@@ -198,6 +198,8 @@ class CachedReader:
         self.stats.prompts += len(texts)
         keys = [ReaderCache.key(self.model_id, t, params) for t in texts]
         known = self.cache.get_many(keys) if self.cache and keys else {}
+        if self.engine.reports_logprobs:  # cached before log-probabilities were recorded: read it again
+            known = {k: g for k, g in known.items() if g.logprobs is not None or not g.text}
         todo: dict[str, str] = {}
         for k, t in zip(keys, texts):
             if k not in known and k not in todo:
@@ -224,23 +226,7 @@ class CachedReader:
             if self.cache:
                 self.cache.put_many(fresh)
             known = {**known, **fresh}
-        known = self._scored(keys, texts, known)
         return [known[k] for k in keys]
-
-    def _scored(self, keys: Sequence[str], texts: Sequence[str],
-                known: dict[str, Generation]) -> dict[str, Generation]:
-        """Cached outputs from before log-probabilities were recorded get them from the
-        engine's prefill-only scoring pass (when it has one), once: they are cached after."""
-        if not self.engine.can_score:
-            return known
-        todo = {k: t for k, t in zip(keys, texts) if known[k].logprobs is None and known[k].text}
-        if not todo:
-            return known
-        lps = self.engine.score(list(todo.values()), [known[k].text for k in todo])
-        rescored = {k: replace(known[k], logprobs=tuple(lp)) for k, lp in zip(todo, lps)}
-        if self.cache:
-            self.cache.put_many(rescored)
-        return {**known, **rescored}
 
 
 def prefix_owner(prompt: str, earlier: Sequence[tuple[str, str]]) -> str | None:

@@ -34,8 +34,7 @@ class CountingEngine(ReaderEngine):
     """Wraps the engine: records each batch's size and each request's tokens (the metrics and
     `Reader.stats`). The counts are the engine's own, carried by each output; an output
     without them (an engine that keeps none: test fakes) has its generated tokens counted by
-    the engine's tokenizer and no prompt tokens. It does not score: the service never
-    rescores cached outputs (`can_score` stays False)."""
+    the engine's tokenizer and no prompt tokens."""
 
     def __init__(self, engine: ReaderEngine):
         self.engine = engine
@@ -47,6 +46,10 @@ class CountingEngine(ReaderEngine):
     @property
     def continuous(self) -> bool:
         return self.engine.continuous
+
+    @property
+    def reports_logprobs(self) -> bool:
+        return self.engine.reports_logprobs
 
     @property
     def dead_error(self) -> BaseException | None:

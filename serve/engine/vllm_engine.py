@@ -53,10 +53,11 @@ def resolve_dtype(config: VLLMConfig) -> tuple[bool, str]:
 
 
 class VLLMEngine(ReaderEngine):
-    """vLLM's offline `LLM`, batches through `generate`, with a prefill scoring pass. Heavy work
-    happens in load()."""
+    """vLLM's offline `LLM`, batches through `generate`; every output carries its tokens'
+    log-probabilities (`logprobs=0`: the chosen token's, no extra prompt). Heavy work happens in
+    load()."""
 
-    can_score = True
+    reports_logprobs = True
 
     def __init__(self, config: VLLMConfig = VLLMConfig()):
         self.config = config
@@ -120,28 +121,6 @@ class VLLMEngine(ReaderEngine):
             n -= 1
         return Generation(completion.text, clean_logprobs([lps[i][ids[i]].logprob for i in range(n)]), tokens)
 
-    def score(self, prompts: Sequence[str], outputs: Sequence[str]) -> list[tuple[float, ...]]:
-        """The log-probabilities of given outputs after their prompts, from one prefill-only
-        pass (vLLM's `prompt_logprobs` over prompt + output; one token is generated and
-        discarded): how outputs cached before log-probabilities were recorded get them."""
-        from vllm import SamplingParams as VSamplingParams
-        from vllm.inputs import TokensPrompt
-
-        self.load()
-        requests, sizes = [], []
-        for ids, out in zip(self.token_ids(list(prompts)), outputs):
-            out_ids = self.tokenizer(out, add_special_tokens=False)["input_ids"]
-            requests.append(TokensPrompt(prompt_token_ids=list(ids) + list(out_ids)))
-            sizes.append(len(out_ids))
-        done = self._llm.generate(requests, VSamplingParams(max_tokens=1, temperature=0.0, prompt_logprobs=0),
-                                  use_tqdm=False)
-        scored = []
-        for req, n, out in zip(requests, sizes, done):
-            ids = req["prompt_token_ids"]
-            first = len(ids) - n
-            scored.append(clean_logprobs([out.prompt_logprobs[i][ids[i]].logprob for i in range(first, len(ids))]))
-        return scored
-
     def close(self) -> None:
         """Stop the engine's worker processes now, not at interpreter exit (when logging is gone)."""
         if self._llm is None:
@@ -193,7 +172,6 @@ class AsyncVLLMEngine(VLLMEngine):
     is vLLM's own count, for checking that an abort reached the engine."""
 
     continuous = True
-    can_score = False  # its `score` pass needs the offline LLM's batch generate
 
     @property
     def dead_error(self) -> BaseException | None:

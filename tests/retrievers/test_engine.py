@@ -27,7 +27,7 @@ def test_format_is_required():
 
 def test_the_defaults_of_an_engine_with_no_optional_ability():
     e = Minimal()
-    assert (e.continuous, e.can_score, e.dead_error, e.unfinished_requests, e.on_start) == (False, False, None, 0, None)
+    assert (e.continuous, e.reports_logprobs, e.dead_error, e.unfinished_requests, e.on_start) == (False, False, None, 0, None)
     assert e.load() is e and e.close() is None
     assert [len(x) for x in e.token_ids(["one two three", ""])] == [3, 0]  # whitespace words
     assert e.token_ids(["same words"]) == e.token_ids(["same words"])  # the same in every process
@@ -35,8 +35,6 @@ def test_the_defaults_of_an_engine_with_no_optional_ability():
         e.generate(["p"], SamplingParams())
     with pytest.raises(NotImplementedError, match="call generate"):
         asyncio.run(e.agenerate("p", SamplingParams()))
-    with pytest.raises(NotImplementedError, match="no prefill scoring"):
-        e.score(["p"], ["o"])
 
 
 def test_token_stats_add_up_per_engine():

@@ -41,7 +41,7 @@ def test_counting_engine_is_a_reader_engine_that_passes_on_what_its_engine_decla
     class Continuous(ReaderEngine):
         model_id = "c"
         continuous = True
-        can_score = True  # the service still does not rescore: the wrapper declares no scoring pass
+        reports_logprobs = True
 
         def format(self, prompt):
             return f"<{prompt.body}>"
@@ -51,6 +51,6 @@ def test_counting_engine_is_a_reader_engine_that_passes_on_what_its_engine_decla
             return RuntimeError("gone")
 
     wrapped = CountingEngine(Continuous())
-    assert isinstance(wrapped, ReaderEngine) and wrapped.continuous and not wrapped.can_score
+    assert isinstance(wrapped, ReaderEngine) and wrapped.continuous and wrapped.reports_logprobs
     assert str(wrapped.dead_error) == "gone" and wrapped.format(PromptText("q")) == "<q>"
     assert wrapped.load() is wrapped

@@ -40,10 +40,31 @@ def test_batched_generation_answers_each_prompt(engine):
     assert "shakespeare" in outs[1].lower()
 
 
-def test_answers_carry_logprobs_that_a_scoring_pass_reproduces(engine):
-    """Each generated token's log-probability comes from the same request; a prefill-only
-    pass over prompt + answer (how outputs cached without them get them) gives the same
-    numbers, within the engine's numeric noise."""
+# What the scorer reads is the decode-time log-probability of each generated token. How much it
+# moves when the same prompt is read in another batch (alone instead of with 39 others, or again
+# with the prefix cache warm) was measured with bench/logprob_agreement.py on 200 fit-split NQ
+# prompts (2026-11-25, 2-core AVX512-BF16 VM; fp32 also with ATEN_CPU_CAPABILITY=avx2, emulating a
+# CPU without AVX512; docs/notes/2026-11-25-logprob-agreement.md): SmolLM2 bf16 moved one token by
+# at most 0.153 nats and an answer's mean by at most 0.018; fp32 by at most 2e-5. The bounds below
+# are about 3x the bf16 maxima and 500x the fp32 ones (fp32 kernels differ between CPUs).
+DECODE_TOLERANCE = {"bfloat16": {"token": 0.5, "mean": 0.06}, "float32": {"token": 0.01, "mean": 0.005}}
+
+
+@pytest.fixture(scope="module", params=["bfloat16", "float32"])
+def engine_of_dtype(request, engine):
+    """The module's engine where its dtype matches, else one more SmolLM2 engine in that dtype."""
+    if engine.dtype == request.param:
+        yield engine
+        return
+    from serve.engine.vllm_engine import VLLMConfig, VLLMEngine
+
+    other = VLLMEngine(VLLMConfig(model="smollm2-135m", dtype=request.param, max_model_len=4096,
+                                  enforce_eager=True)).load()
+    yield other
+    other.close()
+
+
+def test_answers_carry_one_logprob_per_generated_token(engine):
     qs = ["what is the capital of france", "who wrote hamlet", "how many legs does a spider have"]
     prompts = [engine.format(PromptText(f"Please directly answer the following question with one or few words: {q}"))
                for q in qs]
@@ -52,12 +73,28 @@ def test_answers_carry_logprobs_that_a_scoring_pass_reproduces(engine):
         n = len(engine.tokenizer(o.text, add_special_tokens=False)["input_ids"])
         assert o.logprobs is not None and len(o.logprobs) == n  # the end-of-sequence token is not counted
         assert all(-100.0 <= x <= 0.0 for x in o.logprobs)
-    rescored = engine.score(prompts, [o.text for o in outs])
-    for o, lp in zip(outs, rescored):
-        assert len(lp) == len(o.logprobs)
-        assert max(abs(a - b) for a, b in zip(o.logprobs, lp)) < 0.05, (o.logprobs, lp)
-    confident = engine.generate(prompts[:1], SamplingParams(max_tokens=12))[0]
-    assert sum(confident.logprobs) / len(confident.logprobs) > -1.0  # greedy, an easy question
+    assert sum(outs[0].logprobs) / len(outs[0].logprobs) > -1.0  # greedy, an easy question
+
+
+def test_an_answer_read_alone_carries_the_confidence_it_has_in_a_batch(engine_of_dtype):
+    """The same prompt read in a batch of eight, then alone: where the greedy text is the same,
+    each token's log-probability and the answer's mean agree within the measured bound for the
+    engine's dtype (in bf16 the text itself may change: then there is nothing to compare)."""
+    engine = engine_of_dtype
+    qs = ["what is the capital of france", "who wrote hamlet", "how many legs does a spider have",
+          "what colour is the sky on a clear day", "who painted the mona lisa", "what is the largest planet",
+          "in which country is the eiffel tower", "what is the boiling point of water in celsius"]
+    prompts = [engine.format(PromptText(f"Please directly answer the following question with one or few words: {q}"))
+               for q in qs]
+    params = SamplingParams(max_tokens=12)
+    batch = engine.generate(prompts, params)
+    alone = [engine.generate([p], params)[0] for p in prompts]
+    tol = DECODE_TOLERANCE[engine.dtype]
+    same = [(a, b) for a, b in zip(batch, alone) if a.text == b.text and len(a.logprobs) == len(b.logprobs)]
+    assert len(same) >= len(prompts) // 2, [(a.text, b.text) for a, b in zip(batch, alone)]
+    for a, b in same:
+        assert max(abs(x - y) for x, y in zip(a.logprobs, b.logprobs)) <= tol["token"], (engine.dtype, a, b)
+        assert abs(sum(a.logprobs) / len(a.logprobs) - sum(b.logprobs) / len(b.logprobs)) <= tol["mean"]
 
 
 def test_engine_counts_prompt_and_generated_tokens(engine):

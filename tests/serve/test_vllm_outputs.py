@@ -52,4 +52,4 @@ def test_the_async_engine_answers_one_request_with_its_counts():
     out = asyncio.run(engine.agenerate("p", SamplingParams()))
     assert out == Generation("Paris", (-0.1, -0.2), ReaderTokens(50, 2, 32))
     assert (engine.prompt_tokens, engine.generated_tokens, engine.cached_tokens) == (50, 2, 32)
-    assert engine.continuous and not engine.can_score and VLLMEngine.can_score and not VLLMEngine.continuous
+    assert engine.continuous and engine.reports_logprobs and VLLMEngine.reports_logprobs and not VLLMEngine.continuous
