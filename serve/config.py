@@ -40,14 +40,16 @@ class SourceConfig:
             return value
         if isinstance(value, str):
             value = {"backend": value}
-        if not isinstance(value, dict) or set(value) - {"backend", "options"} or not isinstance(
-                value.get("backend"), str) or not isinstance(value.get("options", {}), dict):
+        well_formed = isinstance(value, dict) and set(value) <= {"backend", "options"} and isinstance(
+            value.get("backend"), str) and isinstance(value.get("options") or {}, dict)
+        if not well_formed:
             raise ValueError(f"index.sources.{name} must be a backend name or {{backend: NAME, options: {{...}}}}, "
                              f"got {value!r}")
-        if value["backend"] not in SOURCE_BACKENDS.names() and not is_reference(value["backend"]):
-            raise ValueError(f"index.sources.{name}: unknown knowledge-source backend {value['backend']!r}; "
+        backend = value["backend"]
+        if backend not in SOURCE_BACKENDS.names() and not is_reference(backend):
+            raise ValueError(f"index.sources.{name}: unknown knowledge-source backend {backend!r}; "
                              f"known: {', '.join(SOURCE_BACKENDS.names())}, or module:Class")
-        return cls(value["backend"], dict(value.get("options") or {}))
+        return cls(backend, dict(value.get("options") or {}))
 
 
 DEFAULT_SOURCES = {"Wiki": "dense", "SE": "lucene"}  # the paper's two: dense passages, BM25 pages
