@@ -1,8 +1,9 @@
 """The Ray Serve deployments behind the gRPC ingress (serve/app/ingress.py), beside the shared
 `Reader` (serve/app/reader.py):
 
-- `Source`: one heavy knowledge source, loaded once (Wiki: encoder + faiss, and `encode()`
-  for @RR; SE: Lucene or the HTTP client), shared by every retriever group.
+- `Source`: one heavy knowledge source, loaded once (Wiki: encoder + faiss; SE: Lucene or the
+  HTTP client; one per `index.sources` line), shared by every retriever group; the first
+  configured one's `encode()` is the @RR encoder.
 - `RetrieverGroup`: a thin actor (no torch) running the ordinary `RetrieverPool` over its
   specs (one, or the whole pool: `service.retriever_actors`) with remote sources, encoder and
   reader (serve/app/handles.py).
@@ -25,7 +26,7 @@ from retrievers.types import Passage, QuestionResult
 from serve.app import metrics
 from serve.app.handles import CallDeadline, RemoteEncoder, RemoteReader, RemoteSource, StageClock
 from serve.app.placement import THIN, Placed
-from serve.builder import make_service_sources
+from serve.builder import make_service_sources, source_shapes
 from serve.config import config_from_dict
 
 log = logging.getLogger(__name__)
@@ -34,7 +35,7 @@ log = logging.getLogger(__name__)
 
 @serve.deployment(ray_actor_options=THIN, max_ongoing_requests=64)
 class Source(Placed):
-    """One knowledge source, loaded once; Wiki also serves the @RR encoder."""
+    """One knowledge source, loaded once; the first configured also serves the @RR encoder."""
 
     def __init__(self, settings: dict, name: str):
         sources, encoder = make_service_sources(config_from_dict(settings))
@@ -81,19 +82,17 @@ GROUP_CONCURRENCY = 32  # Asks one retriever actor runs at once (each a thread w
 class RetrieverGroup(Placed):
     """A few retriever specs in one thin actor, run by the ordinary staged RetrieverPool."""
 
-    def __init__(self, settings: dict, specs: list[str], wiki: Any, se: Any, reader: Any):
+    def __init__(self, settings: dict, specs: list[str], handles: dict[str, Any], reader: Any):
+        """`handles`: name -> Source deployment, in the configured order."""
         from retrievers.pool import RetrieverPool
 
         s = config_from_dict(settings)
         t = s.service.retriever_timeout_s
-        sources = {}
-        if wiki is not None:
-            sources["Wiki"] = RemoteSource("Wiki", wiki, t)
-        if se is not None:
-            sources["SE"] = RemoteSource("SE", se, t)
+        shapes = source_shapes(s)
+        sources = {name: RemoteSource(name, h, t, shapes[name]) for name, h in handles.items()}
         self.specs = list(specs)
         self.config = replace(s.pool, specs=tuple(specs))
-        encoder = RemoteEncoder(wiki, t) if wiki is not None else None
+        encoder = RemoteEncoder(next(iter(handles.values())), t) if handles else None
         reader_client = RemoteReader(reader, timeout_s=t)  # the Reader formats, deduplicates and caches
         self._pools = {0: RetrieverPool(self.config, sources, encoder, reader_client)}
         self._make = lambda k: RetrieverPool(replace(self.config, default_k=k), sources, encoder, reader_client)

@@ -1,8 +1,8 @@
 """Pool components backed by Serve deployment handles, so a thin retriever actor can run
 the ordinary `RetrieverPool` staged logic while the heavy parts live once elsewhere:
 
-- `RemoteSource`  -> a source deployment's `search(queries, k)` (Wiki: faiss; SE: Lucene/HTTP)
-- `RemoteEncoder` -> the Wiki deployment's `encode(texts)` (the @RR reranker)
+- `RemoteSource`  -> a source deployment's `search(queries, k)` (Wiki: faiss; SE: Lucene/HTTP; ...)
+- `RemoteEncoder` -> the first source deployment's `encode(texts)` (the @RR reranker)
 - `RemoteReader`  -> the reader deployment: typed prompts (`PromptText`) go as they are; the
   Reader formats them (it holds the tokenizer and chat template), deduplicates, caches and
   counts their tokens: one cache and dedup layer, on the reader's side.
@@ -20,6 +20,7 @@ import time
 from typing import Any, Sequence
 
 from retrievers.reader import Counted, PromptText, SamplingParams
+from retrievers.sources.base import PASSAGES
 from retrievers.types import Passage
 
 
@@ -92,10 +93,11 @@ def _call(stage: str, method: Any, *args: Any, timeout_s: float | None = None) -
 
 
 class RemoteSource:
-    def __init__(self, name: str, handle: Any, timeout_s: float | None = None):
+    def __init__(self, name: str, handle: Any, timeout_s: float | None = None, shape: str = PASSAGES):
         self.name = name
         self.handle = handle
         self.timeout_s = timeout_s
+        self.shape = shape  # the configured source's (serve/builder.py: source_shapes)
 
     def load(self) -> "RemoteSource":
         return self

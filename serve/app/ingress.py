@@ -32,6 +32,7 @@ from serve.app.health import HealthChecks
 from serve.app.placement import Placed
 from serve.app.errors import (DeadlineExceeded, FailedPrecondition, Unauthenticated, Unimplemented, reader_unavailable,
                               status_of)
+from serve.builder import source_shapes
 from serve.config import config_from_dict
 from serve.app.wire import (AskSpec, ask_reply, parse_ask, parse_generate, parse_retrieve,
                         parse_weights, retrieve_reply)
@@ -47,6 +48,7 @@ class EorIngress(Placed, HealthChecks):
                  sources: dict | None = None, generator: Any = None):
         self.settings = config_from_dict(settings)
         self.sources = dict(sources or {})  # name -> source deployment (Retrieve)
+        self.shapes = source_shapes(self.settings)  # what each source's hits are (search depths)
         self.limits = self.settings.service
         self.pool = list(self.settings.pool.specs)
         self.groups = list(zip([tuple(g) for g in group_specs], groups))
@@ -301,8 +303,9 @@ class EorIngress(Placed, HealthChecks):
         from retrievers.spec import parse_spec
 
         config = replace(self.settings.pool, default_k=top_k) if top_k else self.settings.pool
-        calls = [c for c in pending_searches(shared, search_depths([parse_spec(s) for s in specs], config),
-                                             search_depths([parse_spec(s) for s in plan_specs], config))
+        calls = [c for c in pending_searches(
+                     shared, search_depths([parse_spec(s) for s in specs], config, self.shapes),
+                     search_depths([parse_spec(s) for s in plan_specs], config, self.shapes))
                  if c[0] in self.sources]
         outs = await asyncio.gather(*[bounded(self.sources[src].search.remote([qs[j] for j in todo], k), timeout)
                                       for src, todo, k in calls], return_exceptions=True)
