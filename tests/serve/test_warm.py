@@ -135,6 +135,18 @@ def test_sigterm_ends_it_cleanly_even_mid_question(warm, eor_home, capfd):
     assert events(eor_home)[3:] == ["make", "close"] and not warm.state_path.exists()
 
 
+def test_an_ask_that_goes_away_mid_answer_leaves_the_reader_warm(warm, eor_home, capfd):
+    pid = kept_pid(_client(eor_home, "ask", Q, *VOTE).communicate(timeout=60)[1])  # the same key as the next
+    client = _client(eor_home, "ask", "slowly: who painted the mona lisa", *VOTE)
+    wait_until(lambda: _busy(warm))
+    client.kill()  # Ctrl-C or a closed terminal: its pipes close
+    client.wait()
+    log = eor_home / "logs" / "eor.log"
+    wait_until(lambda: "the ask ended before its answer was written" in log.read_text())
+    assert warm.holder() == pid and events(eor_home) == ["make", "load"]
+    assert kept_pid(_client(eor_home, "ask", Q, *VOTE).communicate(timeout=60)[1]) == pid
+
+
 def test_eor_stop_ends_it_and_status_says_so(warm, eor_home, capfd):
     pid = kept_pid(ask(capfd).err)
     assert main(["stop"]) == 0

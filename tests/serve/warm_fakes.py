@@ -6,7 +6,7 @@
 
 The pool writes what happens to it to $EOR_HOME/fake-events (one "event pid" line each: make,
 load, close); its first load sleeps $EOR_FAKE_LOAD_S seconds (an engine start), and fails as a
-missing index does with $EOR_FAKE_NO_INDEX=1.
+missing index does with $EOR_FAKE_NO_INDEX=1; a question starting "slowly" takes SLOW_S seconds.
 """
 from __future__ import annotations
 
@@ -18,6 +18,7 @@ from pathlib import Path
 from tests.serve.conftest import FakeEngine, FakePool
 
 SPECS = ["Wiki@10", "SE@1", "PK", "ReFree"]
+SLOW_S = 3.0
 
 
 def answers(question):
@@ -58,6 +59,12 @@ class EventPool(FakePool):
             self.loaded = True
             record("load")
         return super().load()
+
+
+    def run(self, questions, *args, **kwargs):
+        if any(q.startswith("slowly") for q in questions):
+            time.sleep(SLOW_S)
+        return super().run(questions, *args, **kwargs)
 
 
 def make_pool(config, engine=None) -> EventPool:

@@ -3,10 +3,10 @@ question and this process's output pipes, copy what it writes to this terminal, 
 last line that it stays warm and how to end it."""
 from __future__ import annotations
 
+import json
 import os
 import re
 import select
-import socket
 import subprocess
 import sys
 import time
@@ -129,8 +129,6 @@ def _greet(place: WarmPlace, hello: dict) -> "Channel | str | None":
 def _start(place: WarmPlace, hello: dict, about: dict) -> None:
     """Under the start lock: wait for a live reader to listen, or for an ending one to exit;
     with none alive, remove what a killed one left and start one."""
-    import json
-
     proc, waited, deadline = None, False, time.monotonic() + START_S
     while True:
         pid = place.holder()
@@ -228,7 +226,7 @@ def request(place: WarmPlace, op: str) -> dict | None:
         try:
             channel.send(op=op)
             return channel.receive(REPLY_S)
-        except (OSError, socket.timeout):
+        except OSError:  # socket.timeout too
             return None
 
 

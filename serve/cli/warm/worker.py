@@ -63,7 +63,7 @@ class Worker:
         self.pools = Kept()
         self.asks: queue.Queue[Ask | None] = queue.Queue()
         self.lock = threading.Lock()  # accepting / retiring, against the queue
-        self.accepting, self.retiring, self.stop_asked, self.broken = True, False, False, False
+        self.accepting, self.retiring, self.stop_asked, self.broken, self.gone = True, False, False, False, False
         self.started, self.answered = time.time(), 0
         self.deadline = time.monotonic() + keep_warm_s
         self.busy_since: float | None = None
@@ -107,7 +107,9 @@ class Worker:
             if self.broken or not self.pools.warm:
                 with self.lock:
                     self.accepting = False
-                return "ended: its pool broke" if self.broken else "ended: its pool did not load"
+                if self.broken:
+                    return "ended: its pool broke"
+                return "ended: the ask ended before the pool was ready" if self.gone else "ended: its pool did not load"
 
     def _answer(self, ask: Ask) -> None:
         from serve.cli import run_reporting_errors
@@ -117,21 +119,24 @@ class Worker:
         self.busy_since = time.monotonic()
         try:
             self.keep_warm_s = float(ask.hello.get("keep_warm_s", self.keep_warm_s))
-            os.chdir(ask.hello["cwd"])
             args = argparse.Namespace(**ask.hello["args"])
+
+            def command() -> int:
+                os.chdir(ask.hello["cwd"])  # relative paths as the ask gave them (a missing folder: its error)
+                return answer_here(args, self.pools)
             with self._streams(ask):
-                rc = run_reporting_errors(lambda: answer_here(args, self.pools))
+                rc = run_reporting_errors(command)
         except KeyboardInterrupt:
             ask.finish(rc=130, error="the warm reader was stopped before it answered", warm=False, pid=os.getpid())
             raise
-        except OSError as exc:
-            if exc.errno not in _GONE:
-                raise
-            self.log("the ask ended before its answer was written")  # the pool is fine: only writing failed
         except Exception as exc:
-            self.broken = True
-            self.log(f"an ask failed:\n{traceback.format_exc()}")
-            error = f"the warm reader failed: {type(exc).__name__}: {exc} (details in {log_path()})"
+            if isinstance(exc, OSError) and exc.errno in _GONE:  # only writing failed: the pool is fine
+                self.gone = not self.pools.warm
+                self.log("the ask ended before its answer was written")
+            else:
+                self.broken = True
+                self.log(f"an ask failed:\n{traceback.format_exc()}")
+                error = f"the warm reader failed: {type(exc).__name__}: {exc} (details in {log_path()})"
         finally:
             self.busy_since = None
         self.answered += 1
