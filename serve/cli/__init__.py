@@ -66,7 +66,8 @@ def build_parser() -> argparse.ArgumentParser:
     a.add_argument("question", nargs="+", help="one or more questions")
     a.add_argument("--json", action="store_true", help="print JSON")
     a.add_argument("--retrievers", help="comma-separated subset of the pool's specs")
-    a.add_argument("--verbose", action="store_true", help="also every retriever's answer")
+    a.add_argument("--verbose", action="store_true", help="also every retriever's answer and the libraries' logs "
+                   "(answers in this process, not through the warm reader)")
     a.add_argument("--server", metavar="HOST:PORT", help="ask a running `eor serve` over gRPC instead "
                    "(bearer token from $EOR_SERVE_TOKEN)")
     a.add_argument("--tls-ca", help="with --server: CA certificate (PEM) of a TLS server")

@@ -109,7 +109,7 @@ class Worker:
                     self.accepting = False
                 if self.broken:
                     return "ended: its pool broke"
-                return "ended: the ask ended before the pool was ready" if self.gone else "ended: its pool did not load"
+                return "ended: the ask ended before the pool was ready" if self.gone else "ended: nothing loaded to keep"
 
     def _answer(self, ask: Ask) -> None:
         from serve.cli import run_reporting_errors
