@@ -1,6 +1,6 @@
 """Typed configuration of eor, one loader for every command and the service.
 
-One YAML file, sections reader, generator, pool, index, cache, voter and service, maps onto
+One YAML file, sections reader, generator, pool, index, cache, voter, service and ask, maps onto
 `EorConfig` field by field (`load_config`); an unknown key anywhere is an error naming it.
 `eor ask`, `eor fit`, `eor eval` and `eor serve` read the same file; the `service` section is
 used only by the service, and a command-line flag overrides its key. Secrets never live here:
@@ -103,6 +103,15 @@ class VoterSelection:
     pooling: str = VoterConfig.pooling
 
 
+@dataclass(frozen=True)
+class AskConfig:
+    """`eor ask` without a running `eor serve`: how long the reader it started stays warm for the
+    next question, in idle seconds (serve/cli/warm/); 0: none, each ask starts its own.
+    `--keep-warm` and $EOR_KEEP_WARM override it."""
+
+    keep_warm_s: float = 300.0
+
+
 # The retriever actors (the design card, ../shared/ARCHITECTURE.md, "Serving"): thin actors doing only the processing ops;
 # the work specs share is shared per question (the ingress searches each source once, the reader
 # writes PK once and dedups prompts in flight). "per-spec": one actor per retriever spec (16: a
@@ -176,6 +185,7 @@ class EorConfig:
     cache: CacheConfig = field(default_factory=CacheConfig)
     voter: VoterSelection = field(default_factory=VoterSelection)
     service: ServiceConfig = field(default_factory=ServiceConfig)
+    ask: AskConfig = field(default_factory=AskConfig)
 
     def __post_init__(self) -> None:
         """What crosses sections: the pool reads configured sources; placement names deployments."""

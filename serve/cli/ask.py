@@ -1,5 +1,6 @@
-"""`eor ask`: questions through the pool in this process (the voter's cascade), or through a
-running `eor serve` with --server."""
+"""`eor ask`: questions through a running `eor serve` (--server, or a local one that is up), else
+through the pool of the warm reader this or an earlier ask left (serve/cli/warm/), else through a
+pool in this process (--local, --no-warm, --verbose); the voter's cascade in every case."""
 from __future__ import annotations
 
 import json
@@ -8,6 +9,7 @@ import time
 
 from retrievers.spec import parse_spec
 from serve.cli.common import _config, _fmt_score, print_result, result_to_dict, voter_choice
+from serve.cli.warm.pools import ONE_SHOT
 
 
 def _provisional_line(stage: int, stages: int, answer: str, retriever: str | None, score: float | None) -> str:
@@ -103,7 +105,12 @@ def running_service(args) -> str | None:
     in-process ask does (another voter, reader or index than the server's, --verbose)."""
     if args.local or args.weights or args.equal_weights or args.model or args.index or args.verbose:
         return None
-    svc = _config(args).service
+    return serving_address(_config(args))
+
+
+def serving_address(config) -> str | None:
+    """The address of the local `eor serve` of this config, when it is up (grpc.health SERVING)."""
+    svc = config.service
     if svc.tls_cert or not svc.port or svc.host not in ("127.0.0.1", "localhost", "::1"):
         return None
     address = f"{svc.host}:{svc.port}"
@@ -125,13 +132,21 @@ def cmd_ask(args) -> int:
                   file=sys.stderr)
     if getattr(args, "server", None):
         return _ask_remote(args)
+    from serve.cli.warm.client import ask_warm
+
+    warm = ask_warm(args)  # the warm reader's exit status, or None: answer in this process
+    return warm if warm is not None else answer_here(args)
+
+
+def answer_here(args, pools=ONE_SHOT) -> int:
+    """The in-process ask; the warm reader runs it for an `eor ask` with the pool it keeps."""
     from serve.cli.console import Console, log_path
 
     from retrievers.pool import check_question
 
     questions = [check_question(q) for q in args.question]  # refuse bad input before loading models
     with Console(verbose=args.verbose and not args.json) as con:  # --json: stdout carries only the JSON
-        answers, choice, pool, elapsed = _ask_local(args, questions, con)
+        answers, choice, pool, elapsed = _ask_local(args, questions, con, pools)
     if args.json:
         out = [answer_to_dict(a, choice) for a in answers]
         print(json.dumps(out[0] if len(out) == 1 else out, indent=2, ensure_ascii=False))
@@ -145,11 +160,9 @@ def cmd_ask(args) -> int:
     return 0
 
 
-def _ask_local(args, questions, con):
+def _ask_local(args, questions, con, pools):
     """The in-process ask, with a progress line per step on the console."""
-    from serve.builder import make_pool
     from serve.ensemble import answer
-    from voter.question_vote import build_metrics
 
     con.step("loading the voter, the indexes and the encoder")
     config = _config(args)
@@ -157,7 +170,7 @@ def _ask_local(args, questions, con):
         from dataclasses import replace
 
         config = replace(config, reader=replace(config.reader, enforce_eager=True))
-    pool = make_pool(config)
+    pool = pools.get(config)
     choice = voter_choice(args, pool, con, config)
     specs = args.retrievers.split(",") if args.retrievers else None
     for s in specs or ():  # a bad or unknown spec fails before the models load
@@ -176,11 +189,10 @@ def _ask_local(args, questions, con):
         if len(questions) == 1:
             a = open_answers[0]
             con.note(_provisional_line(a.stopped_at, a.stages, a.vote.answer, a.vote.retriever, a.vote.score))
-    answers = answer(questions, choice, pool.run, build_metrics(choice.options, pool.reader), specs, on_stage,
+    answers = answer(questions, choice, pool.run, pools.metrics(choice.options, pool.reader), specs, on_stage,
                      on_provisional)
     elapsed = time.time() - t
     con.done()
-    if engine is not None and hasattr(engine, "close"):
-        engine.close()  # its shutdown messages go to the log too, not after the answer
+    pools.release(pool)
     return answers, choice, pool, elapsed
 
