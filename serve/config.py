@@ -135,6 +135,8 @@ class ServiceConfig:
     retriever_actors: str | tuple[tuple[str, ...], ...] = "auto"
     retriever_timeout_s: float = 120.0  # an Ask's whole budget, every cascade stage; a request deadline shortens it
     vote_reserve_s: float = 30.0  # no new stage starts with less than this (or a quarter of the budget) left
+    # an Ask that sets no min_confidence abstains below this P(right) (0: always answer; voter/decision.py)
+    min_confidence: float = 0.0
     max_batch: int = 64  # questions per AskBatch
     max_prompts: int = 64  # prompts per Generate
     max_prompt_chars: int = 20000
@@ -158,6 +160,12 @@ class ServiceConfig:
     def __post_init__(self) -> None:
         if self.retriever_timeout_s <= 0 or self.max_batch < 1:
             raise ValueError("service: retriever_timeout_s and max_batch must be positive")
+        from voter.decision import check_min_confidence
+
+        try:
+            check_min_confidence(self.min_confidence)
+        except ValueError as exc:
+            raise ValueError(f"service.{exc}") from None
         for name, res in self.placement.items():
             if not isinstance(res, dict) or not all(isinstance(v, (int, float)) and v > 0 for v in res.values()):
                 raise ValueError(f"service.placement.{name} must map resource names to positive amounts, got {res!r}")

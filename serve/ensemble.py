@@ -1,5 +1,5 @@
-"""Adaptive EoR for a batch of questions: run the voter's stages in order, vote after each,
-stop a question as soon as its vote is settled (voter/cascade.py).
+"""Adaptive EoR for a batch of questions: run the voter's stages in order, ask the voter after
+each, stop a question as soon as the voter says it is settled (voter/decision.py).
 
 One orchestration for every entry point: `eor ask` passes the in-process pool's `run`, the
 service passes its fan-out over the retriever actors. Retrievers the voter dropped are not in
@@ -13,7 +13,8 @@ from dataclasses import dataclass
 from typing import Awaitable, Callable, Sequence
 
 from retrievers.types import QuestionResult
-from voter.question_vote import Vote, VoterChoice, vote_with_stats
+from voter.decision import Confidence, Decision, decide
+from voter.question_vote import Vote, VoterChoice
 from voter.cascade import Cascade
 from voter.similarity import PairSimilarity
 
@@ -30,8 +31,14 @@ class EnsembleAnswer:
     vote: Vote
     stopped_at: int  # 1-based stage after which the vote was settled (or the time ran out)
     stages: int  # stages in the cascade
-    settle: float  # the settle statistic at the stop
+    settle: float  # the stop statistic at the stop
     out_of_time: bool = False  # the deadline ended the cascade before the vote was settled
+    confidence: Confidence | None = None  # P(right) of the answer (voter/decision.py)
+
+    @classmethod
+    def of(cls, result: QuestionResult, decision: Decision, stopped_at: int, stages: int,
+           out_of_time: bool = False) -> "EnsembleAnswer":
+        return cls(result, decision.vote, stopped_at, stages, decision.stat, out_of_time, decision.confidence)
 
     @property
     def ran(self) -> list[str]:
@@ -56,7 +63,8 @@ class VoteDeadline(Exception):
 
 # (positions of the open questions in the batch, specs) -> their results
 AsyncRunStage = Callable[[list[int], list[str]], Awaitable[list[QuestionResult]]]
-AsyncVote = Callable[[list[QuestionResult]], Awaitable[tuple[list[Vote], list[float]]]]
+# (results so far, 0-based stage) -> the voter's decisions (voter/decision.py: decide)
+AsyncVote = Callable[[list[QuestionResult], int], Awaitable[list[Decision]]]
 # after a vote, the questions it did not settle: their provisional answers (progressive replies)
 OnProvisional = Callable[[list["EnsembleAnswer"], list[int]], Awaitable[None]]
 
@@ -74,7 +82,7 @@ async def answer_async(questions: Sequence[str], cascade: Cascade, run_stage: As
     answers of the questions it left open (with their positions), before the next stage runs."""
     qs = list(questions)
     merged: list[QuestionResult | None] = [None] * len(qs)
-    last: dict[int, tuple[Vote, float]] = {}
+    last: dict[int, Decision] = {}
     done: dict[int, EnsembleAnswer] = {}
     n_stages = len(cascade.stages)
     for k, stage in enumerate(cascade.stages):
@@ -83,8 +91,7 @@ async def answer_async(questions: Sequence[str], cascade: Cascade, run_stage: As
             break
         if k > 0 and time_left is not None and time_left() <= 0:
             for i in todo:
-                v, stat = last[i]
-                done[i] = EnsembleAnswer(merged[i], v, k, n_stages, stat, out_of_time=True)
+                done[i] = EnsembleAnswer.of(merged[i], last[i], k, n_stages, out_of_time=True)
             break
         if on_stage is not None:
             on_stage(k + 1, n_stages, list(stage))
@@ -94,22 +101,20 @@ async def answer_async(questions: Sequence[str], cascade: Cascade, run_stage: As
         for i, r in zip(todo, results):
             merged[i] = merge(merged[i], r)
         try:
-            votes, stats = await vote([merged[i] for i in todo])
+            decisions = await vote([merged[i] for i in todo], k)
         except VoteDeadline:  # end with the last vote; the stage's answers are returned but did not vote
             if k == 0:
                 raise
             for i in todo:
-                v, stat = last[i]
-                done[i] = EnsembleAnswer(merged[i], v, k, n_stages, stat, out_of_time=True)
+                done[i] = EnsembleAnswer.of(merged[i], last[i], k, n_stages, out_of_time=True)
             break
-        for i, v, stat in zip(todo, votes, stats):
-            last[i] = (v, stat)
-            if cascade.settled(k, stat):
-                done[i] = EnsembleAnswer(merged[i], v, k + 1, n_stages, stat)
+        for i, d in zip(todo, decisions):
+            last[i] = d
+            if d.settled:
+                done[i] = EnsembleAnswer.of(merged[i], d, k + 1, n_stages)
         still = [i for i in todo if i not in done]
         if on_provisional is not None and still:
-            await on_provisional([EnsembleAnswer(merged[i], last[i][0], k + 1, n_stages, last[i][1]) for i in still],
-                                 still)
+            await on_provisional([EnsembleAnswer.of(merged[i], last[i], k + 1, n_stages) for i in still], still)
     return [done[i] for i in range(len(qs))]
 
 
@@ -130,8 +135,8 @@ def answer(questions: Sequence[str], choice: VoterChoice, run_stage: RunStage,
     async def run(open_: list[int], sp: list[str]) -> list[QuestionResult]:
         return run_stage([qs[i] for i in open_], sp, shared=[shared[i] for i in open_], plan_specs=plan)
 
-    async def vote(results: list[QuestionResult]) -> tuple[list[Vote], list[float]]:
-        return vote_with_stats(results, choice.saved, metrics)
+    async def vote(results: list[QuestionResult], stage: int) -> list[Decision]:
+        return decide(results, choice.saved, metrics, cascade, stage)
 
     async def provisional(answers: list[EnsembleAnswer], positions: list[int]) -> None:
         if on_provisional is not None:

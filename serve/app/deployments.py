@@ -202,11 +202,11 @@ class Voter(Placed):
             m.load()
         return built
 
-    def _vote(self, results: list[QuestionResult], key: str | None):
-        from voter.question_vote import vote_with_stats
+    def _decide(self, results: list[QuestionResult], key: str | None, cascade: Any, stage: int):
+        from voter.decision import decide
 
         choice, sims = self._recent.get(key) or self._recent[self._key(self.choice)]
-        return vote_with_stats(results, choice.saved, sims)
+        return decide(results, choice.saved, sims, cascade, stage)
 
     async def plan(self) -> VoterPlan:
         """What one Ask needs of the voter, in one call: its cascade, its label, and the key its
@@ -214,9 +214,12 @@ class Voter(Placed):
         choice = self.choice
         return VoterPlan(self._key(choice), choice.saved.stages, choice.describe())
 
-    async def vote_with_stats(self, results: list[QuestionResult], key: str | None = None):
-        """(votes, settle statistics) by the voter `key` names (plan()), else the current one."""
-        return await asyncio.to_thread(self._vote, results, key)
+    async def decide(self, results: list[QuestionResult], key: str | None = None, cascade: Any = None,
+                     stage: int = 0):
+        """The decisions (voter/decision.py: answer, settled?, P(right)) after 0-based `stage`
+        of `cascade` (the Ask's: the plan's, or its explicit retrievers as one stage), by the
+        voter `key` names (plan()), else the current one."""
+        return await asyncio.to_thread(self._decide, results, key, cascade, stage)
 
     async def weights_source(self) -> str:
         return self.choice.describe()

@@ -204,6 +204,7 @@ class EorIngress(Placed, HealthChecks):
         budget = self.limits.retriever_timeout_s
         if spec.deadline_s:
             budget = min(budget, spec.deadline_s)
+        min_confidence = self.limits.min_confidence if spec.min_confidence is None else spec.min_confidence
         plan = await self.voter.plan.remote()  # one voter for the whole Ask, even if another is pushed meanwhile
         cascade = cascade_for(plan.cascade, spec.retrievers if spec.explicit else None)
         reader_s = [0.0]
@@ -243,17 +244,17 @@ class EorIngress(Placed, HealthChecks):
 
         async def early_answer(open_: list[int], results: list[QuestionResult]) -> None:
             try:
-                votes, stats = await vote(results)
+                decisions = await vote(results, 0)
             except VoteDeadline:  # no early answer; the round's own vote still runs
                 return
             n = len(cascade.stages)
-            await provisional([EnsembleAnswer(r, v, 0, n, st) for r, v, st in zip(results, votes, stats)], open_)
+            await provisional([EnsembleAnswer.of(r, d, 0, n) for r, d in zip(results, decisions)], open_)
 
-        async def vote(results: list[QuestionResult]):
+        async def vote(results: list[QuestionResult], stage: int):
             t = time.perf_counter()
             reserve = min(self.limits.vote_reserve_s, budget / 4)  # a vote always gets this much
             try:
-                out = await bounded(self.voter.vote_with_stats.remote([r.for_vote() for r in results], plan.key),
+                out = await bounded(self.voter.decide.remote([r.for_vote() for r in results], plan.key, cascade, stage),
                                      max(budget - (t - t0), reserve))
             except asyncio.TimeoutError as exc:
                 if isinstance(exc, ray_exceptions.RayError):  # the voter failed; it did not run late
@@ -270,7 +271,8 @@ class EorIngress(Placed, HealthChecks):
                 return
             now = time.perf_counter()
             await on_provisional([ask_reply(a.result, a.vote, a.result.failed, now - t0, reader_s[0] / len(spec.questions),
-                                            plan.label, a.stopped_at, a.stages, final=False) for a in answers])
+                                            plan.label, a.stopped_at, a.stages, final=False, confidence=a.confidence,
+                                            min_confidence=min_confidence) for a in answers])
 
         try:
             answers = await answer_async(spec.questions, cascade, run_stage, vote, time_left=time_left,
@@ -287,7 +289,11 @@ class EorIngress(Placed, HealthChecks):
                 metrics.observe("eor_vote_margin", a.vote.margin)
             metrics.inc("eor_stop_stage", stage=str(a.stopped_at))
             replies.append(ask_reply(a.result, a.vote, a.result.failed, now - t0, reader_s[0] / len(answers),
-                                     voter, a.stopped_at, a.stages))
+                                     voter, a.stopped_at, a.stages, confidence=a.confidence,
+                                     min_confidence=min_confidence))
+            if a.confidence is not None:
+                metrics.observe("eor_confidence", a.confidence.p)
+            metrics.inc("eor_abstentions", float(replies[-1].abstained))
         return replies
 
     async def _search_once(self, qs: list[str], shared: list[QuestionWork], specs: list[str],

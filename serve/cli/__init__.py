@@ -1,10 +1,10 @@
 """`eor`: prepare models, build indexes, ask questions, fit and evaluate the voter, serve.
 
-    eor ask QUESTION... [--json] [--verbose] [--retrievers A,B] [--weights W | --equal-weights]
+    eor ask QUESTION... [--json] [--verbose] [--retrievers A,B] [--weights W | --equal-weights] [--min-confidence P]
             [--keep-warm 5m | --no-warm | --local]
     eor status [--json]        what runs: the warm reader `eor ask` left (pid, reader, idle time, memory)
     eor stop                   end the warm reader
-    eor ask QUESTION... --server HOST:PORT [--json] [--retrievers A,B] [--tls-ca CA.pem]
+    eor ask QUESTION... --server HOST:PORT [--json] [--retrievers A,B] [--tls-ca CA.pem] [--min-confidence P]
     eor serve [--config eor.yaml] [--host 127.0.0.1] [--port 50051] [--tls-cert C --tls-key K]
     eor fit --questions FILE [--dataset D] [--limit N] [--split fit] [--metrics em,bertscore,nli]
             [--nli-model PATH] [--pooling mean] [--out weights.json] [--push HOST:PORT]
@@ -78,6 +78,8 @@ def build_parser() -> argparse.ArgumentParser:
                    "5 min); `eor stop` ends it")
     a.add_argument("--no-warm", action="store_true", help="answer in this process and leave nothing running "
                    "(--keep-warm 0)")
+    a.add_argument("--min-confidence", metavar="P", help="answer only when P(right) >= P, in [0, 1]; below it "
+                   "print \"not sure\" with the best guess and its P (default: the config's service.min_confidence, 0)")
     voter_args(a)
     common(a)
     a.set_defaults(func=cmd_ask)
@@ -112,6 +114,9 @@ def build_parser() -> argparse.ArgumentParser:
     f.add_argument("--adaptive", action=argparse.BooleanOptionalAction, default=None,
                    help="fit the confidence-aware rounds, answer scorer and stop rule too (a v3 voter file, the "
                    "measured best: docs/benchmarks.md); default: when the selection has >= 20 questions")
+    f.add_argument("--calibration", choices=("platt", "isotonic", "none"), default="platt",
+                   help="calibrate the answer scorer's P(right) on the fit split (cross-validated), the confidence "
+                   "every answer carries and the stop rule reads (default platt; none: the raw P, a v3 file)")
     f.add_argument("--push", metavar="HOST:PORT", help="after fitting, push the weights to a running `eor serve` "
                    "(live update, no restart) if they pass the gate: judged against the live voter on held-out "
                    "questions, the deployed path")

@@ -6,7 +6,8 @@ from retrievers.sources.base import PAGES, PASSAGES
 from retrievers.types import Passage
 from serve.offline.dataset import Question
 from serve.offline.runlog import RunKey, RunLog, run_questions
-from voter.question_vote import MetricOptions, build_metrics, equal_weights, vote
+from voter.decision import vote
+from voter.question_vote import MetricOptions, build_metrics, equal_weights
 
 
 class Source:
