@@ -176,7 +176,7 @@ def _ask_local(args, questions, con):
         if len(questions) == 1:
             a = open_answers[0]
             con.note(_provisional_line(a.stopped_at, a.stages, a.vote.answer, a.vote.retriever, a.vote.score))
-    answers = answer(questions, choice, pool.run, build_metrics(choice.options, pool.reader), specs, on_stage,
+    answers = answer(questions, choice, pool, build_metrics(choice.options, pool.reader), specs, on_stage,
                      on_provisional)
     elapsed = time.time() - t
     con.done()
