@@ -5,8 +5,9 @@ read four ways with one engine (issue 37):
   read: the reference);
 - `again`: the same batch again, every prompt's whole blocks now served by the prefix cache;
 - `alone`: the first `--alone` prompts one request each (how a lone `eor ask` reads);
-- `rescore`: a prefill-only pass over prompt + the reference answer (`prompt_logprobs`: no
-  decoding at all).
+- `rescore`: a prefill-only pass over prompt + the reference answer's text, re-tokenised
+  (`prompt_logprobs`: no decoding at all); `rescore_stripped` the same over the stripped text
+  (what the reader cache stored and rescored until 2026-11-25).
 
 Per pass against `batch`: answers whose text changed, and over the answers with the same text
 the absolute difference per token and of the three features the answer scorer reads (mean,
@@ -64,21 +65,39 @@ def _summary(values: list[float]) -> dict[str, float]:
             "max": round(float(a.max()), 5)}
 
 
+def scorer_weights() -> dict[str, float]:
+    """d z / d feature of the shipped voter's answer scorer (its logistic regression's coefficient
+    over the feature's scale): how far a change in a feature moves the scorer's log-odds."""
+    from voter.weights_io import SHIPPED_VOTER
+
+    doc = json.loads(SHIPPED_VOTER.read_text())
+    sc = doc["adaptive"]["scorer"]
+    return {f: sc["coef"][sc["features"].index(f"{f}_logprob")] / sc["scale"][sc["features"].index(f"{f}_logprob")]
+            for f in FEATURES}
+
+
 def compare(ref: list, other: list, ref_text: list[str], other_text: list[str]) -> dict:
-    """`other` against `ref` (lists of log-probability tuples; texts alongside)."""
+    """`other` against `ref` (lists of log-probability tuples; texts alongside). `scorer_dz`: per
+    answer, how far the shipped scorer's log-odds move (|dP| <= |dz| / 4)."""
     per_token: list[float] = []
     per_feature: dict[str, list[float]] = {f: [] for f in FEATURES}
-    changed = 0
+    dz: list[float] = []
+    w = scorer_weights()
+    changed = misaligned = 0
     for a, b, ta, tb in zip(ref, other, ref_text, other_text):
         if ta != tb or not a or not b or len(a) != len(b):
             changed += ta != tb
+            misaligned += ta == tb and bool(a) and bool(b) and len(a) != len(b)
             continue
         per_token += [x - y for x, y in zip(a, b)]
         fa, fb = features(a), features(b)
         for f in FEATURES:
             per_feature[f].append(fa[f] - fb[f])
-    return {"answers": len(other), "text_changed": changed, "tokens_compared": len(per_token),
-            "token": _summary(per_token), **{f: _summary(v) for f, v in per_feature.items()}}
+        dz.append(sum(w[f] * (fa[f] - fb[f]) for f in FEATURES))
+    return {"answers": len(other), "text_changed": changed, "token_count_differs": misaligned,
+            "tokens_compared": len(per_token),
+            "token": _summary(per_token), **{f: _summary(v) for f, v in per_feature.items()},
+            "scorer_dz": _summary(dz), "dz_over_0.1": sum(abs(x) > 0.1 for x in dz)}
 
 
 def measure(model: str, dtype: str, n: int, alone: int) -> dict:
@@ -100,6 +119,8 @@ def measure(model: str, dtype: str, n: int, alone: int) -> dict:
         runs["alone"] = [engine.generate([t], params)[0] for t in texts[:alone]]
         ref = runs["batch"]
         rescored = engine.score(texts, [g.text for g in ref])
+        # what the reader cache did: it stores the stripped text, and rescored that
+        rescored_stripped = engine.score(texts, [g.text.strip() for g in ref])
     finally:
         engine.close()
     import torch
@@ -111,6 +132,8 @@ def measure(model: str, dtype: str, n: int, alone: int) -> dict:
         out[name] = compare([g.logprobs for g in ref[:len(got)]], [g.logprobs for g in got],
                             [g.text for g in ref[:len(got)]], [g.text for g in got])
     out["rescore"] = compare([g.logprobs for g in ref], rescored, [g.text for g in ref], [g.text for g in ref])
+    out["rescore_stripped"] = compare([g.logprobs for g in ref], rescored_stripped, [g.text for g in ref],
+                                      [g.text for g in ref])
     return out
 
 

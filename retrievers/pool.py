@@ -15,7 +15,7 @@ from retrievers.corpus import split_words, truncate_words
 from retrievers.encoder import Encoder
 from retrievers.prompts import PROMPT_LAYOUTS, answer_prompt, clean_answer, compress_prompt, pk_prompt
 from retrievers.reader import Counted, PromptReader, SamplingParams, shared_prefix_blocks
-from retrievers.sources.base import KnowledgeSource
+from retrievers.sources.base import PAGES, KnowledgeSource
 from retrievers.sources.dense import cosine_rerank
 from retrievers.spec import PAPER_POOL, RetrieverPlan, Term, parse_pool, parse_spec
 from retrievers.types import ERROR, TIMEOUT, Candidate, Context, Failure, Passage, QuestionResult, ReaderTokens
@@ -117,23 +117,24 @@ class RoundRun:
     reader_s: float = 0.0
 
 
-def search_depth(t: Term, c: PoolConfig) -> list[tuple[str, int]]:
-    """The sources one term reads and the k each must be searched at."""
-    if t.source == "Wiki":
-        return [("Wiki", t.k or c.default_k)]
-    if t.source == "SE":
-        return [("SE", c.se_pages if t.rerank else (t.k or 1))]
+def search_depth(t: Term, c: PoolConfig, shapes: Mapping[str, str]) -> list[tuple[str, int]]:
+    """The sources one term reads and the k each must be searched at; `shapes`: each configured
+    source's hit shape (retrievers/sources/base.py), HB reads them all."""
     if t.source == "HB":
-        return [("SE", c.se_pages), ("Wiki", c.hb_wiki_k)]
-    return []
+        return [(src, c.se_pages if shape == PAGES else c.hb_wiki_k) for src, shape in shapes.items()]
+    if t.source not in shapes:  # PK
+        return []
+    if shapes[t.source] == PAGES:
+        return [(t.source, c.se_pages if t.rerank else (t.k or 1))]
+    return [(t.source, t.k or c.default_k)]
 
 
-def search_depths(plans: Sequence[RetrieverPlan], config: PoolConfig) -> dict[str, int]:
+def search_depths(plans: Sequence[RetrieverPlan], config: PoolConfig, shapes: Mapping[str, str]) -> dict[str, int]:
     """The k each source must be searched at to serve all of `plans` (one search per source)."""
     depth: dict[str, int] = {}
     for plan in plans:
         for t in plan.terms:
-            for src, k in search_depth(t, config):
+            for src, k in search_depth(t, config, shapes):
                 depth[src] = max(depth.get(src, 0), k)
     return depth
 
@@ -182,15 +183,11 @@ class RetrieverPool:
     def __init__(self, config: PoolConfig, sources: Mapping[str, KnowledgeSource],
                  reranker: Encoder, reader: PromptReader):
         self.config = config
-        self.plans = {p.spec: p for p in parse_pool(config.specs)}
+        self.plans = {p.spec: p for p in parse_pool(config.specs, sources=sources)}  # only sources it has
         self.sources = dict(sources)
+        self.shapes = {name: src.shape for name, src in self.sources.items()}
         self.reranker = reranker
         self.reader = reader
-        needed = {"Wiki", "SE"} & {s for p in self.plans.values() for s in p.sources} | (
-            {"Wiki", "SE"} if any("HB" in p.sources for p in self.plans.values()) else set())
-        missing = needed - set(self.sources)
-        if missing:
-            raise ValueError(f"the pool needs knowledge sources {sorted(missing)} that are not configured")
 
     @property
     def specs(self) -> list[str]:
@@ -230,7 +227,7 @@ class RetrieverPool:
         if used & {"PK", "HB"}:
             self._pk(qs, run)
         depth_plans = plans + [self._plan(s) for s in plan_specs or () if s in self.plans]
-        self._search(qs, plans, run, given, search_depths(depth_plans, self.config))
+        self._search(qs, plans, run, given, search_depths(depth_plans, self.config, self.shapes))
         # per question and spec: a Context, or why there is none
         contexts = [[self._context(qi, q, p, run) for p in plans] for qi, q in enumerate(qs)]
         cp_tokens = self._compress(qs, plans, contexts, run)
@@ -270,7 +267,7 @@ class RetrieverPool:
                 given: Mapping[int, list[Passage]], plan_depth: Mapping[str, int]) -> None:
         """Each source the round reads, searched once per question unless an earlier round did
         (`pending_searches`). Given documents replace the search."""
-        need = search_depths(plans, self.config)
+        need = search_depths(plans, self.config, self.shapes)
         for src, todo, k in pending_searches(work.ground, need, plan_depth, skip=given.keys()):
             for qi, found in search_found(src, todo, k, self.search(src, [qs[qi] for qi in todo], k)).items():
                 work.add(qi, found)
@@ -282,31 +279,32 @@ class RetrieverPool:
 
     def _term_passages(self, qi: int, q: str, t: Term, work: _Work) -> list[Passage]:
         c = self.config
-        for src in {"Wiki": ["Wiki"], "SE": ["SE"], "HB": ["SE", "Wiki"]}.get(t.source, []):
+        for src in self.shapes if t.source == "HB" else [t.source]:
             if (qi, src) in work.source_errors:
                 raise SourceFailed(work.source_errors[(qi, src)])
         if t.source == "PK":
             return [Passage(f"pk:{qi}", "", work.pk_docs[qi], "PK")]
-        if t.source == "Wiki":
-            hits = work.hits["Wiki"][qi]
+        if t.source == "HB":  # every source's chunks together: the pages' chunks, PK's, then the top passages
+            pk = [Passage(f"pk:{qi}#{i}", "", text, "PK")
+                  for i, text in enumerate(split_words(work.pk_docs[qi], c.chunk_words))]
+            pages = [x for src, shape in self.shapes.items() if shape == PAGES for x in self._chunks(work.hits[src][qi])]
+            passages = [x for src, shape in self.shapes.items() if shape != PAGES
+                        for x in work.hits[src][qi][: c.hb_wiki_k]]
+            pool = pages + pk + passages
             if t.rerank:
-                hits = self._reranked(qi, q, "Wiki", hits, work)
-            return hits[: t.k or c.default_k]
-        if t.source == "SE":
-            pages = work.hits["SE"][qi]
+                pool = self._reranked(qi, q, "HB", pool, work)
+            return pool[: t.k or c.default_k]
+        hits = work.hits[t.source][qi]
+        if self.shapes[t.source] == PAGES:  # whole pages (SE)
             if t.rerank:
-                return self._reranked(qi, q, "SE", self._chunks(pages), work)[: t.k or c.default_k]
+                return self._reranked(qi, q, t.source, self._chunks(hits), work)[: t.k or c.default_k]
             k = t.k or 1
             words = c.se_top1_words if k == 1 else c.se_page_words
             return [Passage(p.pid, p.title, truncate_words(p.text, words), p.source, p.score)
-                    for p in pages[:k]]
-        # HB: every source's chunks together
-        pk = [Passage(f"pk:{qi}#{i}", "", text, "PK")
-              for i, text in enumerate(split_words(work.pk_docs[qi], c.chunk_words))]
-        pool = self._chunks(work.hits["SE"][qi]) + pk + work.hits["Wiki"][qi][: c.hb_wiki_k]
-        if t.rerank:
-            pool = self._reranked(qi, q, "HB", pool, work)
-        return pool[: t.k or c.default_k]
+                    for p in hits[:k]]
+        if t.rerank:  # passages (Wiki)
+            hits = self._reranked(qi, q, t.source, hits, work)
+        return hits[: t.k or c.default_k]
 
     def _chunks(self, pages: list[Passage]) -> list[Passage]:
         out = []

@@ -7,7 +7,8 @@ its specs read are done: a slow source holds up only its readers), with an immut
 `RoundInput` (the questions, the specs, each question's `Groundwork`: what its earlier rounds
 found; the Deadline). A group answers with its results and what it found (`RoundRun`), which
 the next round's groundwork includes: nothing is shipped out to be changed and merged back.
-Then one vote; serve/ensemble.py (`answer_async`) decides which questions go on.
+Then the voter decides (voter/decision.py: the answer, settled?, P(right)), and
+serve/ensemble.py (`answer_async`) stops the questions it settled.
 
 Who does the work is a `Crew`: the pool in this process (`LocalCrew`) or the service's
 deployments behind Serve handles (serve/app/handles.py: `ServiceCrew`). Core-safe: no Ray.
@@ -16,7 +17,7 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass, replace
-from typing import Any, Callable, Collection, Protocol, Sequence
+from typing import Any, Callable, Mapping, Protocol, Sequence
 
 from retrievers.pool import Groundwork, PoolConfig, RoundRun, pending_searches, search_depths, search_found
 from retrievers.spec import parse_spec
@@ -24,9 +25,10 @@ from retrievers.types import Failure, Passage, QuestionResult
 from serve.deadline import Deadline
 from serve.ensemble import EnsembleAnswer, OnProvisional, VoteDeadline, answer_async, joined
 from voter.cascade import Cascade
-from voter.question_vote import Vote
+from voter.decision import Decision
 
-Votes = tuple[list[Vote], list[float]]  # the votes and their settle statistics
+# (results so far, the cascade being run, its 0-based stage) -> the voter's decisions (voter/decision.py)
+Decide = Callable[[list[QuestionResult], Cascade, int], list[Decision]]
 # a search may take at most this share of the time left, so that a source that hangs leaves the
 # retrievers reading it time to fail at once, and those in the same actor time to answer
 SEARCH_SHARE = 0.5
@@ -49,7 +51,7 @@ class Crew(Protocol):
     """Who does the work of an Ask's rounds."""
 
     groups: Sequence[tuple[tuple[str, ...], Any]]  # (the specs a worker holds, in its order; the worker)
-    sources: Collection[str]  # the sources the rounds search (the others: each group's own)
+    shapes: Mapping[str, str]  # the sources the rounds search, each with its hits' shape (search depths)
 
     async def search(self, src: str, queries: list[str], k: int,
                      deadline: Deadline | None) -> list[list[Passage]] | Failure:
@@ -58,18 +60,20 @@ class Crew(Protocol):
     async def run(self, worker: Any, round_: RoundInput) -> RoundRun:
         """One worker's part of a round."""
 
-    async def vote(self, results: list[QuestionResult], deadline: Deadline | None) -> Votes:
-        """The votes over each question's results so far; VoteDeadline past `deadline`."""
+    async def decide(self, results: list[QuestionResult], cascade: Cascade, stage: int,
+                     deadline: Deadline | None) -> list[Decision]:
+        """The voter's decisions (answer, settled?, P(right)) over each question's results so far,
+        after 0-based `stage` of `cascade`; VoteDeadline past `deadline`."""
 
 
 class LocalCrew:
-    """The in-process pool as the crew: it searches, runs and (with `vote`) votes here."""
+    """The in-process pool as the crew: it searches, runs and (with `decide`) votes here."""
 
-    def __init__(self, pool: Any, vote: Callable[[list[QuestionResult]], Votes], holds: Sequence[str]):
+    def __init__(self, pool: Any, decide: Decide, holds: Sequence[str]):
         self.pool = pool
         self.groups = [(tuple(holds), pool)]  # the cascade's order: a round's specs run as the stage lists them
-        self.sources = tuple(pool.sources)
-        self._vote = vote
+        self.shapes = dict(pool.shapes)
+        self._decide = decide
 
     async def search(self, src: str, queries: list[str], k: int, deadline: Deadline | None):
         return self.pool.search(src, queries, k)
@@ -77,8 +81,9 @@ class LocalCrew:
     async def run(self, worker: Any, round_: RoundInput) -> RoundRun:
         return worker.run_round(round_.questions, round_.specs, round_.work, round_.documents, round_.plan_specs)
 
-    async def vote(self, results: list[QuestionResult], deadline: Deadline | None) -> Votes:
-        return self._vote(results)
+    async def decide(self, results: list[QuestionResult], cascade: Cascade, stage: int,
+                     deadline: Deadline | None) -> list[Decision]:
+        return self._decide(results, cascade, stage)
 
 
 class AskRounds:
@@ -96,7 +101,7 @@ class AskRounds:
         self.documents = None if documents is None else [tuple(d) if d else None for d in documents]
         self.config = replace(config, default_k=top_k) if top_k else config
         self.plan = tuple(cascade.specs)
-        self.deep = search_depths([parse_spec(s) for s in self.plan], self.config)
+        self.deep = search_depths([parse_spec(s) for s in self.plan], self.config, crew.shapes)
         self.work = [Groundwork() for _ in self.questions]  # per question: what its rounds found so far
         self.reserve = min(vote_reserve_s, deadline.seconds / 4) if deadline is not None else 0.0
         self.early_answer = early_answer
@@ -110,8 +115,9 @@ class AskRounds:
         return await answer_async(self.questions, self.cascade, self._round, self._vote, on_stage, time_left,
                                   on_provisional)
 
-    async def _vote(self, results: list[QuestionResult]) -> Votes:
-        return await self.crew.vote(results, None if self.deadline is None else self.deadline.at_least(self.reserve))
+    async def _vote(self, results: list[QuestionResult], stage: int) -> list[Decision]:
+        return await self.crew.decide(results, self.cascade, stage,
+                                      None if self.deadline is None else self.deadline.at_least(self.reserve))
 
     async def _round(self, open_: list[int], specs: list[str]) -> list[QuestionResult]:
         searches = self._search(open_, specs)
@@ -133,20 +139,19 @@ class AskRounds:
 
     async def _early_answer(self, open_: list[int], results: list[QuestionResult]) -> None:
         try:
-            votes, stats = await self._vote(results)
+            decisions = await self._vote(results, 0)
         except VoteDeadline:  # no early answer; the round's own vote still runs
             return
         if self._on_provisional is not None:
             n = len(self.cascade.stages)
-            await self._on_provisional([EnsembleAnswer(r, v, 0, n, st) for r, v, st in zip(results, votes, stats)],
-                                       open_)
+            await self._on_provisional([EnsembleAnswer.of(r, d, 0, n) for r, d in zip(results, decisions)], open_)
 
     def _search(self, open_: list[int], specs: list[str]) -> dict[str, asyncio.Future]:
         """Start each search the round needs: a source, once, for the open questions that lack it
         (not those given documents). Each records its hits, or why it failed (its retrievers
         report that at once), in the questions' work. Source -> its task."""
         given = {j for j, i in enumerate(open_) if self.documents is not None and self.documents[i]}
-        need = search_depths([parse_spec(s) for s in specs], self.config)
+        need = search_depths([parse_spec(s) for s in specs], self.config, self.crew.shapes)
         by = None if self.deadline is None else self.deadline.share(SEARCH_SHARE)
 
         async def search(src: str, todo: list[int], k: int) -> None:
@@ -155,7 +160,7 @@ class AskRounds:
                 self.work[open_[j]] = self.work[open_[j]].plus(found)
         return {src: asyncio.ensure_future(search(src, todo, k))
                 for src, todo, k in pending_searches([self.work[i] for i in open_], need, self.deep, given)
-                if src in self.crew.sources}
+                if src in self.crew.shapes}
 
     async def _fan_out(self, open_: list[int], specs: list[str],
                        searches: dict[str, asyncio.Future]) -> list[QuestionResult]:
@@ -166,7 +171,7 @@ class AskRounds:
         docs = None if self.documents is None else tuple(self.documents[i] for i in open_)
 
         async def call(sub: tuple[str, ...], worker: Any) -> RoundRun:
-            reads = search_depths([parse_spec(s) for s in sub], self.config)
+            reads = search_depths([parse_spec(s) for s in sub], self.config, self.crew.shapes)
             await asyncio.gather(*[task for src, task in searches.items() if src in reads])
             work = tuple(self.work[i] for i in open_)
             return await self.crew.run(worker, RoundInput(qs, sub, work, self.plan, self.top_k, docs, self.deadline))

@@ -1,8 +1,9 @@
 """The Ray Serve deployments behind the gRPC ingress (serve/app/ingress.py), beside the shared
 `Reader` (serve/app/reader.py):
 
-- `Source`: one heavy knowledge source, loaded once (Wiki: encoder + faiss, and `encode()`
-  for @RR; SE: Lucene or the HTTP client), shared by every retriever group.
+- `Source`: one heavy knowledge source, loaded once (Wiki: encoder + faiss; SE: Lucene or the
+  HTTP client; one per `index.sources` line), shared by every retriever group; the first
+  configured one's `encode()` is the @RR encoder.
 - `RetrieverGroup`: a thin actor (no torch) running the ordinary `RetrieverPool` over its
   specs (one, or the whole pool: `service.retriever_actors`) with remote sources, encoder and
   reader (serve/app/handles.py): one `run(RoundInput) -> RoundRun` per round of an Ask.
@@ -26,7 +27,7 @@ from retrievers.types import QuestionResult
 from serve.app import metrics
 from serve.app.handles import RemoteEncoder, RemoteReader, RemoteSource, StageClock, working_for
 from serve.app.placement import THIN, Placed
-from serve.builder import make_service_sources
+from serve.builder import make_service_sources, source_shapes
 from serve.config import config_from_dict
 from serve.deadline import Deadline
 from serve.ensemble import VoteDeadline
@@ -38,7 +39,7 @@ log = logging.getLogger(__name__)
 
 @serve.deployment(ray_actor_options=THIN, max_ongoing_requests=64)
 class Source(Placed):
-    """One knowledge source, loaded once; Wiki also serves the @RR encoder."""
+    """One knowledge source, loaded once; the first configured also serves the @RR encoder."""
 
     def __init__(self, settings: dict, name: str):
         sources, encoder = make_service_sources(config_from_dict(settings))
@@ -76,19 +77,17 @@ GROUP_CONCURRENCY = 32  # Asks one retriever actor runs at once (each a thread w
 class RetrieverGroup(Placed):
     """A few retriever specs in one thin actor, run by the ordinary staged RetrieverPool."""
 
-    def __init__(self, settings: dict, specs: list[str], wiki: Any, se: Any, reader: Any):
+    def __init__(self, settings: dict, specs: list[str], handles: dict[str, Any], reader: Any):
+        """`handles`: name -> Source deployment, in the configured order."""
         from retrievers.pool import RetrieverPool
 
         s = config_from_dict(settings)
         t = s.service.ask_deadline_s  # the longest a call waits; an Ask's Deadline is sooner
-        sources = {}
-        if wiki is not None:
-            sources["Wiki"] = RemoteSource("Wiki", wiki, t)
-        if se is not None:
-            sources["SE"] = RemoteSource("SE", se, t)
+        shapes = source_shapes(s)
+        sources = {name: RemoteSource(name, h, t, shapes[name]) for name, h in handles.items()}
         self.specs = list(specs)
         self.config = replace(s.pool, specs=tuple(specs))
-        encoder = RemoteEncoder(wiki, t) if wiki is not None else None
+        encoder = RemoteEncoder(next(iter(handles.values())), t) if handles else None
         reader_client = RemoteReader(reader, timeout_s=t)  # the Reader formats, deduplicates and caches
         self._pools = {0: RetrieverPool(self.config, sources, encoder, reader_client)}
         self._make = lambda k: RetrieverPool(replace(self.config, default_k=k), sources, encoder, reader_client)
@@ -194,13 +193,14 @@ class Voter(Placed):
             m.load()
         return built
 
-    def _vote(self, results: list[QuestionResult], key: str | None, deadline: Deadline | None):
-        from voter.question_vote import vote_with_stats
+    def _decide(self, results: list[QuestionResult], key: str | None, cascade: Any, stage: int,
+                deadline: Deadline | None):
+        from voter.decision import decide
 
         choice, sims = self._recent.get(key) or self._recent[self._key(self.choice)]
         with working_for(deadline):  # the judge's reader calls (NLI) end with the Ask's deadline
             try:
-                return vote_with_stats(results, choice.saved, sims)
+                return decide(results, choice.saved, sims, cascade, stage)
             except TimeoutError:
                 if deadline is not None and deadline.passed:
                     raise VoteDeadline from None
@@ -212,11 +212,13 @@ class Voter(Placed):
         choice = self.choice
         return VoterPlan(self._key(choice), choice.saved.stages, choice.describe())
 
-    async def vote_with_stats(self, results: list[QuestionResult], key: str | None = None,
-                              deadline: Deadline | None = None):
-        """(votes, settle statistics) by the voter `key` names (plan()), else the current one;
-        VoteDeadline when its reader calls run past `deadline`."""
-        return await asyncio.to_thread(self._vote, results, key, deadline)
+    async def decide(self, results: list[QuestionResult], key: str | None = None, cascade: Any = None,
+                     stage: int = 0, deadline: Deadline | None = None):
+        """The decisions (voter/decision.py: answer, settled?, P(right)) after 0-based `stage`
+        of `cascade` (the Ask's: the plan's, or its explicit retrievers as one stage), by the
+        voter `key` names (plan()), else the current one; VoteDeadline when its reader calls
+        run past `deadline`."""
+        return await asyncio.to_thread(self._decide, results, key, cascade, stage, deadline)
 
     async def weights_source(self) -> str:
         return self.choice.describe()

@@ -7,8 +7,8 @@ searches, the vote; every call awaited with `bounded` and cancelled past the dea
 Inside a thin retriever actor (or the Voter), pool components backed by Serve handles, so the
 ordinary `RetrieverPool` runs while the heavy parts live once elsewhere:
 
-- `RemoteSource`  -> a source deployment's `search(queries, k)` (Wiki: faiss; SE: Lucene/HTTP)
-- `RemoteEncoder` -> the Wiki deployment's `encode(texts)` (the @RR reranker)
+- `RemoteSource`  -> a source deployment's `search(queries, k)` (Wiki: faiss; SE: Lucene/HTTP; ...)
+- `RemoteEncoder` -> the first source deployment's `encode(texts)` (the @RR reranker)
 - `RemoteReader`  -> the reader deployment: typed prompts (`PromptText`) go as they are; the
   Reader formats them (it holds the tokenizer and chat template), deduplicates, caches and
   counts their tokens: one cache and dedup layer, on the reader's side.
@@ -24,18 +24,21 @@ import contextlib
 import threading
 import time
 from contextvars import ContextVar
-from typing import Any, Iterator, Sequence
+from typing import Any, Iterator, Mapping, Sequence
 
 from ray import exceptions as ray_exceptions
 
 from retrievers.pool import Groundwork, RoundRun
 from retrievers.reader import Counted, PromptText, SamplingParams
+from retrievers.sources.base import PASSAGES
 from retrievers.types import ERROR, TIMEOUT, Candidate, Failure, Passage, QuestionResult
 from serve.app import metrics
 from serve.app.errors import reader_unavailable, status_of
 from serve.deadline import Deadline
 from serve.ensemble import VoteDeadline
 from serve.orchestrator import RoundInput
+from voter.cascade import Cascade
+from voter.decision import Decision
 
 
 async def bounded(response: Any, deadline: Deadline | None) -> Any:
@@ -59,15 +62,15 @@ def _ran_late(exc: BaseException) -> bool:
 
 
 class ServiceCrew:
-    """The orchestrator's crew in the service: retriever groups, sources and the Voter (the Ask's
-    voter, `voter_key`) behind Serve handles. A group that errors, crashes or misses the deadline
-    does not fail the Ask: its specs come back as failed candidates (the reader being down
-    does: UNAVAILABLE, with the reader's own line)."""
+    """The orchestrator's crew in the service: retriever groups, sources (`shapes`: each configured
+    source's hit shape) and the Voter (the Ask's voter, `voter_key`) behind Serve handles. A group
+    that errors, crashes or misses the deadline does not fail the Ask: its specs come back as
+    failed candidates (the reader being down does: UNAVAILABLE, with the reader's own line)."""
 
-    def __init__(self, groups: Sequence[tuple[tuple[str, ...], Any]], sources: dict[str, Any], voter: Any,
-                 voter_key: str):
+    def __init__(self, groups: Sequence[tuple[tuple[str, ...], Any]], sources: dict[str, Any],
+                 shapes: Mapping[str, str], voter: Any, voter_key: str):
         self.groups = list(groups)
-        self.sources = tuple(sources)
+        self.shapes = {name: shape for name, shape in shapes.items() if name in sources}  # those it can search
         self._handles, self._voter, self._key = dict(sources), voter, voter_key
 
     async def search(self, src: str, queries: list[str], k: int, deadline: Deadline | None):
@@ -95,11 +98,12 @@ class ServiceCrew:
                         retriever=c.retriever)
         return out
 
-    async def vote(self, results: list[QuestionResult], deadline: Deadline | None):
+    async def decide(self, results: list[QuestionResult], cascade: Cascade, stage: int,
+                     deadline: Deadline | None) -> list[Decision]:
         t = time.perf_counter()
         try:
-            out = await bounded(self._voter.vote_with_stats.remote([r.for_vote() for r in results], self._key,
-                                                                   deadline), deadline)
+            out = await bounded(self._voter.decide.remote([r.for_vote() for r in results], self._key, cascade, stage,
+                                                          deadline), deadline)
         except Exception as exc:
             if _ran_late(exc) or (isinstance(exc, asyncio.TimeoutError)
                                   and not isinstance(exc, ray_exceptions.RayError)):  # a RayError: the voter failed
@@ -161,10 +165,11 @@ def _call(stage: str, method: Any, *args: Any, timeout_s: float | None = None) -
 
 
 class RemoteSource:
-    def __init__(self, name: str, handle: Any, timeout_s: float | None = None):
+    def __init__(self, name: str, handle: Any, timeout_s: float | None = None, shape: str = PASSAGES):
         self.name = name
         self.handle = handle
         self.timeout_s = timeout_s
+        self.shape = shape  # the configured source's (serve/builder.py: source_shapes)
 
     def load(self) -> "RemoteSource":
         return self

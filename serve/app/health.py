@@ -8,7 +8,7 @@ from typing import Any
 
 from protos import eor_pb2
 from serve.app.handles import bounded
-from serve.app.placement import placements
+from serve.app.placement import placements, source_deployment
 from serve.deadline import Deadline
 
 
@@ -58,7 +58,7 @@ class HealthChecks:
         """Every deployment by name, for Health's placement (one line each)."""
         parts = [("Reader", self.reader), ("Voter", self.voter)]
         parts += [("Generator", self.generator)] if self.generator is not self.reader else []
-        parts += [(f"Source_{name}", h) for name, h in self.sources.items()]
+        parts += [(source_deployment(name), h) for name, h in self.sources.items()]
         parts += [(f"Retrievers_{i} ({', '.join(specs)})", h) for i, (specs, h) in enumerate(self.groups)]
         return parts
 

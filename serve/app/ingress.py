@@ -27,6 +27,7 @@ from serve.app.handles import ServiceCrew, bounded
 from serve.app.health import HealthChecks
 from serve.app.placement import Placed
 from serve.app.errors import DeadlineExceeded, FailedPrecondition, Unauthenticated, Unimplemented, status_of
+from serve.builder import source_shapes
 from serve.config import config_from_dict
 from serve.app.wire import (AskSpec, ask_reply, parse_ask, parse_generate, parse_retrieve,
                         parse_weights, retrieve_reply)
@@ -43,6 +44,7 @@ class EorIngress(Placed, HealthChecks):
                  sources: dict | None = None, generator: Any = None):
         self.settings = config_from_dict(settings)
         self.sources = dict(sources or {})  # name -> source deployment (Retrieve)
+        self.shapes = source_shapes(self.settings)  # what each source's hits are (search depths)
         self.limits = self.settings.service
         self.pool = list(self.settings.pool.specs)
         self.groups = list(zip([tuple(g) for g in group_specs], groups))
@@ -191,15 +193,17 @@ class EorIngress(Placed, HealthChecks):
         from serve.orchestrator import AskRounds
 
         t0 = time.perf_counter()
+        min_confidence = self.limits.min_confidence if spec.min_confidence is None else spec.min_confidence
         plan = await self.voter.plan.remote()  # one voter for the whole Ask, even if another is pushed meanwhile
         rounds = AskRounds(spec.questions, cascade_for(plan.cascade, spec.retrievers if spec.explicit else None),
-                           ServiceCrew(self.groups, self.sources, self.voter, plan.key), self.settings.pool,
+                           ServiceCrew(self.groups, self.sources, self.shapes, self.voter, plan.key), self.settings.pool,
                            spec.deadline, spec.documents, spec.top_k, self.limits.vote_reserve_s,
                            early_answer=on_provisional is not None)
 
         def reply(a: Any, latency_s: float, final: bool = True) -> eor_pb2.AskReply:
             return ask_reply(a.result, a.vote, a.result.failed, latency_s, rounds.reader_s / len(spec.questions),
-                             plan.label, a.stopped_at, a.stages, final=final)
+                             plan.label, a.stopped_at, a.stages, final=final, confidence=a.confidence,
+                             min_confidence=min_confidence)
 
         async def provisional(answers: list, positions: list[int]) -> None:
             now = time.perf_counter()
@@ -212,11 +216,16 @@ class EorIngress(Placed, HealthChecks):
                 f"the first vote did not finish within the {spec.deadline.seconds:g} s deadline") from None
         now = time.perf_counter()
         metrics.observe("eor_stage_seconds", now - t0, stage="total")
+        replies = []
         for a in answers:
             if a.vote.margin is not None:
                 metrics.observe("eor_vote_margin", a.vote.margin)
             metrics.inc("eor_stop_stage", stage=str(a.stopped_at))
-        return [reply(a, now - t0) for a in answers]
+            replies.append(reply(a, now - t0))
+            if a.confidence is not None:
+                metrics.observe("eor_confidence", a.confidence.p)
+            metrics.inc("eor_abstentions", float(replies[-1].abstained))
+        return replies
 
     async def _retrieve(self, request) -> eor_pb2.RetrieveReply:
         spec = parse_retrieve(request, sorted(self.sources), self.limits, self.settings.pool.max_question_chars)

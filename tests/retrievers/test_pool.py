@@ -24,13 +24,14 @@ WIKI_USERS = ["Wiki@10", "SE@2&Wiki@5", "SE@RR@5&Wiki@5", "HB@RR@10", "Wiki@10@C
 
 
 class Setup:
-    def __init__(self, encoder, specs=PAPER_POOL, se=None, wiki=None, cache=None, **config):
+    def __init__(self, encoder, specs=PAPER_POOL, se=None, wiki=None, cache=None, more=None, **config):
+        """`more`: other sources beside SE and Wiki (name -> source)."""
         self.engine = FakeEngine()
         self.se = se or FakeSource("SE", SE_PAGES)
         self.wiki = wiki or FakeSource("Wiki", WIKI_PASSAGES)
         self.reader = CachedReader(self.engine, cache)
         self.pool = RetrieverPool(PoolConfig(specs=tuple(specs), **config),
-                                  {"SE": self.se, "Wiki": self.wiki}, encoder, self.reader)
+                                  {"SE": self.se, "Wiki": self.wiki, **(more or {})}, encoder, self.reader)
 
     def answer_prompt_for(self, question, cand) -> str:
         """The answer prompt the pool must have sent for a candidate, rebuilt independently."""
@@ -334,14 +335,13 @@ def test_no_questions_no_work(setup):
 
 def test_pool_refuses_a_missing_source(memo_encoder):
     reader = CachedReader(FakeEngine())
-    with pytest.raises(ValueError, match="Wiki"):
+    with pytest.raises(ValueError, match=r"unknown knowledge source 'Wiki' in retriever spec 'Wiki@10'; known: SE, PK"):
         RetrieverPool(PoolConfig(specs=("Wiki@10",)), {"SE": FakeSource("SE", [])}, memo_encoder, reader)
-    with pytest.raises(ValueError, match=r"\['SE', 'Wiki'\]"):
-        RetrieverPool(PoolConfig(specs=("HB@RR@10",)), {}, memo_encoder, reader)
-    # PK and ReFree need no search at all
-    pool = RetrieverPool(PoolConfig(specs=("PK", "ReFree")), {}, memo_encoder, reader)
+    # PK and ReFree need no search at all; HB combines the sources there are (none: PK's chunks)
+    pool = RetrieverPool(PoolConfig(specs=("PK", "ReFree", "HB@10")), {}, memo_encoder, reader)
     (result,) = pool.run([QUESTION])
-    assert [c.retriever for c in result.candidates] == ["PK", "ReFree"] and not result.failed
+    assert [c.retriever for c in result.candidates] == ["PK", "ReFree", "HB@10"] and not result.failed
+    assert {p.source for p in result.candidates[2].context.passages} == {"PK"}
 
 
 def test_duplicate_specs_in_the_config_are_refused(memo_encoder):

@@ -57,7 +57,7 @@ class FakePool:
         self.calls: list[list[str]] = []
         self.spec_calls: list[list[str]] = []  # the specs each run was asked for
         self.round_calls: list[tuple] = []  # (groundwork, plan specs) each round got
-        self.sources: dict = {}  # nothing for the rounds to search
+        self.shapes: dict = {}  # no sources: nothing for the rounds to search
         self.loads = 0
 
     @property
@@ -112,7 +112,8 @@ def eor_home(tmp_path, monkeypatch) -> Path:
 @pytest.fixture
 def use_pool(monkeypatch):
     """use_pool(pool): `eor` commands get this pool from serve.builder.make_pool, in this process
-    (a developer's running `eor serve` would otherwise answer `eor ask` instead of the pool)."""
+    (a developer's running `eor serve` would otherwise answer `eor ask` instead of the pool, and
+    `eor ask` would start a warm reader: a process of its own, with the real pool)."""
     import serve.builder
     import serve.cli.ask
 
@@ -125,6 +126,7 @@ def use_pool(monkeypatch):
 
         monkeypatch.setattr(serve.builder, "make_pool", make_pool)
         monkeypatch.setattr(serve.cli.ask, "running_service", lambda args: None)
+        monkeypatch.setenv("EOR_KEEP_WARM", "0")
         return made
 
     return install

@@ -21,6 +21,7 @@ from serve.config import config_from_dict
 from serve.deadline import MAX_DEADLINE_S, Deadline, InvalidDeadline, ask_deadline
 from tests.serve.test_reader_recovery import _Handle, _ingress
 from voter.cascade import Cascade
+from voter.decision import Decision
 from voter.question_vote import Vote
 
 LIMITS = config_from_dict({"service": {"ask_deadline_s": 120}}).service
@@ -127,14 +128,14 @@ def _deployments(delay: float, seen: list):
         def remote(self, *args):
             return run(*args)
 
-    def vote(results, key, deadline):
+    def decide(results, key, cascade, stage, deadline):
         seen.append(("vote", deadline))
-        return [Vote(r.candidates[-1].retriever, r.candidates[-1].answer, 0.5, None, {}) for r in results], \
-            [0.0] * len(results)
+        return [Decision(Vote(r.candidates[-1].retriever, r.candidates[-1].answer, 0.5, None, {}),
+                         cascade.settled(stage, 0.0), None, 0.0) for r in results]
 
     group = _Handle()
     group.run = Run()
-    voter = _Handle(plan=lambda: VoterPlan("k", Cascade(STAGES, (1.0, 1.0)), "test voter"), vote_with_stats=vote)
+    voter = _Handle(plan=lambda: VoterPlan("k", Cascade(STAGES, (1.0, 1.0)), "test voter"), decide=decide)
     return group, voter
 
 
@@ -181,9 +182,10 @@ def test_a_vote_whose_judge_ran_past_the_deadline_ends_like_a_late_vote():
     from tests.serve.test_reader_recovery import RayTaskError
 
     results = [QuestionResult("q", (Candidate("SE@1", "a", Context("SE@1")),))]
-    late = ServiceCrew([], {}, _Handle(vote_with_stats=lambda r, k, d: RayTaskError(VoteDeadline())), "k")
+    one = Cascade.single_stage(["SE@1"])
+    late = ServiceCrew([], {}, {}, _Handle(decide=lambda r, k, c, st, d: RayTaskError(VoteDeadline())), "k")
     with pytest.raises(VoteDeadline):
-        asyncio.run(late.vote(results, Deadline.after(5.0)))
-    broken = ServiceCrew([], {}, _Handle(vote_with_stats=lambda r, k, d: RayTaskError(ValueError("bad"))), "k")
+        asyncio.run(late.decide(results, one, 0, Deadline.after(5.0)))
+    broken = ServiceCrew([], {}, {}, _Handle(decide=lambda r, k, c, st, d: RayTaskError(ValueError("bad"))), "k")
     with pytest.raises(RayTaskError):
-        asyncio.run(broken.vote(results, Deadline.after(5.0)))
+        asyncio.run(broken.decide(results, one, 0, Deadline.after(5.0)))

@@ -10,6 +10,7 @@ import time
 
 from retrievers.pool import Groundwork, PKDocument, PoolConfig, RetrieverPool, RoundRun
 from retrievers.reader import CachedReader
+from retrievers.sources.base import PAGES, PASSAGES
 from retrievers.spec import parse_spec
 from retrievers.types import TIMEOUT, Candidate, Context, Failure, QuestionResult, ReaderTokens
 from serve.deadline import Deadline
@@ -17,13 +18,16 @@ from serve.orchestrator import AskRounds, LocalCrew, RoundInput
 from tests.retrievers.fakes import QUESTION, SE_PAGES, WIKI_PASSAGES, FakeEngine, FakeSource
 from tests.serve.service_fakes import FakeEncoder
 from voter.cascade import Cascade
+from voter.decision import Decision
 from voter.question_vote import Vote
 
 NEVER = math.inf  # a threshold no vote reaches: every round runs
 
 
-def first_answer(results):
-    return [Vote(r.candidates[0].retriever, r.candidates[0].answer, 0.5, None) for r in results], [0.0] * len(results)
+def first_answer(results, cascade, stage):
+    """The voter's decisions: the first candidate's answer, settled only where the cascade ends."""
+    return [Decision(Vote(r.candidates[0].retriever, r.candidates[0].answer, 0.5, None), cascade.settled(stage, 0.0),
+                     None, 0.0) for r in results]
 
 
 class CountingEncoder(FakeEncoder):
@@ -63,7 +67,7 @@ class Crew:
 
     def __init__(self, specs, se_s=0.0):
         self.groups = [((s,), s) for s in specs]
-        self.sources = ("SE", "Wiki")
+        self.shapes = {"SE": PAGES, "Wiki": PASSAGES}
         self.se_s = se_s
         self.runs: list[RoundInput] = []
         self.called: dict[tuple[str, ...], float] = {}  # specs -> when their worker was called
@@ -92,8 +96,8 @@ class Crew:
                          else Groundwork())
         return RoundRun(results, found)
 
-    async def vote(self, results, deadline):
-        return first_answer(results)
+    async def decide(self, results, cascade, stage, deadline):
+        return first_answer(results, cascade, stage)
 
 
 def test_one_call_per_worker_per_round_with_what_earlier_rounds_found():
