@@ -115,6 +115,18 @@ def test_one_call_per_worker_per_round_with_what_earlier_rounds_found():
     assert len({r.deadline for r in crew.runs}) == 1  # the Ask's one Deadline, in every call
 
 
+def test_the_rounds_search_every_configured_source_at_the_depth_its_shape_needs():
+    """A third source, `News`, shaped like SE (whole pages): `News@1` searches it for one page, but
+    the question's plan (HB reads every source) needs SE's page depth, so that is what it gets."""
+    crew = Crew(["News@1", "HB@RR@10"])
+    crew.shapes = {"SE": PAGES, "Wiki": PASSAGES, "News": PAGES}
+    stages = (("News@1",), ("HB@RR@10",))
+    asyncio.run(AskRounds(["q"], Cascade(stages, (NEVER,)), crew, PoolConfig(), Deadline.after(30.0)).answer())
+    assert crew.searches[0] == ("News", PoolConfig().se_pages)  # round 1 reads News alone, at the plan's depth
+    assert sorted(crew.searches) == [("News", 10), ("SE", 10), ("Wiki", 20)]  # once each
+    assert [r.specs for r in crew.runs] == [("News@1",), ("HB@RR@10",)]
+
+
 def test_a_slow_source_holds_up_only_its_readers():
     crew = Crew(["Wiki@10", "SE@1", "ReFree"], se_s=10.0)
     rounds = AskRounds(["q"], Cascade.single_stage(["Wiki@10", "SE@1", "ReFree"]), crew, PoolConfig(),
