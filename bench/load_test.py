@@ -169,13 +169,13 @@ def inprocess_asks(questions: list[str], config_path: str | None) -> dict:
     engine = pool.reader.engine
     engine.load()
     try:
-        answer([WARM_UP], choice, pool.run, metrics)
+        answer([WARM_UP], choice, pool, metrics)
         stats0 = dict(vars(pool.reader.stats))
         tokens0 = {k: getattr(engine, k, 0) for k in ("prompt_tokens", "generated_tokens", "cached_tokens")}
         latencies, stops = [], []
         for q in questions:
             t = time.perf_counter()
-            a = answer([q], choice, pool.run, metrics)[0]
+            a = answer([q], choice, pool, metrics)[0]
             latencies.append(time.perf_counter() - t)
             stops.append([a.stopped_at, a.vote.answer])
     finally:

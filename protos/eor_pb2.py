@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x10protos/eor.proto\x12\x06\x65or.v1\"\xa9\x01\n\nAskRequest\x12\x10\n\x08question\x18\x01 \x01(\t\x12\r\n\x05top_k\x18\x02 \x01(\r\x12\x12\n\nretrievers\x18\x03 \x03(\t\x12\x12\n\ndeadline_s\x18\x04 \x01(\x01\x12\"\n\tdocuments\x18\x05 \x03(\x0b\x32\x0f.eor.v1.Passage\x12\x1b\n\x0emin_confidence\x18\x06 \x01(\x01H\x00\x88\x01\x01\x42\x11\n\x0f_min_confidence\".\n\tDocuments\x12!\n\x08passages\x18\x01 \x03(\x0b\x32\x0f.eor.v1.Passage\"\xb1\x01\n\x0f\x41skBatchRequest\x12\x11\n\tquestions\x18\x01 \x03(\t\x12\r\n\x05top_k\x18\x02 \x01(\r\x12\x12\n\nretrievers\x18\x03 \x03(\t\x12\x12\n\ndeadline_s\x18\x04 \x01(\x01\x12$\n\tdocuments\x18\x05 \x03(\x0b\x32\x11.eor.v1.Documents\x12\x1b\n\x0emin_confidence\x18\x06 \x01(\x01H\x00\x88\x01\x01\x42\x11\n\x0f_min_confidence\"Q\n\x07Passage\x12\n\n\x02id\x18\x01 \x01(\t\x12\r\n\x05title\x18\x02 \x01(\t\x12\x0c\n\x04text\x18\x03 \x01(\t\x12\x0e\n\x06source\x18\x04 \x01(\t\x12\r\n\x05score\x18\x05 \x01(\x01\"\xaf\x01\n\tCandidate\x12\x11\n\tretriever\x18\x01 \x01(\t\x12\x0e\n\x06\x61nswer\x18\x02 \x01(\t\x12\x12\n\x05score\x18\x03 \x01(\x01H\x00\x88\x01\x01\x12\r\n\x05\x65rror\x18\x04 \x01(\t\x12\x16\n\x0etoken_logprobs\x18\x05 \x03(\x02\x12\x17\n\nconfidence\x18\x06 \x01(\x01H\x01\x88\x01\x01\x12\x12\n\nerror_kind\x18\x07 \x01(\tB\x08\n\x06_scoreB\r\n\x0b_confidence\"\x96\x04\n\x08\x41skReply\x12\x10\n\x08question\x18\x01 \x01(\t\x12\x0e\n\x06\x61nswer\x18\x02 \x01(\t\x12\x11\n\tretriever\x18\x03 \x01(\t\x12\x12\n\x05score\x18\x04 \x01(\x01H\x00\x88\x01\x01\x12\x13\n\x06margin\x18\x05 \x01(\x01H\x01\x88\x01\x01\x12%\n\ncandidates\x18\x06 \x03(\x0b\x32\x11.eor.v1.Candidate\x12!\n\x08passages\x18\x07 \x03(\x0b\x32\x0f.eor.v1.Passage\x12\x10\n\x08\x64ocument\x18\x08 \x01(\t\x12\x0f\n\x07missing\x18\t \x03(\t\x12\x11\n\tlatency_s\x18\n \x01(\x01\x12\x10\n\x08reader_s\x18\x0b \x01(\x01\x12\r\n\x05voter\x18\x0c \x01(\t\x12\x0b\n\x03ran\x18\r \x03(\t\x12\x18\n\x10stopped_at_stage\x18\x0e \x01(\r\x12\x0e\n\x06stages\x18\x0f \x01(\r\x12\r\n\x05\x66inal\x18\x10 \x01(\x08\x12\x15\n\rprompt_tokens\x18\x11 \x01(\x04\x12\x1c\n\x14\x63\x61\x63hed_prompt_tokens\x18\x12 \x01(\x04\x12\x18\n\x10generated_tokens\x18\x13 \x01(\x04\x12\x17\n\nconfidence\x18\x14 \x01(\x01H\x02\x88\x01\x01\x12\x17\n\x0f\x63onfidence_kind\x18\x15 \x01(\t\x12\x11\n\tabstained\x18\x16 \x01(\x08\x12\r\n\x05guess\x18\x17 \x01(\tB\x08\n\x06_scoreB\t\n\x07_marginB\r\n\x0b_confidence\"2\n\rAskBatchReply\x12!\n\x07replies\x18\x01 \x03(\x0b\x32\x10.eor.v1.AskReply\"\x83\x01\n\x0fGenerateRequest\x12\x0f\n\x07prompts\x18\x01 \x03(\t\x12\x12\n\nmax_tokens\x18\x02 \x01(\r\x12\x13\n\x0btemperature\x18\x03 \x01(\x01\x12\x0c\n\x04stop\x18\x04 \x03(\t\x12\x0b\n\x03raw\x18\x05 \x01(\x08\x12\x0b\n\x03\x63ue\x18\x06 \x01(\t\x12\x0e\n\x06starts\x18\x07 \x03(\t\"/\n\rGenerateReply\x12\x0f\n\x07outputs\x18\x01 \x03(\t\x12\r\n\x05model\x18\x02 \x01(\t\"\x0f\n\rHealthRequest\"\xf2\x03\n\x0bHealthReply\x12*\n\x06status\x18\x01 \x01(\x0e\x32\x1a.eor.v1.HealthReply.Status\x12\r\n\x05model\x18\x02 \x01(\t\x12\x12\n\nretrievers\x18\x03 \x03(\t\x12\x16\n\x0ereader_prompts\x18\x04 \x01(\x04\x12\x19\n\x11reader_cache_hits\x18\x05 \x01(\x04\x12\x1b\n\x13reader_engine_calls\x18\x06 \x01(\x04\x12\x1d\n\x15reader_engine_prompts\x18\x07 \x01(\x04\x12\x19\n\x11reader_mean_batch\x18\x08 \x01(\x01\x12\x0e\n\x06\x64\x65tail\x18\t \x01(\t\x12\x1c\n\x14reader_prompt_tokens\x18\n \x01(\x04\x12\x1f\n\x17reader_generated_tokens\x18\x0b \x01(\x04\x12\x1c\n\x14reader_cached_tokens\x18\x0c \x01(\x04\x12\r\n\x05voter\x18\r \x01(\t\x12\x17\n\x0fgenerator_model\x18\x0e \x01(\t\x12\x18\n\x10reader_in_flight\x18\x0f \x01(\x04\x12\x13\n\x0bunavailable\x18\x10 \x03(\t\x12\x11\n\tplacement\x18\x11 \x03(\t\"3\n\x06Status\x12\x0b\n\x07UNKNOWN\x10\x00\x12\x0b\n\x07SERVING\x10\x01\x12\x0f\n\x0bNOT_SERVING\x10\x02\"@\n\x0fRetrieveRequest\x12\x11\n\tquestions\x18\x01 \x03(\t\x12\t\n\x01k\x18\x02 \x01(\r\x12\x0f\n\x07sources\x18\x03 \x03(\t\"N\n\nSourceHits\x12\x0e\n\x06source\x18\x01 \x01(\t\x12!\n\x08passages\x18\x02 \x03(\x0b\x32\x0f.eor.v1.Passage\x12\r\n\x05\x65rror\x18\x03 \x01(\t\"G\n\x0eRetrieveResult\x12\x10\n\x08question\x18\x01 \x01(\t\x12#\n\x07sources\x18\x02 \x03(\x0b\x32\x12.eor.v1.SourceHits\"8\n\rRetrieveReply\x12\'\n\x07results\x18\x01 \x03(\x0b\x32\x16.eor.v1.RetrieveResult\".\n\x16SetVoterWeightsRequest\x12\x14\n\x0cweights_json\x18\x01 \x01(\t\":\n\x14SetVoterWeightsReply\x12\x0e\n\x06source\x18\x01 \x01(\t\x12\x12\n\nretrievers\x18\x02 \x03(\t2\xa2\x03\n\x03\x45or\x12+\n\x03\x41sk\x12\x12.eor.v1.AskRequest\x1a\x10.eor.v1.AskReply\x12\x33\n\tAskStream\x12\x12.eor.v1.AskRequest\x1a\x10.eor.v1.AskReply0\x01\x12:\n\x08\x41skBatch\x12\x17.eor.v1.AskBatchRequest\x1a\x15.eor.v1.AskBatchReply\x12:\n\x08Generate\x12\x17.eor.v1.GenerateRequest\x1a\x15.eor.v1.GenerateReply\x12\x34\n\x06Health\x12\x15.eor.v1.HealthRequest\x1a\x13.eor.v1.HealthReply\x12:\n\x08Retrieve\x12\x17.eor.v1.RetrieveRequest\x1a\x15.eor.v1.RetrieveReply\x12O\n\x0fSetVoterWeights\x12\x1e.eor.v1.SetVoterWeightsRequest\x1a\x1c.eor.v1.SetVoterWeightsReplyb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x10protos/eor.proto\x12\x06\x65or.v1\"\xbd\x01\n\nAskRequest\x12\x10\n\x08question\x18\x01 \x01(\t\x12\r\n\x05top_k\x18\x02 \x01(\r\x12\x12\n\nretrievers\x18\x03 \x03(\t\x12\x17\n\ndeadline_s\x18\x04 \x01(\x01H\x00\x88\x01\x01\x12\"\n\tdocuments\x18\x05 \x03(\x0b\x32\x0f.eor.v1.Passage\x12\x1b\n\x0emin_confidence\x18\x06 \x01(\x01H\x01\x88\x01\x01\x42\r\n\x0b_deadline_sB\x11\n\x0f_min_confidence\".\n\tDocuments\x12!\n\x08passages\x18\x01 \x03(\x0b\x32\x0f.eor.v1.Passage\"\xc5\x01\n\x0f\x41skBatchRequest\x12\x11\n\tquestions\x18\x01 \x03(\t\x12\r\n\x05top_k\x18\x02 \x01(\r\x12\x12\n\nretrievers\x18\x03 \x03(\t\x12\x17\n\ndeadline_s\x18\x04 \x01(\x01H\x00\x88\x01\x01\x12$\n\tdocuments\x18\x05 \x03(\x0b\x32\x11.eor.v1.Documents\x12\x1b\n\x0emin_confidence\x18\x06 \x01(\x01H\x01\x88\x01\x01\x42\r\n\x0b_deadline_sB\x11\n\x0f_min_confidence\"Q\n\x07Passage\x12\n\n\x02id\x18\x01 \x01(\t\x12\r\n\x05title\x18\x02 \x01(\t\x12\x0c\n\x04text\x18\x03 \x01(\t\x12\x0e\n\x06source\x18\x04 \x01(\t\x12\r\n\x05score\x18\x05 \x01(\x01\"\xaf\x01\n\tCandidate\x12\x11\n\tretriever\x18\x01 \x01(\t\x12\x0e\n\x06\x61nswer\x18\x02 \x01(\t\x12\x12\n\x05score\x18\x03 \x01(\x01H\x00\x88\x01\x01\x12\r\n\x05\x65rror\x18\x04 \x01(\t\x12\x16\n\x0etoken_logprobs\x18\x05 \x03(\x02\x12\x17\n\nconfidence\x18\x06 \x01(\x01H\x01\x88\x01\x01\x12\x12\n\nerror_kind\x18\x07 \x01(\tB\x08\n\x06_scoreB\r\n\x0b_confidence\"\x96\x04\n\x08\x41skReply\x12\x10\n\x08question\x18\x01 \x01(\t\x12\x0e\n\x06\x61nswer\x18\x02 \x01(\t\x12\x11\n\tretriever\x18\x03 \x01(\t\x12\x12\n\x05score\x18\x04 \x01(\x01H\x00\x88\x01\x01\x12\x13\n\x06margin\x18\x05 \x01(\x01H\x01\x88\x01\x01\x12%\n\ncandidates\x18\x06 \x03(\x0b\x32\x11.eor.v1.Candidate\x12!\n\x08passages\x18\x07 \x03(\x0b\x32\x0f.eor.v1.Passage\x12\x10\n\x08\x64ocument\x18\x08 \x01(\t\x12\x0f\n\x07missing\x18\t \x03(\t\x12\x11\n\tlatency_s\x18\n \x01(\x01\x12\x10\n\x08reader_s\x18\x0b \x01(\x01\x12\r\n\x05voter\x18\x0c \x01(\t\x12\x0b\n\x03ran\x18\r \x03(\t\x12\x18\n\x10stopped_at_stage\x18\x0e \x01(\r\x12\x0e\n\x06stages\x18\x0f \x01(\r\x12\r\n\x05\x66inal\x18\x10 \x01(\x08\x12\x15\n\rprompt_tokens\x18\x11 \x01(\x04\x12\x1c\n\x14\x63\x61\x63hed_prompt_tokens\x18\x12 \x01(\x04\x12\x18\n\x10generated_tokens\x18\x13 \x01(\x04\x12\x17\n\nconfidence\x18\x14 \x01(\x01H\x02\x88\x01\x01\x12\x17\n\x0f\x63onfidence_kind\x18\x15 \x01(\t\x12\x11\n\tabstained\x18\x16 \x01(\x08\x12\r\n\x05guess\x18\x17 \x01(\tB\x08\n\x06_scoreB\t\n\x07_marginB\r\n\x0b_confidence\"2\n\rAskBatchReply\x12!\n\x07replies\x18\x01 \x03(\x0b\x32\x10.eor.v1.AskReply\"\x83\x01\n\x0fGenerateRequest\x12\x0f\n\x07prompts\x18\x01 \x03(\t\x12\x12\n\nmax_tokens\x18\x02 \x01(\r\x12\x13\n\x0btemperature\x18\x03 \x01(\x01\x12\x0c\n\x04stop\x18\x04 \x03(\t\x12\x0b\n\x03raw\x18\x05 \x01(\x08\x12\x0b\n\x03\x63ue\x18\x06 \x01(\t\x12\x0e\n\x06starts\x18\x07 \x03(\t\"/\n\rGenerateReply\x12\x0f\n\x07outputs\x18\x01 \x03(\t\x12\r\n\x05model\x18\x02 \x01(\t\"\x0f\n\rHealthRequest\"\xf2\x03\n\x0bHealthReply\x12*\n\x06status\x18\x01 \x01(\x0e\x32\x1a.eor.v1.HealthReply.Status\x12\r\n\x05model\x18\x02 \x01(\t\x12\x12\n\nretrievers\x18\x03 \x03(\t\x12\x16\n\x0ereader_prompts\x18\x04 \x01(\x04\x12\x19\n\x11reader_cache_hits\x18\x05 \x01(\x04\x12\x1b\n\x13reader_engine_calls\x18\x06 \x01(\x04\x12\x1d\n\x15reader_engine_prompts\x18\x07 \x01(\x04\x12\x19\n\x11reader_mean_batch\x18\x08 \x01(\x01\x12\x0e\n\x06\x64\x65tail\x18\t \x01(\t\x12\x1c\n\x14reader_prompt_tokens\x18\n \x01(\x04\x12\x1f\n\x17reader_generated_tokens\x18\x0b \x01(\x04\x12\x1c\n\x14reader_cached_tokens\x18\x0c \x01(\x04\x12\r\n\x05voter\x18\r \x01(\t\x12\x17\n\x0fgenerator_model\x18\x0e \x01(\t\x12\x18\n\x10reader_in_flight\x18\x0f \x01(\x04\x12\x13\n\x0bunavailable\x18\x10 \x03(\t\x12\x11\n\tplacement\x18\x11 \x03(\t\"3\n\x06Status\x12\x0b\n\x07UNKNOWN\x10\x00\x12\x0b\n\x07SERVING\x10\x01\x12\x0f\n\x0bNOT_SERVING\x10\x02\"@\n\x0fRetrieveRequest\x12\x11\n\tquestions\x18\x01 \x03(\t\x12\t\n\x01k\x18\x02 \x01(\r\x12\x0f\n\x07sources\x18\x03 \x03(\t\"N\n\nSourceHits\x12\x0e\n\x06source\x18\x01 \x01(\t\x12!\n\x08passages\x18\x02 \x03(\x0b\x32\x0f.eor.v1.Passage\x12\r\n\x05\x65rror\x18\x03 \x01(\t\"G\n\x0eRetrieveResult\x12\x10\n\x08question\x18\x01 \x01(\t\x12#\n\x07sources\x18\x02 \x03(\x0b\x32\x12.eor.v1.SourceHits\"8\n\rRetrieveReply\x12\'\n\x07results\x18\x01 \x03(\x0b\x32\x16.eor.v1.RetrieveResult\".\n\x16SetVoterWeightsRequest\x12\x14\n\x0cweights_json\x18\x01 \x01(\t\":\n\x14SetVoterWeightsReply\x12\x0e\n\x06source\x18\x01 \x01(\t\x12\x12\n\nretrievers\x18\x02 \x03(\t2\xa2\x03\n\x03\x45or\x12+\n\x03\x41sk\x12\x12.eor.v1.AskRequest\x1a\x10.eor.v1.AskReply\x12\x33\n\tAskStream\x12\x12.eor.v1.AskRequest\x1a\x10.eor.v1.AskReply0\x01\x12:\n\x08\x41skBatch\x12\x17.eor.v1.AskBatchRequest\x1a\x15.eor.v1.AskBatchReply\x12:\n\x08Generate\x12\x17.eor.v1.GenerateRequest\x1a\x15.eor.v1.GenerateReply\x12\x34\n\x06Health\x12\x15.eor.v1.HealthRequest\x1a\x13.eor.v1.HealthReply\x12:\n\x08Retrieve\x12\x17.eor.v1.RetrieveRequest\x1a\x15.eor.v1.RetrieveReply\x12O\n\x0fSetVoterWeights\x12\x1e.eor.v1.SetVoterWeightsRequest\x1a\x1c.eor.v1.SetVoterWeightsReplyb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -32,41 +32,41 @@ _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'protos.eor_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
   _globals['_ASKREQUEST']._serialized_start=29
-  _globals['_ASKREQUEST']._serialized_end=198
-  _globals['_DOCUMENTS']._serialized_start=200
-  _globals['_DOCUMENTS']._serialized_end=246
-  _globals['_ASKBATCHREQUEST']._serialized_start=249
-  _globals['_ASKBATCHREQUEST']._serialized_end=426
-  _globals['_PASSAGE']._serialized_start=428
-  _globals['_PASSAGE']._serialized_end=509
-  _globals['_CANDIDATE']._serialized_start=512
-  _globals['_CANDIDATE']._serialized_end=687
-  _globals['_ASKREPLY']._serialized_start=690
-  _globals['_ASKREPLY']._serialized_end=1224
-  _globals['_ASKBATCHREPLY']._serialized_start=1226
-  _globals['_ASKBATCHREPLY']._serialized_end=1276
-  _globals['_GENERATEREQUEST']._serialized_start=1279
-  _globals['_GENERATEREQUEST']._serialized_end=1410
-  _globals['_GENERATEREPLY']._serialized_start=1412
-  _globals['_GENERATEREPLY']._serialized_end=1459
-  _globals['_HEALTHREQUEST']._serialized_start=1461
-  _globals['_HEALTHREQUEST']._serialized_end=1476
-  _globals['_HEALTHREPLY']._serialized_start=1479
-  _globals['_HEALTHREPLY']._serialized_end=1977
-  _globals['_HEALTHREPLY_STATUS']._serialized_start=1926
-  _globals['_HEALTHREPLY_STATUS']._serialized_end=1977
-  _globals['_RETRIEVEREQUEST']._serialized_start=1979
-  _globals['_RETRIEVEREQUEST']._serialized_end=2043
-  _globals['_SOURCEHITS']._serialized_start=2045
-  _globals['_SOURCEHITS']._serialized_end=2123
-  _globals['_RETRIEVERESULT']._serialized_start=2125
-  _globals['_RETRIEVERESULT']._serialized_end=2196
-  _globals['_RETRIEVEREPLY']._serialized_start=2198
-  _globals['_RETRIEVEREPLY']._serialized_end=2254
-  _globals['_SETVOTERWEIGHTSREQUEST']._serialized_start=2256
-  _globals['_SETVOTERWEIGHTSREQUEST']._serialized_end=2302
-  _globals['_SETVOTERWEIGHTSREPLY']._serialized_start=2304
-  _globals['_SETVOTERWEIGHTSREPLY']._serialized_end=2362
-  _globals['_EOR']._serialized_start=2365
-  _globals['_EOR']._serialized_end=2783
+  _globals['_ASKREQUEST']._serialized_end=218
+  _globals['_DOCUMENTS']._serialized_start=220
+  _globals['_DOCUMENTS']._serialized_end=266
+  _globals['_ASKBATCHREQUEST']._serialized_start=269
+  _globals['_ASKBATCHREQUEST']._serialized_end=466
+  _globals['_PASSAGE']._serialized_start=468
+  _globals['_PASSAGE']._serialized_end=549
+  _globals['_CANDIDATE']._serialized_start=552
+  _globals['_CANDIDATE']._serialized_end=727
+  _globals['_ASKREPLY']._serialized_start=730
+  _globals['_ASKREPLY']._serialized_end=1264
+  _globals['_ASKBATCHREPLY']._serialized_start=1266
+  _globals['_ASKBATCHREPLY']._serialized_end=1316
+  _globals['_GENERATEREQUEST']._serialized_start=1319
+  _globals['_GENERATEREQUEST']._serialized_end=1450
+  _globals['_GENERATEREPLY']._serialized_start=1452
+  _globals['_GENERATEREPLY']._serialized_end=1499
+  _globals['_HEALTHREQUEST']._serialized_start=1501
+  _globals['_HEALTHREQUEST']._serialized_end=1516
+  _globals['_HEALTHREPLY']._serialized_start=1519
+  _globals['_HEALTHREPLY']._serialized_end=2017
+  _globals['_HEALTHREPLY_STATUS']._serialized_start=1966
+  _globals['_HEALTHREPLY_STATUS']._serialized_end=2017
+  _globals['_RETRIEVEREQUEST']._serialized_start=2019
+  _globals['_RETRIEVEREQUEST']._serialized_end=2083
+  _globals['_SOURCEHITS']._serialized_start=2085
+  _globals['_SOURCEHITS']._serialized_end=2163
+  _globals['_RETRIEVERESULT']._serialized_start=2165
+  _globals['_RETRIEVERESULT']._serialized_end=2236
+  _globals['_RETRIEVEREPLY']._serialized_start=2238
+  _globals['_RETRIEVEREPLY']._serialized_end=2294
+  _globals['_SETVOTERWEIGHTSREQUEST']._serialized_start=2296
+  _globals['_SETVOTERWEIGHTSREQUEST']._serialized_end=2342
+  _globals['_SETVOTERWEIGHTSREPLY']._serialized_start=2344
+  _globals['_SETVOTERWEIGHTSREPLY']._serialized_end=2402
+  _globals['_EOR']._serialized_start=2405
+  _globals['_EOR']._serialized_end=2823
 # @@protoc_insertion_point(module_scope)

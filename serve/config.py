@@ -133,7 +133,9 @@ class ServiceConfig:
     metrics_port: int = 8080  # Ray's Prometheus endpoint on this node (0: Ray picks)
     # "auto", "per-spec", "one" (RETRIEVER_ACTOR_LAYOUTS, above) or [[spec, ...], ...]: the specs of each actor
     retriever_actors: str | tuple[tuple[str, ...], ...] = "auto"
-    retriever_timeout_s: float = 120.0  # an Ask's whole budget, every cascade stage; a request deadline shortens it
+    # the whole Ask's default deadline (every round and its vote); a request's deadline_s or the
+    # client's gRPC deadline shortens it (serve/deadline.py)
+    ask_deadline_s: float = 120.0
     vote_reserve_s: float = 30.0  # no new stage starts with less than this (or a quarter of the budget) left
     # an Ask that sets no min_confidence abstains below this P(right) (0: always answer; voter/decision.py)
     min_confidence: float = 0.0
@@ -158,8 +160,8 @@ class ServiceConfig:
     placement: dict[str, dict[str, float]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        if self.retriever_timeout_s <= 0 or self.max_batch < 1:
-            raise ValueError("service: retriever_timeout_s and max_batch must be positive")
+        if not self.ask_deadline_s > 0 or self.max_batch < 1:
+            raise ValueError("service: ask_deadline_s and max_batch must be positive")
         from voter.decision import check_min_confidence
 
         try:
@@ -213,9 +215,17 @@ class EorConfig:
         return asdict(self)
 
 
+# keys that were renamed: the old name is an error that says the new one
+RENAMED = {"config.service.retriever_timeout_s": ("service.ask_deadline_s", "it is the whole Ask's default deadline")}
+
+
 def _build(cls: type, data: dict[str, Any], where: str) -> Any:
     known = {f.name: f for f in fields(cls)}
     unknown = set(data) - set(known)
+    for key in sorted(unknown):
+        if f"{where}.{key}" in RENAMED:
+            new, why = RENAMED[f"{where}.{key}"]
+            raise ValueError(f"config key {where.removeprefix('config.')}.{key} is now {new} ({why}); rename it")
     if unknown:
         raise ValueError(f"unknown config keys at {where}: {sorted(unknown)}; known: {sorted(known)}")
     kwargs = {}

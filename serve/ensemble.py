@@ -1,26 +1,23 @@
 """Adaptive EoR for a batch of questions: run the voter's stages in order, ask the voter after
 each, stop a question as soon as the voter says it is settled (voter/decision.py).
 
-One orchestration for every entry point: `eor ask` passes the in-process pool's `run`, the
-service passes its fan-out over the retriever actors. Retrievers the voter dropped are not in
-any stage, so they never run; the dropped ones reach the reader only when a caller names them
-explicitly (`--retrievers`, `AskRequest.retrievers`), and then they run as one stage.
+One loop for every entry point; a round's work is done by the one orchestrator both use
+(serve/orchestrator.py: `AskRounds`, with the in-process pool or the service's deployments).
+Retrievers the voter dropped are not in any stage, so they never run; the dropped ones reach
+the reader only when a caller names them explicitly (`--retrievers`,
+`AskRequest.retrievers`), and then they run as one stage.
 """
 from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass
-from typing import Awaitable, Callable, Sequence
+from typing import Any, Awaitable, Callable, Sequence
 
 from retrievers.types import QuestionResult
 from voter.decision import Confidence, Decision, decide
 from voter.question_vote import Vote, VoterChoice
 from voter.cascade import Cascade
 from voter.similarity import PairSimilarity
-
-# (questions, specs, shared=per-question QuestionWork, plan_specs=every spec of the cascade) -> results:
-# the in-process pool's `run`
-RunStage = Callable[..., list[QuestionResult]]
 
 
 @dataclass(frozen=True)
@@ -45,10 +42,18 @@ class EnsembleAnswer:
         return [c.retriever for c in self.result.candidates]
 
 
-def merge(a: QuestionResult | None, b: QuestionResult) -> QuestionResult:
-    if a is None:
-        return b
-    return QuestionResult(a.question, a.candidates + b.candidates, {**a.shared_tokens, **b.shared_tokens})
+def joined(question: str, parts: Sequence[QuestionResult], order: Sequence[str] | None = None) -> QuestionResult:
+    """One question's results from several calls as one: the candidates in `order` (None: as
+    they come), each shared document's tokens once. The one place results are put together
+    (a round's groups, a stream's early and late halves, the rounds of an Ask)."""
+    cands = [c for p in parts for c in p.candidates]
+    if order is not None:
+        by = {c.retriever: c for c in cands}
+        cands = [by[s] for s in order if s in by]
+    shared: dict = {}
+    for p in parts:
+        shared.update(p.shared_tokens)
+    return QuestionResult(question, tuple(cands), shared)
 
 
 def cascade_for(voter_cascade: Cascade, specs: Sequence[str] | None = None) -> Cascade:
@@ -99,7 +104,7 @@ async def answer_async(questions: Sequence[str], cascade: Cascade, run_stage: As
         if len(results) != len(todo):
             raise RuntimeError(f"stage {k + 1} returned {len(results)} results for {len(todo)} questions")
         for i, r in zip(todo, results):
-            merged[i] = merge(merged[i], r)
+            merged[i] = joined(r.question, [m for m in (merged[i], r) if m is not None])
         try:
             decisions = await vote([merged[i] for i in todo], k)
         except VoteDeadline:  # end with the last vote; the stage's answers are returned but did not vote
@@ -118,28 +123,23 @@ async def answer_async(questions: Sequence[str], cascade: Cascade, run_stage: As
     return [done[i] for i in range(len(qs))]
 
 
-def answer(questions: Sequence[str], choice: VoterChoice, run_stage: RunStage,
+def answer(questions: Sequence[str], choice: VoterChoice, pool: Any,
            metrics: Sequence[PairSimilarity], specs: Sequence[str] | None = None,
            on_stage: Callable[[int, int, list[str]], None] | None = None,
            on_provisional: Callable[[list[EnsembleAnswer], list[int]], None] | None = None) -> list[EnsembleAnswer]:
-    """In-process: `run_stage` is the pool's `run`, the vote runs here. A question's stages
-    share one `QuestionWork`: each source is searched once (at the depth the whole cascade
-    needs), PK is written once, chunks are embedded once."""
-    from retrievers.pool import QuestionWork
+    """In-process (`eor ask`): the rounds of serve/orchestrator.py with `pool` (a RetrieverPool)
+    doing the work and the vote here; each source is searched once per question (at the depth
+    the whole cascade needs), PK written once, chunks embedded once."""
+    from serve.orchestrator import AskRounds, LocalCrew
 
-    qs = list(questions)
     cascade = cascade_for(choice.saved.stages, specs)
-    plan = [s for stage in cascade.stages for s in stage]
-    shared = [QuestionWork() for _ in qs]
 
-    async def run(open_: list[int], sp: list[str]) -> list[QuestionResult]:
-        return run_stage([qs[i] for i in open_], sp, shared=[shared[i] for i in open_], plan_specs=plan)
-
-    async def vote(results: list[QuestionResult], stage: int) -> list[Decision]:
-        return decide(results, choice.saved, metrics, cascade, stage)
+    def decided(results: list[QuestionResult], run: Cascade, stage: int) -> list[Decision]:
+        return decide(results, choice.saved, metrics, run, stage)
 
     async def provisional(answers: list[EnsembleAnswer], positions: list[int]) -> None:
         if on_provisional is not None:
             on_provisional(answers, positions)
 
-    return asyncio.run(answer_async(qs, cascade, run, vote, on_stage, on_provisional=provisional))
+    rounds = AskRounds(questions, cascade, LocalCrew(pool, decided, holds=cascade.specs), pool.config)
+    return asyncio.run(rounds.answer(on_stage, provisional))

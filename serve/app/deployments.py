@@ -6,7 +6,7 @@
   configured one's `encode()` is the @RR encoder.
 - `RetrieverGroup`: a thin actor (no torch) running the ordinary `RetrieverPool` over its
   specs (one, or the whole pool: `service.retriever_actors`) with remote sources, encoder and
-  reader (serve/app/handles.py).
+  reader (serve/app/handles.py): one `run(RoundInput) -> RoundRun` per round of an Ask.
 - `Voter`: the EoR voter; its weights come from `user_config` (live updates, no restart).
 
 Every deployment takes the application settings as a plain dict (EorConfig.to_dict()).
@@ -18,16 +18,20 @@ import logging
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
-from typing import Any, Sequence
+from typing import Any
 
 from ray import serve
 
-from retrievers.types import Passage, QuestionResult
+from retrievers.pool import RoundRun
+from retrievers.types import QuestionResult
 from serve.app import metrics
-from serve.app.handles import CallDeadline, RemoteEncoder, RemoteReader, RemoteSource, StageClock
+from serve.app.handles import RemoteEncoder, RemoteReader, RemoteSource, StageClock, working_for
 from serve.app.placement import THIN, Placed
 from serve.builder import make_service_sources, source_shapes
 from serve.config import config_from_dict
+from serve.deadline import Deadline
+from serve.ensemble import VoteDeadline
+from serve.orchestrator import RoundInput
 
 log = logging.getLogger(__name__)
 
@@ -54,15 +58,6 @@ class Source(Placed):
         return self.name
 
 
-@dataclass(frozen=True)
-class GroupRun:
-    """A retriever group's answer to one call: the results and the seconds it waited on the reader."""
-
-    results: list[QuestionResult]
-    reader_s: float = 0.0
-    shared: list[Any] | None = None  # the questions' QuestionWork, as this run extended it
-
-
 RECENT_VOTERS = 4  # voters kept for Asks that began before a push
 
 
@@ -87,7 +82,7 @@ class RetrieverGroup(Placed):
         from retrievers.pool import RetrieverPool
 
         s = config_from_dict(settings)
-        t = s.service.retriever_timeout_s
+        t = s.service.ask_deadline_s  # the longest a call waits; an Ask's Deadline is sooner
         shapes = source_shapes(s)
         sources = {name: RemoteSource(name, h, t, shapes[name]) for name, h in handles.items()}
         self.specs = list(specs)
@@ -105,26 +100,22 @@ class RetrieverGroup(Placed):
             self._pools[top_k] = self._make(top_k)
         return self._pools[top_k]
 
-    def _run(self, questions: list[str], specs: list[str], top_k: int,
-             documents: Sequence[Sequence[Passage]] | None, timeout_s: float | None = None,
-             shared: list | None = None, plan_specs: list[str] | None = None) -> GroupRun:
+    def _run(self, round_: RoundInput) -> RoundRun:
         StageClock.reset()
-        CallDeadline.set(timeout_s)
         t = time.perf_counter()
-        results = self._pool(top_k).run(questions, specs, documents, shared=shared, plan_specs=plan_specs)
+        with working_for(round_.deadline):
+            out = self._pool(round_.top_k).run_round(round_.questions, round_.specs, round_.work, round_.documents,
+                                                     round_.plan_specs)
         spent = StageClock.spent()
         for stage in ("retrieve", "read"):
             metrics.observe("eor_stage_seconds", spent.get(stage, 0.0), stage=stage)
         metrics.observe("eor_stage_seconds", time.perf_counter() - t, stage="group")  # errors: counted by the ingress
-        return GroupRun(results, spent.get("read", 0.0), shared)
+        return replace(out, reader_s=spent.get("read", 0.0))
 
-    async def run(self, questions: list[str], specs: list[str], top_k: int = 0,
-                  documents: Sequence[Sequence[Passage]] | None = None, timeout_s: float | None = None,
-                  shared: list | None = None, plan_specs: list[str] | None = None) -> GroupRun:
-        """`timeout_s`: the request's time left; no source or reader call outlives it. `shared`:
-        each question's QuestionWork from its earlier stages (searches, PK, reranking), reused."""
-        return await asyncio.get_running_loop().run_in_executor(
-            self._threads, self._run, questions, specs, top_k, documents, timeout_s, shared, plan_specs)
+    async def run(self, round_: RoundInput) -> RoundRun:
+        """This group's part of one round of an Ask: no source or reader call outlives the Ask's
+        Deadline; the results come back with what they found for later rounds."""
+        return await asyncio.get_running_loop().run_in_executor(self._threads, self._run, round_)
 
     async def ping(self) -> list[str]:
         return self.specs
@@ -142,7 +133,7 @@ class Voter(Placed):
     def __init__(self, settings: dict, reader: Any):
         self.settings = config_from_dict(settings)
         self.pool = list(self.settings.pool.specs)
-        self.reader_client = RemoteReader(reader, timeout_s=self.settings.service.retriever_timeout_s)
+        self.reader_client = RemoteReader(reader, timeout_s=self.settings.service.ask_deadline_s)
         self.reader_model = self.settings.reader.model
         self.choice = None
         self._recent: dict[str, Any] = {}  # voter key -> (choice, its metrics): Asks under way keep theirs
@@ -202,11 +193,18 @@ class Voter(Placed):
             m.load()
         return built
 
-    def _decide(self, results: list[QuestionResult], key: str | None, cascade: Any, stage: int):
+    def _decide(self, results: list[QuestionResult], key: str | None, cascade: Any, stage: int,
+                deadline: Deadline | None):
         from voter.decision import decide
 
         choice, sims = self._recent.get(key) or self._recent[self._key(self.choice)]
-        return decide(results, choice.saved, sims, cascade, stage)
+        with working_for(deadline):  # the judge's reader calls (NLI) end with the Ask's deadline
+            try:
+                return decide(results, choice.saved, sims, cascade, stage)
+            except TimeoutError:
+                if deadline is not None and deadline.passed:
+                    raise VoteDeadline from None
+                raise
 
     async def plan(self) -> VoterPlan:
         """What one Ask needs of the voter, in one call: its cascade, its label, and the key its
@@ -215,11 +213,12 @@ class Voter(Placed):
         return VoterPlan(self._key(choice), choice.saved.stages, choice.describe())
 
     async def decide(self, results: list[QuestionResult], key: str | None = None, cascade: Any = None,
-                     stage: int = 0):
+                     stage: int = 0, deadline: Deadline | None = None):
         """The decisions (voter/decision.py: answer, settled?, P(right)) after 0-based `stage`
         of `cascade` (the Ask's: the plan's, or its explicit retrievers as one stage), by the
-        voter `key` names (plan()), else the current one."""
-        return await asyncio.to_thread(self._decide, results, key, cascade, stage)
+        voter `key` names (plan()), else the current one; VoteDeadline when its reader calls
+        run past `deadline`."""
+        return await asyncio.to_thread(self._decide, results, key, cascade, stage, deadline)
 
     async def weights_source(self) -> str:
         return self.choice.describe()

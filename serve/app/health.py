@@ -9,6 +9,7 @@ from typing import Any
 from protos import eor_pb2
 from serve.app.handles import bounded
 from serve.app.placement import placements, source_deployment
+from serve.deadline import Deadline
 
 
 class HealthChecks:
@@ -67,7 +68,7 @@ class HealthChecks:
 
         async def down(handle: Any) -> bool:
             try:
-                await bounded(handle.ping.remote(), timeout_s)
+                await bounded(handle.ping.remote(), Deadline.after(timeout_s))
                 return False
             except Exception:
                 return True

@@ -17,9 +17,9 @@ from retrievers.pool import MAX_QUESTION_CHARS, QuestionError
 from retrievers.pool import check_question as pool_check_question
 from serve.app.errors import InvalidArgument
 from serve.config import ServiceConfig
+from serve.deadline import Deadline, InvalidDeadline, ask_deadline
 
 MAX_TOP_K = 100
-MAX_DEADLINE_S = 3600.0
 
 
 @dataclass(frozen=True)
@@ -75,7 +75,7 @@ class AskSpec:
     questions: tuple[str, ...]
     retrievers: tuple[str, ...]  # in pool order
     top_k: int  # 0: the pool default
-    deadline_s: float  # 0: none
+    deadline: Deadline  # the Ask's one deadline: its own, the service's default, the client's gRPC one
     documents: tuple[tuple[Passage, ...], ...] | None = None  # per question; () for "search"
     explicit: bool = False  # the request named its retrievers: they run, as one stage
     min_confidence: float | None = None  # abstain below this P(right); None: the service's default
@@ -96,8 +96,9 @@ def parse_documents(docs: Sequence[Any], limits: ServiceConfig, where: str) -> t
 
 
 def parse_ask(request: Any, pool: Sequence[str], limits: ServiceConfig, batch: bool,
-              max_question_chars: int = MAX_QUESTION_CHARS) -> AskSpec:
-    """`max_question_chars`: the pool's limit (pool.max_question_chars), the one the core checks."""
+              max_question_chars: int = MAX_QUESTION_CHARS, transport: Deadline | None = None) -> AskSpec:
+    """`max_question_chars`: the pool's limit (pool.max_question_chars), the one the core checks;
+    `transport`: the client's gRPC deadline (the front's), which the Ask's deadline never passes."""
     if isinstance(request, BadRequest):
         raise InvalidArgument(request.message)
     if batch:
@@ -119,10 +120,12 @@ def parse_ask(request: Any, pool: Sequence[str], limits: ServiceConfig, batch: b
     retrievers = tuple(s for s in pool if not wanted or s in wanted)
     if request.top_k > MAX_TOP_K:
         raise InvalidArgument(f"top_k {request.top_k} above the limit {MAX_TOP_K}")
-    d = float(request.deadline_s)
-    if not math.isfinite(d) or d < 0 or d > MAX_DEADLINE_S:
-        raise InvalidArgument(f"deadline_s must be in [0, {MAX_DEADLINE_S}] (0: the server default), got {d}")
-    return AskSpec(questions, retrievers, int(request.top_k), d, documents, bool(request.retrievers),
+    try:  # validated once, here: the one Deadline the Ask carries to every call
+        deadline = ask_deadline(request.deadline_s if request.HasField("deadline_s") else None,
+                                limits.ask_deadline_s, transport)
+    except InvalidDeadline as exc:
+        raise InvalidArgument(str(exc)) from None
+    return AskSpec(questions, retrievers, int(request.top_k), deadline, documents, bool(request.retrievers),
                    parse_min_confidence(request))
 
 

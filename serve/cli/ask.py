@@ -236,7 +236,7 @@ def _ask_local(args, questions, con, pools):
             a = open_answers[0]
             con.note(_provisional_line(a.stopped_at, a.stages, a.vote.answer, a.vote.retriever, a.vote.score,
                                        a.confidence.p if a.confidence is not None else None))
-    answers = answer(questions, choice, pool.run, pools.metrics(choice.options, pool.reader), specs, on_stage,
+    answers = answer(questions, choice, pool, pools.metrics(choice.options, pool.reader), specs, on_stage,
                      on_provisional)
     elapsed = time.time() - t
     con.done()

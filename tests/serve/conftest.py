@@ -14,7 +14,7 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 import pytest
 
-from retrievers.pool import PoolConfig
+from retrievers.pool import Groundwork, PoolConfig, RoundRun
 from retrievers.reader import CachedReader, PromptText, SamplingParams
 from retrievers.types import ERROR, TIMEOUT, Candidate, Failure, Context, Passage, QuestionResult
 from voter.normalize import normalize_answer
@@ -56,7 +56,8 @@ class FakePool:
         self.fail_after = fail_after
         self.calls: list[list[str]] = []
         self.spec_calls: list[list[str]] = []  # the specs each run was asked for
-        self.shared_calls: list[tuple] = []  # (shared work, plan specs) each run got
+        self.round_calls: list[tuple] = []  # (groundwork, plan specs) each round got
+        self.shapes: dict = {}  # no sources: nothing for the rounds to search
         self.loads = 0
 
     @property
@@ -67,9 +68,12 @@ class FakePool:
         self.loads += 1
         return self
 
-    def run(self, questions: Sequence[str], specs: Sequence[str] | None = None, documents=None,
-            shared=None, plan_specs=None) -> list[QuestionResult]:
-        self.shared_calls.append((shared, list(plan_specs or ())))
+    def run_round(self, questions, specs=None, work=None, documents=None, plan_specs=None) -> RoundRun:
+        self.round_calls.append((tuple(work or ()), list(plan_specs or ())))
+        results = self.run(questions, specs, documents)
+        return RoundRun(results, [Groundwork(read=(((len(self.calls),), "fake"),)) for _ in results])
+
+    def run(self, questions: Sequence[str], specs: Sequence[str] | None = None, documents=None) -> list[QuestionResult]:
         answered = sum(len(c) for c in self.calls)
         if self.fail_after is not None and answered + len(questions) > self.fail_after:
             raise RuntimeError("simulated crash")

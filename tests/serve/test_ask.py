@@ -5,6 +5,7 @@ import math
 
 import pytest
 
+from retrievers.pool import Groundwork
 from serve.cli import main
 from voter.question_vote import equal_weights
 from tests.serve.conftest import FakePool
@@ -134,9 +135,10 @@ def test_ask_runs_the_next_stage_when_the_vote_is_open(eor_home, use_pool, shipp
     assert pool.spec_calls == [["Wiki@10", "SE@1"], ["ReFree"]]
     assert d["answer"] == "Lyon" and (d["stopped_at_stage"], d["stages"]) == (2, 2)
     assert d["ran"] == ["Wiki@10", "SE@1", "ReFree"]
-    # one plan per question: both stages got the same shared work record and the whole cascade's specs
-    (w1, plan1), (w2, plan2) = pool.shared_calls
-    assert w1[0] is w2[0] and plan1 == plan2 == ["Wiki@10", "SE@1", "ReFree"]
+    # one plan per question: stage 2 got what stage 1 found (nothing sent back to merge), both the whole plan
+    (w1, plan1), (w2, plan2) = pool.round_calls
+    assert w1 == (Groundwork(),) and w2 == (Groundwork(read=(((1,), "fake"),)),)
+    assert plan1 == plan2 == ["Wiki@10", "SE@1", "ReFree"]
 
 
 def test_a_voter_for_another_pool_or_a_malformed_voter_file_is_refused(tmp_path, eor_home, use_pool, shipped_voter,

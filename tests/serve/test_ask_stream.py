@@ -8,9 +8,9 @@ import asyncio
 import grpc
 
 from protos import eor_pb2
+from retrievers.pool import Groundwork, RoundRun
 from serve.app.deployments import VoterPlan
 from retrievers.types import Candidate, Context, QuestionResult
-from serve.app.deployments import GroupRun
 from tests.serve.test_reader_recovery import _Handle, _ingress
 from voter.cascade import Cascade
 from voter.decision import Decision
@@ -21,7 +21,8 @@ STAGES = (("SE@1",), ("Wiki@10",), ("ReFree",))
 
 def group(delay=0.0, started: list | None = None, cancelled: list | None = None):
     """A retriever group; `delay`: seconds per call, or a function of the call's specs."""
-    async def run(questions, specs, top_k, documents, timeout, shared, plan_specs):
+    async def run(round_):
+        questions, specs = round_.questions, list(round_.specs)
         if started is not None:
             started.append(list(specs))
         try:
@@ -30,8 +31,8 @@ def group(delay=0.0, started: list | None = None, cancelled: list | None = None)
             if cancelled is not None:
                 cancelled.append(list(specs))
             raise
-        return GroupRun([QuestionResult(q, tuple(Candidate(s, f"answer of {s}", Context(s)) for s in specs))
-                         for q in questions])
+        return RoundRun([QuestionResult(q, tuple(Candidate(s, f"answer of {s}", Context(s)) for s in specs))
+                         for q in questions], [Groundwork() for _ in questions])
 
     class Run:
         def remote(self, *args):
@@ -56,7 +57,7 @@ def voter(settle_at: int):
             stats.append(float("inf") if len(r.candidates) >= settle_at else 0.0)
         return decisions(votes, stats, cascade, stage)
     return _Handle(plan=lambda: VoterPlan("k", Cascade(STAGES, (1.0, 1.0)), "test voter"),
-                   decide=lambda results, key, cascade, stage: vote(results, cascade, stage))
+                   decide=lambda results, key, cascade, stage, deadline: vote(results, cascade, stage))
 
 
 async def collect(ing, request, metadata=()):
@@ -124,7 +125,7 @@ def test_the_first_answer_comes_when_round_1s_one_step_retrievers_have_read():
         votes = [Vote(r.candidates[0].retriever, r.candidates[0].answer, 0.5, None, {}) for r in results]
         return decisions(votes, [float("inf") if len(r.candidates) >= 3 else 0.0 for r in results], cascade, stage)
     plan = _Handle(plan=lambda: VoterPlan("k", Cascade(stages, (1.0,)), "test voter"),
-                   decide=lambda results, key, cascade, stage: vote(results, cascade, stage))
+                   decide=lambda results, key, cascade, stage, deadline: vote(results, cascade, stage))
     items = asyncio.run(collect(_ingress(_Handle(), handle, plan), eor_pb2.AskRequest(question="who?")))
     replies = [r for r, _, _ in items]
     assert [r.stopped_at_stage for r in replies] == [0, 1, 2] and [r.final for r in replies] == [False, False, True]

@@ -20,7 +20,8 @@ import pytest
 from protos import eor_pb2, eor_pb2_grpc
 from retrievers.spec import PAPER_POOL
 from retrievers.types import Candidate, Context, QuestionResult
-from serve.app.deployments import GroupRun, VoterPlan
+from retrievers.pool import Groundwork, RoundRun
+from serve.app.deployments import VoterPlan
 from serve.cli import main
 from tests.serve.conftest import FakePool
 from tests.serve.test_reader_recovery import _Handle
@@ -62,9 +63,10 @@ def serving(min_confidence: float = 0.0):
     saved = calibrated_voter()
     plan = VoterPlan("k", saved.stages, saved.describe())
     voter = _Handle(plan=lambda: plan,
-                    decide=lambda results, key, cascade, stage: decide(results, saved, [create_metric("em")],
-                                                                       cascade, stage))
-    group = _Handle(run=lambda qs, specs, *rest: GroupRun([QuestionResult(q, candidates(q, specs)) for q in qs]))
+                    decide=lambda results, key, cascade, stage, deadline: decide(results, saved, [create_metric("em")],
+                                                                                 cascade, stage))
+    group = _Handle(run=lambda r: RoundRun([QuestionResult(q, candidates(q, r.specs)) for q in r.questions],
+                                           [Groundwork() for _ in r.questions]))
     settings = config_from_dict({"service": {"min_confidence": min_confidence}})
     ingress = EorIngress.func_or_class(settings.to_dict(), [group], [list(POOL)], voter, _Handle())
     loop = asyncio.new_event_loop()
@@ -174,12 +176,12 @@ def test_eor_ask_refuses_a_bad_min_confidence_in_one_line(address, capsys, bad):
 class LoggedPool(FakePool):
     """FakePool whose answers carry the reader's log-probabilities."""
 
-    def run(self, questions, specs=None, documents=None, shared=None, plan_specs=None):
+    def run(self, questions, specs=None, documents=None):
         from dataclasses import replace
 
         return [QuestionResult(r.question, tuple(replace(c, logprobs=(logprob(r.question, c.retriever),))
                                                  for c in r.candidates))
-                for r in super().run(questions, specs, documents, shared, plan_specs)]
+                for r in super().run(questions, specs, documents)]
 
 
 def test_eor_ask_in_process_says_how_sure_and_what_kind_of_number(eor_home, use_pool, shipped_voter, capsys, tmp_path):

@@ -47,7 +47,7 @@ def _start(config_from_dict, LocalService):
         "voter": {"weights": "equal", "metrics": ["em"]}, "service": {
         "port": 0, "ray_grpc_port": _free_port(), "metrics_port": _free_port(),
         "engine_factory": f"{FAKES}:make_engine", "sources_factory": f"{FAKES}:make_sources",
-        "retriever_timeout_s": 2.0, "max_batch": 16, "retriever_actors": "per-spec"}})
+        "ask_deadline_s": 2.0, "max_batch": 16, "retriever_actors": "per-spec"}})
     svc = LocalService(settings).start()
     _warm_up(svc.address)
     return svc

@@ -206,7 +206,7 @@ def test_a_toy_source_is_served(tmp_path_factory, monkeypatch):
     from serve.app.application import LocalService
 
     monkeypatch.setenv("EOR_HOME", str(tmp_path_factory.mktemp("home")))
-    settings = _toy_settings(port=0, metrics_port=0, retriever_actors="one", retriever_timeout_s=60.0)
+    settings = _toy_settings(port=0, metrics_port=0, retriever_actors="one", ask_deadline_s=60.0)
     with LocalService(settings) as svc, grpc.insecure_channel(svc.address) as ch:
         stub = eor_pb2_grpc.EorStub(ch)
         r = stub.Ask(eor_pb2.AskRequest(question=QUESTION), timeout=120)
