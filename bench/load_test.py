@@ -13,7 +13,8 @@ load:    N Ask calls at concurrency C cycling over D distinct questions (repeats
          hit rate and mean batch size (prompts per engine call).
 compare: cold adaptive EoR (the service's voter: its retrievers, its stages, its early stop)
          vs one retriever, with EoR-16 (all 16 retrievers) as a third row, in the same run,
-         over disjoint sets of never-asked questions (so all are cold); the headline is the
+         over disjoint sets of never-asked questions (the eval split's, past `--offset`: never
+         fitted on, all cold); the headline is the
          ratio of mean latencies, beside the ratio of reader tokens computed (prompt tokens
          minus prefix-cache hits, plus generated; the service's Health counters).
 fault:   during a load (`--fault-n` calls over the load's distinct questions), kill one
@@ -50,6 +51,15 @@ from bench.service_calls import (check_loopback, latency_summary, memory_report,
                                  reader_counters, reader_delta, run_calls)
 
 WARM_UP = "what is the capital of france"  # asked before the timed questions of `cold` and `inprocess`
+
+
+def never_asked(path: str, offset: int) -> list[str]:
+    """Questions for the cold modes: the eval split only (in its seeded order, past `offset`), so
+    none was fitted on and none was asked by a fit (fit questions stop earlier: they would flatter
+    the service). The split is the offline one (`serve.offline.dataset`)."""
+    from serve.offline.dataset import Selection, select_questions
+
+    return [q.question for q in select_questions(Selection(path, split="eval"))][offset:]
 
 
 def load_test(client, questions: list[str], n: int, concurrency: int, distinct: int) -> dict:
@@ -159,14 +169,14 @@ def inprocess_asks(questions: list[str], config_path: str | None) -> dict:
     engine = pool.reader.engine
     engine.load()
     try:
-        answer([WARM_UP], choice, pool.run, metrics)
+        answer([WARM_UP], choice, pool, metrics)
         stats0 = dict(vars(pool.reader.stats))
         tokens0 = {"prompt_tokens": engine.prompt_tokens, "generated_tokens": engine.generated_tokens,
                    "cached_tokens": engine.cached_tokens}
         latencies, stops = [], []
         for q in questions:
             t = time.perf_counter()
-            a = answer([q], choice, pool.run, metrics)[0]
+            a = answer([q], choice, pool, metrics)[0]
             latencies.append(time.perf_counter() - t)
             stops.append([a.stopped_at, a.vote.answer])
     finally:
@@ -197,8 +207,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--cold", type=int, default=20)
     ap.add_argument("--single", default="Wiki@10")
     ap.add_argument("--offset", type=int, default=0, help="compare, cold, inprocess, deadline: skip this many "
-                    "more questions of the file (past the ones fits, evals or earlier runs asked, so every question "
-                    "is cold); load, soak: its distinct questions start here (some never asked: the engine batches them)")
+                    "eval-split questions (past the ones evals or earlier runs asked, so every question is cold); "
+                    "load, soak: its distinct questions start here (some never asked: the engine batches them)")
     ap.add_argument("--no-eor16", action="store_true", help="compare: skip the third row (EoR-16 over its own "
                     "--cold questions: the costliest part of a cold comparison)")
     ap.add_argument("--fault-n", type=int, default=60, help="calls of the fault test's load")
@@ -219,7 +229,11 @@ def main(argv: list[str] | None = None) -> int:
     from protos.client import EorClient
 
     qs = [r["question"] for r in read_questions(args.questions, dataset=None)]
-    cold = qs[args.distinct + args.offset:][:args.cold]  # never-asked questions (cold, inprocess, deadline)
+    fresh = never_asked(args.questions, args.offset)
+    if args.mode == "all":  # the load asks the file's first --distinct questions first: not cold any more
+        asked = set(qs[:args.distinct])
+        fresh = [q for q in fresh if q not in asked]
+    cold = fresh[:args.cold]  # never-asked questions (cold, inprocess, deadline)
     if args.mode in ("cold", "inprocess", "deadline") and len(cold) < args.cold:
         raise SystemExit(f"--offset {args.offset} leaves {len(cold)} questions of {args.questions}; "
                          f"{args.cold} needed")
@@ -245,7 +259,6 @@ def main(argv: list[str] | None = None) -> int:
             if args.mode in ("compare", "all"):
                 from retrievers.spec import PAPER_POOL
 
-                fresh = qs[args.distinct + args.offset:]
                 report["compare"] = compare(client, fresh, args.cold, args.single,
                                             pool=() if args.no_eor16 else PAPER_POOL)
             if args.mode == "deadline":

@@ -24,6 +24,11 @@ def parse_address(text: str) -> str:
     return text
 
 
+def _deadline(deadline_s: float) -> dict:
+    """The request's `deadline_s` field: set only when given (0: unset, the server's default)."""
+    return {"deadline_s": deadline_s} if deadline_s else {}
+
+
 class EorClient:
     def __init__(self, address: str, token: str | None = None, tls_ca: str | None = None,
                  timeout_s: float = 600.0, max_message_mb: int = 64):
@@ -41,26 +46,31 @@ class EorClient:
         self.stub = eor_pb2_grpc.EorStub(self.channel)
 
     def ask(self, question: str, retrievers: Sequence[str] = (), top_k: int = 0,
-            deadline_s: float = 0.0, documents: Sequence[Mapping] = ()) -> eor_pb2.AskReply:
+            deadline_s: float = 0.0, documents: Sequence[Mapping] = (),
+            min_confidence: float | None = None) -> eor_pb2.AskReply:
         """`documents`: grounding passages ({"title", "text"[, "id", "source"]}) read instead
-        of searching Wiki and SE."""
+        of searching Wiki and SE. `min_confidence`: abstain below this P(right) (None: the
+        server's default)."""
         req = eor_pb2.AskRequest(question=question, retrievers=list(retrievers), top_k=top_k,
-                                 deadline_s=deadline_s, documents=[to_passage(d) for d in documents])
+                                 documents=[to_passage(d) for d in documents], min_confidence=min_confidence,
+                                 **_deadline(deadline_s))
         return self.stub.Ask(req, timeout=self.timeout_s, metadata=self.metadata)
 
     def ask_stream(self, question: str, retrievers: Sequence[str] = (), top_k: int = 0,
-                   deadline_s: float = 0.0) -> Iterator[eor_pb2.AskReply]:
+                   deadline_s: float = 0.0, min_confidence: float | None = None) -> Iterator[eor_pb2.AskReply]:
         """AskStream: a provisional reply after each round that left the question open
         (`final` false), then the final one. Closing the iterator cancels the Ask."""
-        req = eor_pb2.AskRequest(question=question, retrievers=list(retrievers), top_k=top_k, deadline_s=deadline_s)
+        req = eor_pb2.AskRequest(question=question, retrievers=list(retrievers), top_k=top_k,
+                                 min_confidence=min_confidence, **_deadline(deadline_s))
         return self.stub.AskStream(req, timeout=self.timeout_s, metadata=self.metadata)
 
     def ask_batch(self, questions: Sequence[str], retrievers: Sequence[str] = (), top_k: int = 0,
-                  deadline_s: float = 0.0, documents: Sequence[Sequence[Mapping]] = ()) -> eor_pb2.AskBatchReply:
+                  deadline_s: float = 0.0, documents: Sequence[Sequence[Mapping]] = (),
+                  min_confidence: float | None = None) -> eor_pb2.AskBatchReply:
         """`documents`: empty, or one list of passages per question (empty list: search)."""
         docs = [eor_pb2.Documents(passages=[to_passage(d) for d in ds]) for ds in documents]
         req = eor_pb2.AskBatchRequest(questions=list(questions), retrievers=list(retrievers), top_k=top_k,
-                                      deadline_s=deadline_s, documents=docs)
+                                      documents=docs, min_confidence=min_confidence, **_deadline(deadline_s))
         return self.stub.AskBatch(req, timeout=self.timeout_s, metadata=self.metadata)
 
     def retrieve(self, questions: Sequence[str], k: int = 0, sources: Sequence[str] = ()) -> eor_pb2.RetrieveReply:
@@ -100,6 +110,8 @@ def reply_to_dict(r: eor_pb2.AskReply) -> dict:
     """An AskReply as JSON-ready data, shaped like `eor ask --json`."""
     return {
         "question": r.question, "answer": r.answer, "retriever": r.retriever or None,
+        "confidence": r.confidence if r.HasField("confidence") else None,
+        "confidence_kind": r.confidence_kind or "none", "abstained": r.abstained, "guess": r.guess or None,
         "score": r.score if r.HasField("score") else None,
         "margin": r.margin if r.HasField("margin") else None, "final": r.final,
         "candidates": [{"retriever": c.retriever, "answer": c.answer,

@@ -8,18 +8,20 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class AskRequest(_message.Message):
-    __slots__ = ("question", "top_k", "retrievers", "deadline_s", "documents")
+    __slots__ = ("question", "top_k", "retrievers", "deadline_s", "documents", "min_confidence")
     QUESTION_FIELD_NUMBER: _ClassVar[int]
     TOP_K_FIELD_NUMBER: _ClassVar[int]
     RETRIEVERS_FIELD_NUMBER: _ClassVar[int]
     DEADLINE_S_FIELD_NUMBER: _ClassVar[int]
     DOCUMENTS_FIELD_NUMBER: _ClassVar[int]
+    MIN_CONFIDENCE_FIELD_NUMBER: _ClassVar[int]
     question: str
     top_k: int
     retrievers: _containers.RepeatedScalarFieldContainer[str]
     deadline_s: float
     documents: _containers.RepeatedCompositeFieldContainer[Passage]
-    def __init__(self, question: _Optional[str] = ..., top_k: _Optional[int] = ..., retrievers: _Optional[_Iterable[str]] = ..., deadline_s: _Optional[float] = ..., documents: _Optional[_Iterable[_Union[Passage, _Mapping]]] = ...) -> None: ...
+    min_confidence: float
+    def __init__(self, question: _Optional[str] = ..., top_k: _Optional[int] = ..., retrievers: _Optional[_Iterable[str]] = ..., deadline_s: _Optional[float] = ..., documents: _Optional[_Iterable[_Union[Passage, _Mapping]]] = ..., min_confidence: _Optional[float] = ...) -> None: ...
 
 class Documents(_message.Message):
     __slots__ = ("passages",)
@@ -28,18 +30,20 @@ class Documents(_message.Message):
     def __init__(self, passages: _Optional[_Iterable[_Union[Passage, _Mapping]]] = ...) -> None: ...
 
 class AskBatchRequest(_message.Message):
-    __slots__ = ("questions", "top_k", "retrievers", "deadline_s", "documents")
+    __slots__ = ("questions", "top_k", "retrievers", "deadline_s", "documents", "min_confidence")
     QUESTIONS_FIELD_NUMBER: _ClassVar[int]
     TOP_K_FIELD_NUMBER: _ClassVar[int]
     RETRIEVERS_FIELD_NUMBER: _ClassVar[int]
     DEADLINE_S_FIELD_NUMBER: _ClassVar[int]
     DOCUMENTS_FIELD_NUMBER: _ClassVar[int]
+    MIN_CONFIDENCE_FIELD_NUMBER: _ClassVar[int]
     questions: _containers.RepeatedScalarFieldContainer[str]
     top_k: int
     retrievers: _containers.RepeatedScalarFieldContainer[str]
     deadline_s: float
     documents: _containers.RepeatedCompositeFieldContainer[Documents]
-    def __init__(self, questions: _Optional[_Iterable[str]] = ..., top_k: _Optional[int] = ..., retrievers: _Optional[_Iterable[str]] = ..., deadline_s: _Optional[float] = ..., documents: _Optional[_Iterable[_Union[Documents, _Mapping]]] = ...) -> None: ...
+    min_confidence: float
+    def __init__(self, questions: _Optional[_Iterable[str]] = ..., top_k: _Optional[int] = ..., retrievers: _Optional[_Iterable[str]] = ..., deadline_s: _Optional[float] = ..., documents: _Optional[_Iterable[_Union[Documents, _Mapping]]] = ..., min_confidence: _Optional[float] = ...) -> None: ...
 
 class Passage(_message.Message):
     __slots__ = ("id", "title", "text", "source", "score")
@@ -74,7 +78,7 @@ class Candidate(_message.Message):
     def __init__(self, retriever: _Optional[str] = ..., answer: _Optional[str] = ..., score: _Optional[float] = ..., error: _Optional[str] = ..., token_logprobs: _Optional[_Iterable[float]] = ..., confidence: _Optional[float] = ..., error_kind: _Optional[str] = ...) -> None: ...
 
 class AskReply(_message.Message):
-    __slots__ = ("question", "answer", "retriever", "score", "margin", "candidates", "passages", "document", "missing", "latency_s", "reader_s", "voter", "ran", "stopped_at_stage", "stages", "final", "prompt_tokens", "cached_prompt_tokens", "generated_tokens")
+    __slots__ = ("question", "answer", "retriever", "score", "margin", "candidates", "passages", "document", "missing", "latency_s", "reader_s", "voter", "ran", "stopped_at_stage", "stages", "final", "prompt_tokens", "cached_prompt_tokens", "generated_tokens", "confidence", "confidence_kind", "abstained", "guess")
     QUESTION_FIELD_NUMBER: _ClassVar[int]
     ANSWER_FIELD_NUMBER: _ClassVar[int]
     RETRIEVER_FIELD_NUMBER: _ClassVar[int]
@@ -94,6 +98,10 @@ class AskReply(_message.Message):
     PROMPT_TOKENS_FIELD_NUMBER: _ClassVar[int]
     CACHED_PROMPT_TOKENS_FIELD_NUMBER: _ClassVar[int]
     GENERATED_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    CONFIDENCE_FIELD_NUMBER: _ClassVar[int]
+    CONFIDENCE_KIND_FIELD_NUMBER: _ClassVar[int]
+    ABSTAINED_FIELD_NUMBER: _ClassVar[int]
+    GUESS_FIELD_NUMBER: _ClassVar[int]
     question: str
     answer: str
     retriever: str
@@ -113,7 +121,11 @@ class AskReply(_message.Message):
     prompt_tokens: int
     cached_prompt_tokens: int
     generated_tokens: int
-    def __init__(self, question: _Optional[str] = ..., answer: _Optional[str] = ..., retriever: _Optional[str] = ..., score: _Optional[float] = ..., margin: _Optional[float] = ..., candidates: _Optional[_Iterable[_Union[Candidate, _Mapping]]] = ..., passages: _Optional[_Iterable[_Union[Passage, _Mapping]]] = ..., document: _Optional[str] = ..., missing: _Optional[_Iterable[str]] = ..., latency_s: _Optional[float] = ..., reader_s: _Optional[float] = ..., voter: _Optional[str] = ..., ran: _Optional[_Iterable[str]] = ..., stopped_at_stage: _Optional[int] = ..., stages: _Optional[int] = ..., final: _Optional[bool] = ..., prompt_tokens: _Optional[int] = ..., cached_prompt_tokens: _Optional[int] = ..., generated_tokens: _Optional[int] = ...) -> None: ...
+    confidence: float
+    confidence_kind: str
+    abstained: bool
+    guess: str
+    def __init__(self, question: _Optional[str] = ..., answer: _Optional[str] = ..., retriever: _Optional[str] = ..., score: _Optional[float] = ..., margin: _Optional[float] = ..., candidates: _Optional[_Iterable[_Union[Candidate, _Mapping]]] = ..., passages: _Optional[_Iterable[_Union[Passage, _Mapping]]] = ..., document: _Optional[str] = ..., missing: _Optional[_Iterable[str]] = ..., latency_s: _Optional[float] = ..., reader_s: _Optional[float] = ..., voter: _Optional[str] = ..., ran: _Optional[_Iterable[str]] = ..., stopped_at_stage: _Optional[int] = ..., stages: _Optional[int] = ..., final: _Optional[bool] = ..., prompt_tokens: _Optional[int] = ..., cached_prompt_tokens: _Optional[int] = ..., generated_tokens: _Optional[int] = ..., confidence: _Optional[float] = ..., confidence_kind: _Optional[str] = ..., abstained: _Optional[bool] = ..., guess: _Optional[str] = ...) -> None: ...
 
 class AskBatchReply(_message.Message):
     __slots__ = ("replies",)

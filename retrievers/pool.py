@@ -14,8 +14,9 @@ from typing import Collection, Mapping, Sequence
 from retrievers.corpus import split_words, truncate_words
 from retrievers.encoder import Encoder
 from retrievers.prompts import PROMPT_LAYOUTS, answer_prompt, clean_answer, compress_prompt, pk_prompt
-from retrievers.reader import Generation, PromptReader, PromptText, SamplingParams, prefix_owner
-from retrievers.sources.base import KnowledgeSource
+from retrievers.prompt_cost import PromptCost, prompt_cost, with_summary
+from retrievers.reader import Generation, PromptReader, PromptText, SamplingParams
+from retrievers.sources.base import PAGES, KnowledgeSource
 from retrievers.sources.dense import cosine_rerank
 from retrievers.spec import PAPER_POOL, RetrieverPlan, Term, parse_pool, parse_spec
 from retrievers.types import ERROR, TIMEOUT, Candidate, Context, Failure, Passage, QuestionResult, ReaderTokens
@@ -74,109 +75,122 @@ def check_question(question: str, max_chars: int = MAX_QUESTION_CHARS) -> str:
     return q
 
 
-@dataclass
-class QuestionWork:
-    """What the stages of one question share, so each piece of work is done once per question:
-    each source's hits (searched at the depth every retriever the question may run needs:
-    `run(..., plan_specs=)`), the PK document with its tokens, and the prompts of earlier
-    reader calls (whose prefixes later prompts reuse); a source whose search failed is not
-    searched again for the question (`failed`: its retrievers report the error at once rather
-    than wait out the deadline a second time). Pass the same objects to every stage."""
+@dataclass(frozen=True)
+class PKDocument:
+    """A question's parametric-knowledge document: written once, read by PK and HB."""
 
-    hits: dict[str, list[Passage]] = field(default_factory=dict)
-    depth: dict[str, int] = field(default_factory=dict)  # the k each source was searched at
-    pk: tuple[str, ReaderTokens, str] | None = None  # document, its tokens, its prompt
-    earlier: list[tuple[str, str]] = field(default_factory=list)  # (prompt, owner spec)
-    reranked: dict[str, list[Passage]] = field(default_factory=dict)  # @RR order per source key (SE, Wiki, HB)
-    failed: dict[str, Failure] = field(default_factory=dict)  # source -> why its search failed
-
-    def merge(self, other: "QuestionWork") -> None:
-        """Take in what a copy of this record learned elsewhere (a retriever actor's stage)."""
-        for src, k in other.depth.items():
-            if k > self.depth.get(src, 0):
-                self.hits[src], self.depth[src] = other.hits[src], k
-        self.pk = self.pk or other.pk
-        for key, order in other.reranked.items():
-            self.reranked.setdefault(key, order)
-        for src, why in other.failed.items():
-            self.failed.setdefault(src, why)
-        seen = {(owner, len(prompt)) for prompt, owner in self.earlier}
-        self.earlier += [(prompt, owner) for prompt, owner in other.earlier if (owner, len(prompt)) not in seen]
+    text: str
+    tokens: ReaderTokens
 
 
-def search_depth(t: Term, c: PoolConfig) -> list[tuple[str, int]]:
-    """The sources one term reads and the k each must be searched at."""
-    if t.source == "Wiki":
-        return [("Wiki", t.k or c.default_k)]
-    if t.source == "SE":
-        return [("SE", c.se_pages if t.rerank else (t.k or 1))]
+@dataclass(frozen=True)
+class Groundwork:
+    """What one question's earlier rounds found that later rounds reuse, so each piece of work
+    is done once per question: each source's hits (searched at the depth every retriever the
+    question may run needs) or why its search failed (not searched again: its retrievers
+    report the error at once rather than wait out the deadline a second time), the PK
+    document, @RR orders, and the prompts read so far (whose prefixes later prompts reuse).
+    Immutable: a round reads it and returns what it found (`RoundRun.found`, a Groundwork too)."""
+
+    hits: Mapping[str, tuple[Passage, ...]] = field(default_factory=dict)
+    depth: Mapping[str, int] = field(default_factory=dict)  # the k each source was searched at
+    failed: Mapping[str, Failure] = field(default_factory=dict)  # source -> why its search failed
+    pk: PKDocument | None = None
+    reranked: Mapping[str, tuple[Passage, ...]] = field(default_factory=dict)  # @RR order per key (SE, Wiki, HB)
+    read: tuple[tuple[str, str], ...] = ()  # (prompt, owner spec) of each prompt read
+
+    def plus(self, found: "Groundwork") -> "Groundwork":
+        """This and what a later round found: a deeper search, the first PK document and rerank
+        order, every prompt read."""
+        hits, depth = dict(self.hits), dict(self.depth)
+        for src, k in found.depth.items():
+            if k > depth.get(src, 0):
+                hits[src], depth[src] = found.hits[src], k
+        seen = set(self.read)
+        return Groundwork(hits, depth, {**found.failed, **self.failed}, self.pk or found.pk,
+                          {**found.reranked, **self.reranked}, self.read + tuple(r for r in found.read if r not in seen))
+
+
+@dataclass(frozen=True)
+class RoundRun:
+    """A round's results, what it found per question, and (service) the seconds it waited on the reader."""
+
+    results: list[QuestionResult]
+    found: list[Groundwork]
+    reader_s: float = 0.0
+
+
+def search_depth(t: Term, c: PoolConfig, shapes: Mapping[str, str]) -> list[tuple[str, int]]:
+    """The sources one term reads and the k each must be searched at; `shapes`: each configured
+    source's hit shape (retrievers/sources/base.py), HB reads them all."""
     if t.source == "HB":
-        return [("SE", c.se_pages), ("Wiki", c.hb_wiki_k)]
-    return []
+        return [(src, c.se_pages if shape == PAGES else c.hb_wiki_k) for src, shape in shapes.items()]
+    if t.source not in shapes:  # PK
+        return []
+    if shapes[t.source] == PAGES:
+        return [(t.source, c.se_pages if t.rerank else (t.k or 1))]
+    return [(t.source, t.k or c.default_k)]
 
 
-def search_depths(plans: Sequence[RetrieverPlan], config: PoolConfig) -> dict[str, int]:
+def search_depths(plans: Sequence[RetrieverPlan], config: PoolConfig, shapes: Mapping[str, str]) -> dict[str, int]:
     """The k each source must be searched at to serve all of `plans` (one search per source)."""
     depth: dict[str, int] = {}
     for plan in plans:
         for t in plan.terms:
-            for src, k in search_depth(t, config):
+            for src, k in search_depth(t, config, shapes):
                 depth[src] = max(depth.get(src, 0), k)
     return depth
 
 
-def pending_searches(shared: Sequence[QuestionWork], need: Mapping[str, int], deep: Mapping[str, int],
+def pending_searches(work: Sequence[Groundwork], need: Mapping[str, int], deep: Mapping[str, int],
                      skip: Collection[int] = ()) -> list[tuple[str, list[int], int]]:
-    """(source, question indexes, k) of each search a stage still needs: a source is searched for
-    the questions whose work has it at less than the stage's depth `need` and whose search of
-    it has not failed, at the deepest k their whole plan needs (`deep`), so a later stage finds
-    it done. The one rule for both homes of searching: the in-process pool and the service's
-    source actors (serve/app/ingress.py)."""
+    """(source, question indexes, k) of each search a round still needs: a source is searched for
+    the questions whose work has it at less than the round's depth `need` and whose search of
+    it has not failed, at the deepest k their whole plan needs (`deep`), so a later round finds
+    it done. The one rule for every home of searching: the pool run alone, and the rounds of an
+    Ask (serve/orchestrator.py) in-process and in the service."""
     calls = []
     for src, k in need.items():
-        todo = [j for j, w in enumerate(shared) if j not in skip and src not in w.failed and w.depth.get(src, 0) < k]
+        todo = [j for j, w in enumerate(work) if j not in skip and src not in w.failed and w.depth.get(src, 0) < k]
         if todo:
             calls.append((src, todo, max(k, deep.get(src, 0))))
     return calls
 
 
-def record_search(shared: Sequence[QuestionWork], src: str, todo: Sequence[int], k: int,
-                  found: Sequence[list[Passage]] | Failure) -> None:
-    """Put one search's hits (or why it failed, for each of its questions) into their work."""
-    for j, hits in zip(todo, [found] * len(todo) if isinstance(found, Failure) else found):
-        if isinstance(hits, Failure):
-            shared[j].failed[src] = hits
-        else:
-            shared[j].hits[src], shared[j].depth[src] = hits, k
+def search_found(src: str, todo: Sequence[int], k: int,
+                 found: Sequence[Sequence[Passage]] | Failure) -> dict[int, Groundwork]:
+    """What one search adds to the work of each of its questions: its hits, or why it failed."""
+    per = [found] * len(todo) if isinstance(found, Failure) else found
+    return {j: Groundwork(failed={src: hits}) if isinstance(hits, Failure)
+            else Groundwork(hits={src: tuple(hits)}, depth={src: k}) for j, hits in zip(todo, per)}
 
 
 @dataclass
 class _Work:
-    """Per-run scratch: search results and rerank memos, per question index."""
+    """One run's scratch, per question index: its groundwork as it grows, what this run added
+    (`found`), and the views the retrievers read (hits or given documents, failures, PK)."""
 
+    ground: list[Groundwork]
+    found: list[Groundwork]
     pk_docs: list[str] = field(default_factory=list)
     pk_tokens: list[ReaderTokens] = field(default_factory=list)
-    earlier: dict[int, list[tuple[str, str]]] = field(default_factory=dict)  # per question: (prompt, owner
-    # spec) of earlier engine calls
     hits: dict[str, list[list[Passage]]] = field(default_factory=dict)
     source_errors: dict[tuple[int, str], Failure] = field(default_factory=dict)  # (question, source) -> why
-    reranked: dict[tuple[int, str], list[Passage]] = field(default_factory=dict)
-    shared: Sequence[QuestionWork] = ()
+
+    def add(self, qi: int, found: Groundwork) -> None:
+        self.ground[qi] = self.ground[qi].plus(found)
+        self.found[qi] = self.found[qi].plus(found)
 
 
 class RetrieverPool:
     def __init__(self, config: PoolConfig, sources: Mapping[str, KnowledgeSource],
                  reranker: Encoder, reader: PromptReader):
         self.config = config
-        self.plans = {p.spec: p for p in parse_pool(config.specs)}
+        self.plans = {p.spec: p for p in parse_pool(config.specs, sources=sources)}  # only sources it has
         self.sources = dict(sources)
+        self.shapes = {name: src.shape for name, src in self.sources.items()}
         self.reranker = reranker
         self.reader = reader
-        needed = {"Wiki", "SE"} & {s for p in self.plans.values() for s in p.sources} | (
-            {"Wiki", "SE"} if any("HB" in p.sources for p in self.plans.values()) else set())
-        missing = needed - set(self.sources)
-        if missing:
-            raise ValueError(f"the pool needs knowledge sources {sorted(missing)} that are not configured")
 
     @property
     def specs(self) -> list[str]:
@@ -190,40 +204,46 @@ class RetrieverPool:
 
     # ---- stages -------------------------------------------------------------------------
     def run(self, questions: Sequence[str], specs: Sequence[str] | None = None,
-            documents: Sequence[Sequence[Passage] | None] | None = None,
-            shared: Sequence[QuestionWork] | None = None,
-            plan_specs: Sequence[str] | None = None) -> list[QuestionResult]:
+            documents: Sequence[Sequence[Passage] | None] | None = None) -> list[QuestionResult]:
         """`documents`: per question, grounding passages that replace what Wiki and SE would
-        return (None or empty: search as usual); every spec processes them as its own.
-        `shared`: per question, the work its earlier stages did (reused, then extended in
-        place); `plan_specs`: every retriever the question may run, so a source is searched
-        once, at the deepest k any of them needs."""
+        return (None or empty: search as usual); every spec processes them as its own."""
+        return self.run_round(questions, specs, documents=documents).results
+
+    def run_round(self, questions: Sequence[str], specs: Sequence[str] | None = None,
+                  work: Sequence[Groundwork] | None = None,
+                  documents: Sequence[Sequence[Passage] | None] | None = None,
+                  plan_specs: Sequence[str] | None = None) -> RoundRun:
+        """One round of an Ask: `work`, per question, what its earlier rounds found (read, never
+        changed); `plan_specs`, every retriever the question may run (each source is searched
+        once, at the deepest k any of them needs). Returns the results and what it found."""
         if isinstance(questions, str):
             raise TypeError("run() takes a list of questions, not one string")
         qs = [check_question(q, self.config.max_question_chars) for q in questions]
         if documents is not None and len(documents) != len(qs):
             raise ValueError(f"{len(qs)} questions but {len(documents)} document lists")
-        if shared is not None and len(shared) != len(qs):
-            raise ValueError(f"{len(qs)} questions but {len(shared)} shared work records")
+        if work is not None and len(work) != len(qs):
+            raise ValueError(f"{len(qs)} questions but {len(work)} groundwork records")
         plans = [self._plan(s) for s in (self.specs if specs is None else specs)]
-        if shared is None:
-            shared = [QuestionWork() for _ in qs]  # this run's own, when no caller keeps them
-        work = _Work(shared=shared)
-        work.earlier = {qi: w.earlier for qi, w in enumerate(shared)}  # extended in place
+        run = _Work(list(work) if work is not None else [Groundwork() for _ in qs], [Groundwork() for _ in qs])
         given = {qi: list(d) for qi, d in enumerate(documents or ()) if d}
         used = {s for p in plans for s in p.sources}
         if used & {"PK", "HB"}:
-            self._pk(qs, work, shared)
+            self._pk(qs, run)
         depth_plans = plans + [self._plan(s) for s in plan_specs or () if s in self.plans]
-        self._search(qs, plans, work, given, shared, search_depths(depth_plans, self.config))
-        contexts: list[list[Context | Failure]] = []  # Context, or why there is none
-        for qi, q in enumerate(qs):
-            contexts.append([self._context(qi, q, p, work) for p in plans])
-        cp_tokens = self._compress(qs, plans, contexts, work)
-        results = self._answer(qs, plans, contexts, cp_tokens, work)
-        if work.pk_tokens:
-            results = [QuestionResult(r.question, r.candidates, {"PK": t}) for r, t in zip(results, work.pk_tokens)]
-        return results
+        self._search(qs, plans, run, given, search_depths(depth_plans, self.config, self.shapes))
+        # per question and spec: a Context, or why there is none
+        contexts = [[self._context(qi, q, p, run) for p in plans] for qi, q in enumerate(qs)]
+        cp_tokens = self._compress(qs, plans, contexts, run)
+        return RoundRun(self._answer(qs, plans, contexts, cp_tokens, run), run.found)
+
+    def search(self, src: str, queries: Sequence[str], k: int) -> list[list[Passage]] | Failure:
+        """One source's hits for `queries`, or why it has none (a broken source fails only the
+        retrievers that read it)."""
+        try:
+            return self.sources[src].search(list(queries), k)
+        except Exception as exc:
+            log.exception("source %s failed", src)
+            return Failure(TIMEOUT if isinstance(exc, TimeoutError) else ERROR, f"{src} search failed: {exc}")
 
     def _long_form(self, max_tokens: int) -> SamplingParams:
         return SamplingParams(max_tokens=max_tokens, repetition_penalty=self.config.long_form_repetition_penalty)
@@ -234,65 +254,62 @@ class RetrieverPool:
             raise KeyError(f"retriever {spec!r} is not in the pool; pool: {', '.join(self.plans)}")
         return self.plans[spec]
 
-    def _pk(self, qs: list[str], work: _Work, shared: Sequence[QuestionWork]) -> None:
-        """The PK document of each question: written once, reused by every later stage."""
-        todo = [qi for qi in range(len(qs)) if shared[qi].pk is None]
+    def _pk(self, qs: list[str], work: _Work) -> None:
+        """The PK document of each question: written once, reused by every later round."""
+        todo = [qi for qi in range(len(qs)) if work.ground[qi].pk is None]
         if todo:
             prompts = [pk_prompt(qs[qi]) for qi in todo]
             outs = self.reader.generate_counted(prompts, self._long_form(self.config.pk_tokens))
             for qi, prompt, o in zip(todo, prompts, outs):
                 # its prefix-cache hits, if any, come from other questions' prompts: not this question's
-                shared[qi].pk = pk = (o.text.strip(), replace(o.tokens, cached=0), prompt.body)
-                work.earlier[qi].append((pk[2], "PK"))  # shared[qi].earlier itself
-        pks = [shared[qi].pk for qi in range(len(qs))]
-        work.pk_docs = [pk[0] for pk in pks]
-        work.pk_tokens = [pk[1] for pk in pks]
+                work.add(qi, Groundwork(pk=PKDocument(o.text.strip(), replace(o.tokens, cached=0)),
+                                        read=((prompt.body, "PK"),)))
+        pks = [work.ground[qi].pk for qi in range(len(qs))]
+        work.pk_docs = [pk.text for pk in pks]
+        work.pk_tokens = [pk.tokens for pk in pks]
 
     def _search(self, qs: list[str], plans: list[RetrieverPlan], work: _Work,
-                given: Mapping[int, list[Passage]], shared: Sequence[QuestionWork],
-                plan_depth: Mapping[str, int]) -> None:
-        """Each source the stage reads, searched once per question (`pending_searches`); a broken
-        source fails only the retrievers that read it. Given documents replace the search."""
-        need = search_depths(plans, self.config)
-        for src, todo, k in pending_searches(shared, need, plan_depth, skip=given.keys()):
-            try:
-                found: Sequence[list[Passage]] | Failure = self.sources[src].search([qs[qi] for qi in todo], k)
-            except Exception as exc:
-                log.exception("source %s failed", src)
-                found = Failure(TIMEOUT if isinstance(exc, TimeoutError) else ERROR, f"{src} search failed: {exc}")
-            record_search(shared, src, todo, k, found)
+                given: Mapping[int, list[Passage]], plan_depth: Mapping[str, int]) -> None:
+        """Each source the round reads, searched once per question unless an earlier round did
+        (`pending_searches`). Given documents replace the search."""
+        need = search_depths(plans, self.config, self.shapes)
+        for src, todo, k in pending_searches(work.ground, need, plan_depth, skip=given.keys()):
+            for qi, found in search_found(src, todo, k, self.search(src, [qs[qi] for qi in todo], k)).items():
+                work.add(qi, found)
         for src in need:
-            work.hits[src] = [list(given[qi]) if qi in given else shared[qi].hits.get(src, []) for qi in range(len(qs))]
-            work.source_errors.update({(qi, src): shared[qi].failed[src] for qi in range(len(qs))
-                                       if qi not in given and src in shared[qi].failed})
+            work.hits[src] = [list(given[qi]) if qi in given else list(work.ground[qi].hits.get(src, ()))
+                              for qi in range(len(qs))]
+            work.source_errors.update({(qi, src): work.ground[qi].failed[src] for qi in range(len(qs))
+                                       if qi not in given and src in work.ground[qi].failed})
 
     def _term_passages(self, qi: int, q: str, t: Term, work: _Work) -> list[Passage]:
         c = self.config
-        for src in {"Wiki": ["Wiki"], "SE": ["SE"], "HB": ["SE", "Wiki"]}.get(t.source, []):
+        for src in self.shapes if t.source == "HB" else [t.source]:
             if (qi, src) in work.source_errors:
                 raise SourceFailed(work.source_errors[(qi, src)])
         if t.source == "PK":
             return [Passage(f"pk:{qi}", "", work.pk_docs[qi], "PK")]
-        if t.source == "Wiki":
-            hits = work.hits["Wiki"][qi]
+        if t.source == "HB":  # every source's chunks together: the pages' chunks, PK's, then the top passages
+            pk = [Passage(f"pk:{qi}#{i}", "", text, "PK")
+                  for i, text in enumerate(split_words(work.pk_docs[qi], c.chunk_words))]
+            pages = [x for src, shape in self.shapes.items() if shape == PAGES for x in self._chunks(work.hits[src][qi])]
+            passages = [x for src, shape in self.shapes.items() if shape != PAGES
+                        for x in work.hits[src][qi][: c.hb_wiki_k]]
+            pool = pages + pk + passages
             if t.rerank:
-                hits = self._reranked(qi, q, "Wiki", hits, work)
-            return hits[: t.k or c.default_k]
-        if t.source == "SE":
-            pages = work.hits["SE"][qi]
+                pool = self._reranked(qi, q, "HB", pool, work)
+            return pool[: t.k or c.default_k]
+        hits = work.hits[t.source][qi]
+        if self.shapes[t.source] == PAGES:  # whole pages (SE)
             if t.rerank:
-                return self._reranked(qi, q, "SE", self._chunks(pages), work)[: t.k or c.default_k]
+                return self._reranked(qi, q, t.source, self._chunks(hits), work)[: t.k or c.default_k]
             k = t.k or 1
             words = c.se_top1_words if k == 1 else c.se_page_words
             return [Passage(p.pid, p.title, truncate_words(p.text, words), p.source, p.score)
-                    for p in pages[:k]]
-        # HB: every source's chunks together
-        pk = [Passage(f"pk:{qi}#{i}", "", text, "PK")
-              for i, text in enumerate(split_words(work.pk_docs[qi], c.chunk_words))]
-        pool = self._chunks(work.hits["SE"][qi]) + pk + work.hits["Wiki"][qi][: c.hb_wiki_k]
-        if t.rerank:
-            pool = self._reranked(qi, q, "HB", pool, work)
-        return pool[: t.k or c.default_k]
+                    for p in hits[:k]]
+        if t.rerank:  # passages (Wiki)
+            hits = self._reranked(qi, q, t.source, hits, work)
+        return hits[: t.k or c.default_k]
 
     def _chunks(self, pages: list[Passage]) -> list[Passage]:
         out = []
@@ -302,12 +319,9 @@ class RetrieverPool:
         return out
 
     def _reranked(self, qi: int, q: str, key: str, passages: list[Passage], work: _Work) -> list[Passage]:
-        if (qi, key) not in work.reranked:
-            memo = work.shared[qi].reranked
-            if key not in memo:  # chunks are embedded once per question, whichever stage asks first
-                memo[key] = cosine_rerank(self.reranker, q, passages)
-            work.reranked[(qi, key)] = memo[key]
-        return work.reranked[(qi, key)]
+        if key not in work.ground[qi].reranked:  # chunks are embedded once per question, whichever round asks first
+            work.add(qi, Groundwork(reranked={key: tuple(cosine_rerank(self.reranker, q, passages))}))
+        return list(work.ground[qi].reranked[key])
 
     def _context(self, qi: int, q: str, plan: RetrieverPlan, work: _Work) -> Context | Failure:
         if plan.retrieval_free:
@@ -329,20 +343,17 @@ class RetrieverPool:
         return truncate_words(ctx.render(), self.config.max_context_words)
 
     def _counted(self, slots: list[tuple[int, int]], prompts: list[PromptText], outs: list[Generation],
-                 work: _Work, plans: list[RetrieverPlan]) -> dict[tuple[int, int], tuple[ReaderTokens, str | None]]:
-        """Tokens per slot, as the engine counted them, and whose prompt its prefix-cache hits
-        come from: the question's earlier prompt sharing the longest prefix with it (hits no
-        earlier prompt of the question shares came from elsewhere: not this question's)."""
+                 work: _Work, plans: list[RetrieverPlan]) -> dict[tuple[int, int], PromptCost]:
+        """What each slot's prompt cost (retrievers/prompt_cost.py), after the question's prompts
+        read so far, those of this call before it included."""
         tokens = {}
         for slot, prompt, out in zip(slots, prompts, outs):
-            earlier = work.earlier.setdefault(slot[0], [])
-            owner = prefix_owner(prompt.body, earlier) if out.tokens.cached else None
-            tokens[slot] = (out.tokens if owner else replace(out.tokens, cached=0), owner)
-            earlier.append((prompt.body, plans[slot[1]].spec))
+            tokens[slot] = prompt_cost(prompt.body, out, work.ground[slot[0]].read)
+            work.add(slot[0], Groundwork(read=((prompt.body, plans[slot[1]].spec),)))
         return tokens
 
     def _compress(self, qs: list[str], plans: list[RetrieverPlan], contexts: list[list[Context | Failure]],
-                  work: _Work) -> dict[tuple[int, int], tuple[ReaderTokens, str | None]]:
+                  work: _Work) -> dict[tuple[int, int], PromptCost]:
         """Replace each @CP context by its summary; the tokens each summary cost."""
         slots = [(qi, pi) for qi in range(len(qs)) for pi, p in enumerate(plans)
                  if p.compress and isinstance(contexts[qi][pi], Context)]
@@ -357,7 +368,7 @@ class RetrieverPool:
         return self._counted(slots, prompts, outs, work, plans)
 
     def _answer(self, qs: list[str], plans: list[RetrieverPlan], contexts: list[list[Context | Failure]],
-                cp_tokens: dict[tuple[int, int], tuple[ReaderTokens, str | None]],
+                cp_tokens: dict[tuple[int, int], PromptCost],
                 work: _Work) -> list[QuestionResult]:
         slots = [(qi, pi) for qi in range(len(qs)) for pi in range(len(plans))
                  if isinstance(contexts[qi][pi], Context)]
@@ -367,11 +378,8 @@ class RetrieverPool:
             prompts.append(answer_prompt(qs[qi], None if plans[pi].retrieval_free else self._document(ctx)))
         outs = self.reader.generate_counted(prompts, SamplingParams(max_tokens=self.config.answer_tokens))
         answers = dict(zip(slots, outs))
-        tokens = {}
-        for slot, (t, owner) in self._counted(slots, prompts, outs, work, plans).items():
-            cp, cp_owner = cp_tokens.get(slot, (ReaderTokens(), None))
-            # a retriever's hits come from one other retriever's prompt: its answer prompt's, else its summary prompt's
-            tokens[slot] = (t + cp, owner if t.cached else cp_owner)
+        tokens = {slot: with_summary(cost, cp_tokens.get(slot, (ReaderTokens(), None)))
+                  for slot, cost in self._counted(slots, prompts, outs, work, plans).items()}
         results = []
         for qi, q in enumerate(qs):
             cands = []
@@ -385,5 +393,5 @@ class RetrieverPool:
                                            cached_from=owner, logprobs=out.logprobs))
                 else:
                     cands.append(Candidate.failed(plan.spec, ctx))
-            results.append(QuestionResult(q, tuple(cands)))
+            results.append(QuestionResult(q, tuple(cands), {"PK": work.pk_tokens[qi]} if work.pk_tokens else {}))
         return results

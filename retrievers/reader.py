@@ -10,7 +10,6 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-import os
 import sqlite3
 import threading
 from dataclasses import asdict, dataclass, replace
@@ -228,13 +227,3 @@ class CachedReader:
             known = {**known, **fresh}
         return [known[k] for k in keys]
 
-
-def prefix_owner(prompt: str, earlier: Sequence[tuple[str, str]]) -> str | None:
-    """Whose earlier prompt, of (prompt, owner) pairs, shares the longest prefix with `prompt`:
-    where the engine's prefix cache most likely served its hits from (None: none shares any)."""
-    best, owner = 0, None
-    for other, who in earlier:
-        n = len(os.path.commonprefix([prompt, other]))
-        if n > best:
-            best, owner = n, who
-    return owner

@@ -51,7 +51,27 @@ class Registry:
         return self.get(name)(**kwargs)
 
 
+# The classes a config's `index.sources` line may name (retrievers/sources/base.py: KnowledgeSource).
 SOURCE_BACKENDS = Registry("knowledge-source backend")
 SOURCE_BACKENDS.register("dense", "retrievers.sources.dense:DenseSource")
 SOURCE_BACKENDS.register("lucene", "retrievers.sources.lucene:LuceneSource")
 SOURCE_BACKENDS.register("http", "retrievers.sources.web_search:WebSearchSource")
+
+
+def is_reference(backend: str) -> bool:
+    """A "module:Class" reference rather than a registered name."""
+    module, _, attr = backend.partition(":")
+    return bool(module and attr)
+
+
+def source_class(backend: str) -> Any:
+    """The class a configured source names: a registered backend, or a "module:Class" reference
+    to one outside eor (a plug-in: every process of the service imports it from the config, as
+    it does the engine factory). Only the operator's config names a class; requests never do."""
+    if backend in SOURCE_BACKENDS.names() or not is_reference(backend):
+        return SOURCE_BACKENDS.get(backend)
+    module, attr = backend.split(":", 1)
+    try:
+        return getattr(importlib.import_module(module), attr)
+    except (ImportError, AttributeError) as exc:
+        raise UnknownName(f"knowledge-source backend {backend!r} cannot be imported: {exc}") from None

@@ -5,15 +5,23 @@ Grammar (precedence @RR > @k > & > @CP, as in the paper's §2.1):
     terms := term ("&" term)*
     term  := SOURCE ["@RR"] ["@" INT]
 e.g. `SE@RR@5&Wiki@5@CP` = compress(concat(topk(rerank(SE), 5), topk(Wiki, 5))).
+
+SOURCE is a configured knowledge source's name (letters: `Wiki`, `SE`, any other the config
+names: serve/config.py `index.sources`), or one of the two the pool makes itself: PK (the
+reader's own document) and HB (the hybrid of every configured source and PK). The grammar does
+not know which sources are configured; `parse_pool(..., sources=)` and `check_sources` do.
 """
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass
 from functools import lru_cache
+from typing import Collection, Iterable
 
 REFREE = "ReFree"
-KNOWN_SOURCES = ("Wiki", "SE", "PK", "HB")
+PK, HB = "PK", "HB"
+RESERVED = (PK, HB, REFREE)  # spec tokens no configured source may be named
+SOURCE_NAME = re.compile(r"^[A-Za-z]+$")
 
 # The paper's 16 retrievers (Appendix C.1 plus ReFree), in the paper's order.
 PAPER_POOL: tuple[str, ...] = (
@@ -52,10 +60,10 @@ class RetrieverPlan:
     def reader_steps(self) -> int:
         """Reader calls made one after another before the answer exists: the answer itself, the
         compression before it (@CP), and the parametric passage (PK, and HB, which holds PK)."""
-        return 1 + int(self.compress) + int(bool(self.sources & {"PK", "HB"}))
+        return 1 + int(self.compress) + int(bool(self.sources & {PK, HB}))
 
 
-_TERM = re.compile(r"^(?P<src>[A-Za-z]+)(?P<ops>(@[A-Za-z0-9]+)*)$")
+_TERM = re.compile(r"^(?P<src>[A-Za-z]+)(?P<ops>(@[A-Za-z0-9]+)*)$")  # src: SOURCE_NAME
 
 
 def _parse_term(text: str, spec: str) -> Term:
@@ -63,9 +71,6 @@ def _parse_term(text: str, spec: str) -> Term:
     if not m:
         raise SpecError(f"bad token {text!r} in retriever spec {spec!r}")
     source = m.group("src")
-    if source not in KNOWN_SOURCES:
-        raise SpecError(f"unknown knowledge source {source!r} in retriever spec {spec!r}; "
-                        f"known: {', '.join(KNOWN_SOURCES)}")
     ops = [o for o in m.group("ops").split("@") if o]
     rerank, k = False, None
     for i, op in enumerate(ops):
@@ -82,7 +87,7 @@ def _parse_term(text: str, spec: str) -> Term:
         else:
             raise SpecError(f"unknown operation '@{op}' in {text!r} of retriever spec {spec!r}; "
                             "known: @RR, @<k>, @CP, &")
-    if source == "PK" and (rerank or k is not None):
+    if source == PK and (rerank or k is not None):
         raise SpecError(f"PK is one generated document: no @RR or @k ({spec!r})")
     return Term(source, rerank, k)
 
@@ -104,8 +109,30 @@ def parse_spec(spec: str) -> RetrieverPlan:
     return RetrieverPlan(text, tuple(_parse_term(p, text) for p in parts), compress)
 
 
-def parse_pool(specs: list[str] | tuple[str, ...]) -> list[RetrieverPlan]:
+def check_source_name(name: str) -> str:
+    """A name a configured source may take: letters (the spec grammar's SOURCE), not PK, HB or ReFree."""
+    if not isinstance(name, str) or not SOURCE_NAME.match(name) or name in RESERVED:
+        raise SpecError(f"a knowledge source's name must be letters only and not one of {', '.join(RESERVED)}: "
+                        f"got {name!r}")
+    return name
+
+
+def check_sources(plans: Iterable[RetrieverPlan], sources: Collection[str]) -> None:
+    """Every source the plans read is one of `sources` (the configured ones), PK or HB."""
+    known = [*sources, PK, HB]
+    for plan in plans:
+        for t in plan.terms:
+            if t.source not in known:
+                raise SpecError(f"unknown knowledge source {t.source!r} in retriever spec {plan.spec!r}; "
+                                f"known: {', '.join(known)}")
+
+
+def parse_pool(specs: list[str] | tuple[str, ...], sources: Collection[str] | None = None) -> list[RetrieverPlan]:
+    """The plans of a pool, each spec once; with `sources` (the configured ones), every spec must
+    read only those (and PK, HB)."""
     plans = [parse_spec(s) for s in specs]
+    if sources is not None:
+        check_sources(plans, sources)
     seen: set[str] = set()
     for p in plans:
         if p.spec in seen:

@@ -11,13 +11,14 @@ from retrievers.encoder import Encoder
 from retrievers.pool import RetrieverPool
 from retrievers.engine import ReaderEngine
 from retrievers.reader import CachedReader, ReaderCache
-from retrievers.registry import SOURCE_BACKENDS
+from retrievers.registry import source_class
+from retrievers.sources.base import KnowledgeSource, SourceSetting
 from retrievers.sources.dense import build_dense_index
 from retrievers.sources.lucene import build_lucene_index
 from serve.config import EorConfig
 from serve.paths import cache_path, indexes_dir
 
-WIKI_DIR = "wiki"
+WIKI_DIR = "wiki"  # the folder of the source named Wiki (a source's folder: its name in lower case)
 SE_DIR = "se"
 
 
@@ -37,15 +38,17 @@ def build_indexes(docs: list[Document], name: str, encoder: Encoder, show_progre
     return info
 
 
-def make_sources(config: EorConfig, encoder: Encoder) -> dict:
+def make_sources(config: EorConfig, encoder: Encoder) -> dict[str, KnowledgeSource]:
+    """Every source `index.sources` configures, in its order, built (not loaded) by its class."""
     root = index_path(config.index.name)
-    wiki = SOURCE_BACKENDS.create("dense", index_dir=str(root / WIKI_DIR), encoder=encoder)
-    if config.index.se_backend == "http":
-        se = SOURCE_BACKENDS.create("http", url=config.index.se_http_url,
-                                    fetch_pages=config.index.se_http_fetch_pages)
-    else:
-        se = SOURCE_BACKENDS.create(config.index.se_backend, index_dir=str(root / SE_DIR))
-    return {"Wiki": wiki, "SE": se}
+    return {name: source_class(s.backend).from_setting(SourceSetting(name, str(root / name.lower()), encoder, s.options))
+            for name, s in config.index.sources.items()}
+
+
+def source_shapes(config: EorConfig) -> dict[str, str]:
+    """Each configured source's hit shape (retrievers/sources/base.py), from its class alone: what
+    the service's ingress and retriever actors, which hold no source, need to process its hits."""
+    return {name: source_class(s.backend).shape for name, s in config.index.sources.items()}
 
 
 def make_reader(engine: ReaderEngine, config: EorConfig) -> CachedReader:

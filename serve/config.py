@@ -1,6 +1,6 @@
 """Typed configuration of eor, one loader for every command and the service.
 
-One YAML file, sections reader, generator, pool, index, cache, voter and service, maps onto
+One YAML file, sections reader, generator, pool, index, cache, voter, service and ask, maps onto
 `EorConfig` field by field (`load_config`); an unknown key anywhere is an error naming it.
 `eor ask`, `eor fit`, `eor eval` and `eor serve` read the same file; the `service` section is
 used only by the service, and a command-line flag overrides its key. Secrets never live here:
@@ -17,18 +17,63 @@ import yaml
 
 from retrievers.encoder import DEFAULT_ENCODER
 from retrievers.pool import PoolConfig
+from retrievers.registry import SOURCE_BACKENDS, is_reference
+from retrievers.spec import SpecError, check_source_name, parse_pool
 from serve.engine.models import DEFAULT_GENERATOR
 from serve.engine.vllm_engine import VLLMConfig
 from voter.estimator import VoterConfig
 
 
 @dataclass(frozen=True)
+class SourceConfig:
+    """One knowledge source: the class that serves it, a registered backend name
+    (retrievers/registry.py: SOURCE_BACKENDS) or a "module:Class" reference, and the keyword
+    options its `from_setting` takes (retrievers/sources/base.py)."""
+
+    backend: str
+    options: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def read(cls, name: str, value: Any) -> "SourceConfig":
+        """A config line's value: `BACKEND`, or {backend: BACKEND, options: {...}}."""
+        if isinstance(value, SourceConfig):
+            return value
+        if isinstance(value, str):
+            value = {"backend": value}
+        well_formed = isinstance(value, dict) and set(value) <= {"backend", "options"} and isinstance(
+            value.get("backend"), str) and isinstance(value.get("options") or {}, dict)
+        if not well_formed:
+            raise ValueError(f"index.sources.{name} must be a backend name or {{backend: NAME, options: {{...}}}}, "
+                             f"got {value!r}")
+        backend = value["backend"]
+        if backend not in SOURCE_BACKENDS.names() and not is_reference(backend):
+            raise ValueError(f"index.sources.{name}: unknown knowledge-source backend {backend!r}; "
+                             f"known: {', '.join(SOURCE_BACKENDS.names())}, or module:Class")
+        return cls(backend, dict(value.get("options") or {}))
+
+
+DEFAULT_SOURCES = {"Wiki": "dense", "SE": "lucene"}  # the paper's two: dense passages, BM25 pages
+
+
+@dataclass(frozen=True)
 class IndexConfig:
     name: str = "default"  # under $EOR_HOME/indexes/
     encoder: str = DEFAULT_ENCODER  # Wiki + @RR encoder: package:<module> or a folder
-    se_backend: str = "lucene"  # "lucene" (embedded) or "http" (a Serper-style search API)
-    se_http_url: str = "https://google.serper.dev/search"
-    se_http_fetch_pages: bool = False
+    # The knowledge sources, by the name retriever specs call them, one line each (the section
+    # lists them all; its order is the service's: the first source's deployment also serves the
+    # @RR encoder). A line: `Toy: toy` (a registered backend), `Toy: mypkg.toy:ToySource`, or
+    # `SE: {backend: http, options: {fetch_pages: true}}` (a Serper-style search API for SE).
+    sources: dict[str, SourceConfig] = field(default_factory=lambda: dict(DEFAULT_SOURCES))
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.sources, dict):
+            raise ValueError(f"index.sources must map source names to backends, got {self.sources!r}")
+        for name in self.sources:
+            try:
+                check_source_name(name)
+            except SpecError as exc:
+                raise ValueError(f"index.sources: {exc}") from None
+        object.__setattr__(self, "sources", {n: SourceConfig.read(n, v) for n, v in self.sources.items()})
 
 
 @dataclass(frozen=True)
@@ -58,6 +103,15 @@ class VoterSelection:
     pooling: str = VoterConfig.pooling
 
 
+@dataclass(frozen=True)
+class AskConfig:
+    """`eor ask` without a running `eor serve`: how long the reader it started stays warm for the
+    next question, in idle seconds (serve/cli/warm/); 0: none, each ask starts its own.
+    `--keep-warm` and $EOR_KEEP_WARM override it."""
+
+    keep_warm_s: float = 300.0
+
+
 # The retriever actors (the design card, ../shared/ARCHITECTURE.md, "Serving"): thin actors doing only the processing ops;
 # the work specs share is shared per question (the ingress searches each source once, the reader
 # writes PK once and dedups prompts in flight). "per-spec": one actor per retriever spec (16: a
@@ -79,8 +133,12 @@ class ServiceConfig:
     metrics_port: int = 8080  # Ray's Prometheus endpoint on this node (0: Ray picks)
     # "auto", "per-spec", "one" (RETRIEVER_ACTOR_LAYOUTS, above) or [[spec, ...], ...]: the specs of each actor
     retriever_actors: str | tuple[tuple[str, ...], ...] = "auto"
-    retriever_timeout_s: float = 120.0  # an Ask's whole budget, every cascade stage; a request deadline shortens it
+    # the whole Ask's default deadline (every round and its vote); a request's deadline_s or the
+    # client's gRPC deadline shortens it (serve/deadline.py)
+    ask_deadline_s: float = 120.0
     vote_reserve_s: float = 30.0  # no new stage starts with less than this (or a quarter of the budget) left
+    # an Ask that sets no min_confidence abstains below this P(right) (0: always answer; voter/decision.py)
+    min_confidence: float = 0.0
     max_batch: int = 64  # questions per AskBatch
     max_prompts: int = 64  # prompts per Generate
     max_prompt_chars: int = 20000
@@ -102,13 +160,14 @@ class ServiceConfig:
     placement: dict[str, dict[str, float]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        if self.retriever_timeout_s <= 0 or self.max_batch < 1:
-            raise ValueError("service: retriever_timeout_s and max_batch must be positive")
-        from serve.app.placement import DEPLOYMENTS
+        if not self.ask_deadline_s > 0 or self.max_batch < 1:
+            raise ValueError("service: ask_deadline_s and max_batch must be positive")
+        from voter.decision import check_min_confidence
 
-        unknown = sorted(set(self.placement) - set(DEPLOYMENTS))
-        if unknown:
-            raise ValueError(f"service.placement: unknown deployments {unknown}; known: {list(DEPLOYMENTS)}")
+        try:
+            check_min_confidence(self.min_confidence)
+        except ValueError as exc:
+            raise ValueError(f"service.{exc}") from None
         for name, res in self.placement.items():
             if not isinstance(res, dict) or not all(isinstance(v, (int, float)) and v > 0 for v in res.values()):
                 raise ValueError(f"service.placement.{name} must map resource names to positive amounts, got {res!r}")
@@ -136,15 +195,37 @@ class EorConfig:
     cache: CacheConfig = field(default_factory=CacheConfig)
     voter: VoterSelection = field(default_factory=VoterSelection)
     service: ServiceConfig = field(default_factory=ServiceConfig)
+    ask: AskConfig = field(default_factory=AskConfig)
+
+    def __post_init__(self) -> None:
+        """What crosses sections: the pool reads configured sources; placement names deployments."""
+        try:
+            parse_pool(self.pool.specs, sources=self.index.sources)
+        except SpecError as exc:
+            raise ValueError(f"pool.specs: {exc}") from None
+        from serve.app.placement import deployment_names
+
+        known = deployment_names(self.index.sources)
+        unknown = sorted(set(self.service.placement) - set(known))
+        if unknown:
+            raise ValueError(f"service.placement: unknown deployments {unknown}; known: {list(known)}")
 
     def to_dict(self) -> dict[str, Any]:
         """Plain data (it travels to every actor); `config_from_dict` reads it back."""
         return asdict(self)
 
 
+# keys that were renamed: the old name is an error that says the new one
+RENAMED = {"config.service.retriever_timeout_s": ("service.ask_deadline_s", "it is the whole Ask's default deadline")}
+
+
 def _build(cls: type, data: dict[str, Any], where: str) -> Any:
     known = {f.name: f for f in fields(cls)}
     unknown = set(data) - set(known)
+    for key in sorted(unknown):
+        if f"{where}.{key}" in RENAMED:
+            new, why = RENAMED[f"{where}.{key}"]
+            raise ValueError(f"config key {where.removeprefix('config.')}.{key} is now {new} ({why}); rename it")
     if unknown:
         raise ValueError(f"unknown config keys at {where}: {sorted(unknown)}; known: {sorted(known)}")
     kwargs = {}

@@ -1,25 +1,23 @@
-"""Adaptive EoR for a batch of questions: run the voter's stages in order, vote after each,
-stop a question as soon as its vote is settled (voter/cascade.py).
+"""Adaptive EoR for a batch of questions: run the voter's stages in order, ask the voter after
+each, stop a question as soon as the voter says it is settled (voter/decision.py).
 
-One orchestration for every entry point: `eor ask` passes the in-process pool's `run`, the
-service passes its fan-out over the retriever actors. Retrievers the voter dropped are not in
-any stage, so they never run; the dropped ones reach the reader only when a caller names them
-explicitly (`--retrievers`, `AskRequest.retrievers`), and then they run as one stage.
+One loop for every entry point; a round's work is done by the one orchestrator both use
+(serve/orchestrator.py: `AskRounds`, with the in-process pool or the service's deployments).
+Retrievers the voter dropped are not in any stage, so they never run; the dropped ones reach
+the reader only when a caller names them explicitly (`--retrievers`,
+`AskRequest.retrievers`), and then they run as one stage.
 """
 from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass
-from typing import Awaitable, Callable, Sequence
+from typing import Any, Awaitable, Callable, Sequence
 
 from retrievers.types import QuestionResult
-from voter.question_vote import Vote, VoterChoice, vote_with_stats
+from voter.decision import Confidence, Decision, decide
+from voter.question_vote import Vote, VoterChoice
 from voter.cascade import Cascade
 from voter.similarity import PairSimilarity
-
-# (questions, specs, shared=per-question QuestionWork, plan_specs=every spec of the cascade) -> results:
-# the in-process pool's `run`
-RunStage = Callable[..., list[QuestionResult]]
 
 
 @dataclass(frozen=True)
@@ -30,18 +28,32 @@ class EnsembleAnswer:
     vote: Vote
     stopped_at: int  # 1-based stage after which the vote was settled (or the time ran out)
     stages: int  # stages in the cascade
-    settle: float  # the settle statistic at the stop
+    settle: float  # the stop statistic at the stop
     out_of_time: bool = False  # the deadline ended the cascade before the vote was settled
+    confidence: Confidence | None = None  # P(right) of the answer (voter/decision.py)
+
+    @classmethod
+    def of(cls, result: QuestionResult, decision: Decision, stopped_at: int, stages: int,
+           out_of_time: bool = False) -> "EnsembleAnswer":
+        return cls(result, decision.vote, stopped_at, stages, decision.stat, out_of_time, decision.confidence)
 
     @property
     def ran(self) -> list[str]:
         return [c.retriever for c in self.result.candidates]
 
 
-def merge(a: QuestionResult | None, b: QuestionResult) -> QuestionResult:
-    if a is None:
-        return b
-    return QuestionResult(a.question, a.candidates + b.candidates, {**a.shared_tokens, **b.shared_tokens})
+def joined(question: str, parts: Sequence[QuestionResult], order: Sequence[str] | None = None) -> QuestionResult:
+    """One question's results from several calls as one: the candidates in `order` (None: as
+    they come), each shared document's tokens once. The one place results are put together
+    (a round's groups, a stream's early and late halves, the rounds of an Ask)."""
+    cands = [c for p in parts for c in p.candidates]
+    if order is not None:
+        by = {c.retriever: c for c in cands}
+        cands = [by[s] for s in order if s in by]
+    shared: dict = {}
+    for p in parts:
+        shared.update(p.shared_tokens)
+    return QuestionResult(question, tuple(cands), shared)
 
 
 def cascade_for(voter_cascade: Cascade, specs: Sequence[str] | None = None) -> Cascade:
@@ -56,7 +68,8 @@ class VoteDeadline(Exception):
 
 # (positions of the open questions in the batch, specs) -> their results
 AsyncRunStage = Callable[[list[int], list[str]], Awaitable[list[QuestionResult]]]
-AsyncVote = Callable[[list[QuestionResult]], Awaitable[tuple[list[Vote], list[float]]]]
+# (results so far, 0-based stage) -> the voter's decisions (voter/decision.py: decide)
+AsyncVote = Callable[[list[QuestionResult], int], Awaitable[list[Decision]]]
 # after a vote, the questions it did not settle: their provisional answers (progressive replies)
 OnProvisional = Callable[[list["EnsembleAnswer"], list[int]], Awaitable[None]]
 
@@ -74,7 +87,7 @@ async def answer_async(questions: Sequence[str], cascade: Cascade, run_stage: As
     answers of the questions it left open (with their positions), before the next stage runs."""
     qs = list(questions)
     merged: list[QuestionResult | None] = [None] * len(qs)
-    last: dict[int, tuple[Vote, float]] = {}
+    last: dict[int, Decision] = {}
     done: dict[int, EnsembleAnswer] = {}
     n_stages = len(cascade.stages)
     for k, stage in enumerate(cascade.stages):
@@ -83,8 +96,7 @@ async def answer_async(questions: Sequence[str], cascade: Cascade, run_stage: As
             break
         if k > 0 and time_left is not None and time_left() <= 0:
             for i in todo:
-                v, stat = last[i]
-                done[i] = EnsembleAnswer(merged[i], v, k, n_stages, stat, out_of_time=True)
+                done[i] = EnsembleAnswer.of(merged[i], last[i], k, n_stages, out_of_time=True)
             break
         if on_stage is not None:
             on_stage(k + 1, n_stages, list(stage))
@@ -92,49 +104,42 @@ async def answer_async(questions: Sequence[str], cascade: Cascade, run_stage: As
         if len(results) != len(todo):
             raise RuntimeError(f"stage {k + 1} returned {len(results)} results for {len(todo)} questions")
         for i, r in zip(todo, results):
-            merged[i] = merge(merged[i], r)
+            merged[i] = joined(r.question, [m for m in (merged[i], r) if m is not None])
         try:
-            votes, stats = await vote([merged[i] for i in todo])
+            decisions = await vote([merged[i] for i in todo], k)
         except VoteDeadline:  # end with the last vote; the stage's answers are returned but did not vote
             if k == 0:
                 raise
             for i in todo:
-                v, stat = last[i]
-                done[i] = EnsembleAnswer(merged[i], v, k, n_stages, stat, out_of_time=True)
+                done[i] = EnsembleAnswer.of(merged[i], last[i], k, n_stages, out_of_time=True)
             break
-        for i, v, stat in zip(todo, votes, stats):
-            last[i] = (v, stat)
-            if cascade.settled(k, stat):
-                done[i] = EnsembleAnswer(merged[i], v, k + 1, n_stages, stat)
+        for i, d in zip(todo, decisions):
+            last[i] = d
+            if d.settled:
+                done[i] = EnsembleAnswer.of(merged[i], d, k + 1, n_stages)
         still = [i for i in todo if i not in done]
         if on_provisional is not None and still:
-            await on_provisional([EnsembleAnswer(merged[i], last[i][0], k + 1, n_stages, last[i][1]) for i in still],
-                                 still)
+            await on_provisional([EnsembleAnswer.of(merged[i], last[i], k + 1, n_stages) for i in still], still)
     return [done[i] for i in range(len(qs))]
 
 
-def answer(questions: Sequence[str], choice: VoterChoice, run_stage: RunStage,
+def answer(questions: Sequence[str], choice: VoterChoice, pool: Any,
            metrics: Sequence[PairSimilarity], specs: Sequence[str] | None = None,
            on_stage: Callable[[int, int, list[str]], None] | None = None,
            on_provisional: Callable[[list[EnsembleAnswer], list[int]], None] | None = None) -> list[EnsembleAnswer]:
-    """In-process: `run_stage` is the pool's `run`, the vote runs here. A question's stages
-    share one `QuestionWork`: each source is searched once (at the depth the whole cascade
-    needs), PK is written once, chunks are embedded once."""
-    from retrievers.pool import QuestionWork
+    """In-process (`eor ask`): the rounds of serve/orchestrator.py with `pool` (a RetrieverPool)
+    doing the work and the vote here; each source is searched once per question (at the depth
+    the whole cascade needs), PK written once, chunks embedded once."""
+    from serve.orchestrator import AskRounds, LocalCrew
 
-    qs = list(questions)
     cascade = cascade_for(choice.saved.stages, specs)
-    plan = [s for stage in cascade.stages for s in stage]
-    shared = [QuestionWork() for _ in qs]
 
-    async def run(open_: list[int], sp: list[str]) -> list[QuestionResult]:
-        return run_stage([qs[i] for i in open_], sp, shared=[shared[i] for i in open_], plan_specs=plan)
-
-    async def vote(results: list[QuestionResult]) -> tuple[list[Vote], list[float]]:
-        return vote_with_stats(results, choice.saved, metrics)
+    def decided(results: list[QuestionResult], run: Cascade, stage: int) -> list[Decision]:
+        return decide(results, choice.saved, metrics, run, stage)
 
     async def provisional(answers: list[EnsembleAnswer], positions: list[int]) -> None:
         if on_provisional is not None:
             on_provisional(answers, positions)
 
-    return asyncio.run(answer_async(qs, cascade, run, vote, on_stage, on_provisional=provisional))
+    rounds = AskRounds(questions, cascade, LocalCrew(pool, decided, holds=cascade.specs), pool.config)
+    return asyncio.run(rounds.answer(on_stage, provisional))

@@ -3,6 +3,10 @@ scorer (cross-validated by question), the stop thresholds and the choice of layo
 latency at the accuracy target. Pure numpy on arrays the run already holds (voter/selector.py
 is the per-question logic; serve/ reads run logs and prints).
 
+With a calibration method, the picks' out-of-fold P are calibrated (voter/calibration.py) and
+the stop thresholds are fitted on the calibrated P: the number the caller gets with each answer
+is the number the stop rule reads.
+
 A *round* is one batched fan-out of retrievers; its cost is the reader tokens it computes plus
 a fixed per-round overhead (a sequential engine round trip), so a layout is judged by expected
 latency = rounds run x overhead + tokens computed / throughput, not by tokens alone.
@@ -15,6 +19,8 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
+from voter.calibration import Calibrator, cross_validated_ece, expected_calibration_error, fit_calibrator
+from voter.cascade import Cascade, stop_stages
 from voter.selector import (AnswerScorer, RoundTrace, RoundView, candidate_features, evaluate_stop,
                             feature_names, fit_stop_thresholds, frontier)
 
@@ -134,12 +140,15 @@ class LayoutFit:
     latency_s: float
     first_round_share: float
     frontier: list[dict[str, float]]
+    calibrator: Calibrator | None = None  # None: the stop rule and the caller read the scorer's raw P
+    cv_ece: float = math.nan  # ECE (10 bins) of that P on questions neither scorer nor calibrator saw
 
 
 def fit_layout(run: PoolRun, layout: Layout, latency: LatencyModel, folds: int = 5, C: float = 1.0,
-               tolerance: float = 0.005, seed: int = 0) -> LayoutFit:
+               tolerance: float = 0.005, seed: int = 0, calibration: str | None = None) -> LayoutFit:
     """Out-of-fold P for every question and round (the scorer never sees the question it
-    scores), then the cheapest-latency thresholds within `tolerance` of running every round."""
+    scores), calibrated when `calibration` names a method, then the cheapest-latency thresholds
+    on it within `tolerance` of running every round."""
     views, tokens, rounds = round_views(run, layout)
     n, r = len(run), len(layout)
     p, ok = np.zeros((n, r)), np.zeros((n, r))
@@ -148,26 +157,46 @@ def fit_layout(run: PoolRun, layout: Layout, latency: LatencyModel, folds: int =
         scorer = AnswerScorer(C).fit(*training_rows(views, run.right, run.pool, train))
         p[test], ok[test], _ = picks(views, run.right, run.pool, scorer, test)
     cost = np.vectorize(latency.seconds)(rounds, tokens)
-    trace = RoundTrace(p, ok, cost)
+    calibrator = fit_calibrator(p, ok, calibration) if calibration else None
+    ece = cross_validated_ece(p, ok, calibration, folds, seed) if calibration else expected_calibration_error(
+        p.ravel(), ok.ravel())
+    trace = RoundTrace(calibrator.predict(p) if calibrator else p, ok, cost)
     tau = fit_stop_thresholds(trace, tolerance)
     acc, lat, stop = evaluate_stop(trace, tau)
     rows = np.arange(n)
     return LayoutFit(layout, tau, acc, float(ok[:, -1].mean()), float(tokens[rows, stop].mean()),
-                     float(rounds[rows, stop].mean()), lat, float((stop == 0).mean()), frontier(trace))
+                     float(rounds[rows, stop].mean()), lat, float((stop == 0).mean()), frontier(trace),
+                     calibrator, ece)
 
 
 @dataclass(frozen=True)
 class AdaptiveModel:
-    """What the fit ships: the layout, the scorer and the thresholds."""
+    """What the fit ships: the layout, the scorer, the calibrator of its P (None in files fitted
+    before there was one: then the raw P is the confidence) and the thresholds on that confidence."""
 
     layout: Layout
     scorer: AnswerScorer
     thresholds: tuple[float, ...]
+    calibrator: Calibrator | None = None
+
+    @property
+    def cascade(self) -> Cascade:
+        """The rounds and their thresholds on `confidence`: the stages every entry point runs."""
+        return Cascade(self.layout, self.thresholds, target=1.0)
+
+    def confidence(self, p: np.ndarray | float) -> np.ndarray | float:
+        """The scorer's P(right) as the caller gets it and the stop rule reads it."""
+        if self.calibrator is None:
+            return p
+        return self.calibrator.predict(p) if isinstance(p, np.ndarray) else self.calibrator(p)
 
     def to_dict(self, pool: Sequence[str]) -> dict[str, Any]:
-        return {"rounds": [list(r) for r in self.layout],
-                "thresholds": [None if not math.isfinite(t) else t for t in self.thresholds],
-                "scorer": self.scorer.to_dict(feature_names(pool))}
+        d = {"rounds": [list(r) for r in self.layout],
+             "thresholds": [None if not math.isfinite(t) else t for t in self.thresholds],
+             "scorer": self.scorer.to_dict(feature_names(pool))}
+        if self.calibrator is not None:
+            d["calibrator"] = self.calibrator.to_dict()
+        return d
 
     @classmethod
     def from_dict(cls, d: dict[str, Any], pool: Sequence[str]) -> "AdaptiveModel":
@@ -178,35 +207,37 @@ class AdaptiveModel:
         tau = tuple(math.inf if t is None else float(t) for t in d["thresholds"])
         if len(tau) != len(layout) - 1:
             raise ValueError(f"adaptive model: {len(tau)} thresholds for {len(layout)} rounds")
-        return cls(layout, AnswerScorer.from_dict(d["scorer"], feature_names(pool)), tau)
+        calibrator = Calibrator.from_dict(d["calibrator"]) if d.get("calibrator") is not None else None
+        return cls(layout, AnswerScorer.from_dict(d["scorer"], feature_names(pool)), tau, calibrator)
 
 
 def fit_model(run: PoolRun, fit: LayoutFit, C: float = 1.0) -> AdaptiveModel:
     views, _, _ = round_views(run, fit.layout)
     scorer = AnswerScorer(C).fit(*training_rows(views, run.right, run.pool, range(len(run))))
-    return AdaptiveModel(fit.layout, scorer, fit.thresholds)
+    return AdaptiveModel(fit.layout, scorer, fit.thresholds, fit.calibrator)
 
 
 @dataclass(frozen=True)
 class Outcome:
-    """The adaptive model on questions: per question its answer index, right or not, cost."""
+    """The adaptive model on questions: per question its answer index, right or not, cost, and
+    the confidence that came with the answer."""
 
     picked: np.ndarray
     right: np.ndarray
     tokens: np.ndarray
     rounds: np.ndarray
     stop: np.ndarray
+    confidence: np.ndarray
 
 
 def apply_model(run: PoolRun, model: AdaptiveModel) -> Outcome:
     views, tokens, rounds = round_views(run, model.layout)
     rows = list(range(len(run)))
     p, ok, who = picks(views, run.right, run.pool, model.scorer, rows)
-    from voter.selector import stop_rounds
-
-    stop = stop_rounds(p, model.thresholds)
+    conf = model.confidence(p)
+    stop = stop_stages(conf, model.thresholds)
     i = np.arange(len(run))
-    return Outcome(who[i, stop], ok[i, stop], tokens[i, stop], rounds[i, stop], stop)
+    return Outcome(who[i, stop], ok[i, stop], tokens[i, stop], rounds[i, stop], stop, conf[i, stop])
 
 
 def candidate_layouts(pool: Sequence[str], accuracy: dict[str, float], cost: dict[str, float],

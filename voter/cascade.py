@@ -4,7 +4,9 @@ After each stage the voter votes over every answer so far. The vote is *settled*
 when its settle statistic reaches the stage's threshold tau_k; the last stage always ends
 the question. The statistic is the answer margin of the weighted vote (the winner's score
 minus the best score of a different normalised answer): +inf when at least two retrievers
-answered and all agree, -inf when fewer than two answered (one answer is no vote).
+answered and all agree, -inf when fewer than two answered (one answer is no vote). The
+confidence-aware rounds (voter/adaptive.py) use the same rule, `settled`, on P(right);
+voter/decision.py is where a voter's thresholds meet its statistic.
 
 Why calibrated thresholds rather than a prior alone (Adaptive-Consistency's Beta posterior,
 ESC's window): our retrievers are correlated and unequal in cost, so, as FrugalGPT does, the
@@ -65,8 +67,8 @@ class Cascade:
         return [s for st in self.stages for s in st]
 
     def settled(self, stage: int, stat: float) -> bool:
-        """Stop after `stage` (0-based)? Always at the last stage; never where the threshold is +inf."""
-        return stage >= len(self.stages) - 1 or reaches(stat, self.thresholds[stage])
+        """Stop after `stage` (0-based)? The one rule, `settled`, with this cascade's thresholds."""
+        return bool(settled(stage, stat, self.thresholds))
 
     def to_dict(self) -> dict[str, Any]:
         return {"stages": [list(s) for s in self.stages],
@@ -89,10 +91,15 @@ class Cascade:
             raise ValueError(f"cascade: {exc}") from None
 
 
-def reaches(stat: float | np.ndarray, threshold: float) -> bool | np.ndarray:
-    """The stop test: the statistic reaches a finite threshold (+inf means never stop there)."""
-    return np.isfinite(threshold) & (np.asarray(stat) >= threshold) if isinstance(stat, np.ndarray) else \
-        (math.isfinite(threshold) and stat >= threshold)
+def settled(stage: int, stat: float | np.ndarray, thresholds: Sequence[float]) -> bool | np.ndarray:
+    """THE stop rule, for the margin cascade and the confidence-aware rounds alike (live, in
+    replays and in the threshold fits): after 0-based `stage`, a question is settled when that
+    is the last stage (one threshold per stage but the last), or when its statistic reaches the
+    stage's threshold; +inf never stops there. `stat` may be one number or an array of them."""
+    if stage >= len(thresholds):
+        return np.ones(np.shape(stat), dtype=bool) if isinstance(stat, np.ndarray) else True
+    t = thresholds[stage]
+    return np.isfinite(t) & (stat >= t) if isinstance(stat, np.ndarray) else (math.isfinite(t) and stat >= t)
 
 
 def settle_stat(scores: np.ndarray, answers: Sequence[str | None]) -> float:
@@ -125,11 +132,12 @@ class StageTrace:
 
 
 def stop_stages(stats: np.ndarray, thresholds: Sequence[float]) -> np.ndarray:
-    """[N] 0-based stage at which each question stops."""
+    """[N] 0-based stage after which each question stops: `settled` over each question's
+    statistics [N, S] (the earliest settled stage wins)."""
     n, s = stats.shape
     stop = np.full(n, s - 1)
     for k in range(s - 2, -1, -1):  # earliest stage wins: fill from the back
-        stop = np.where(reaches(stats[:, k], thresholds[k]), k, stop)
+        stop = np.where(settled(k, stats[:, k], thresholds), k, stop)
     return stop
 
 

@@ -1,7 +1,8 @@
 """The vote over a question's candidates, and which voter votes: metrics, the similarity
 tensor, weights, the vote, and `choose_voter`.
 
-Shared by `eor ask`, `eor fit`, `eor eval` and the service's Voter deployment, so all vote the same way.
+Shared by `eor ask`, `eor fit`, `eor eval` and the service's Voter deployment, so all vote the same way
+(voter/decision.py turns a round's vote into the decision: answer, settled?, P(right)).
 
 - Metrics come by name (`em`, `bertscore`, `nli`); `nli` is judged by the pool's own reader
   (LLM-judged bidirectional entailment, cached like every other prompt) unless an HF NLI
@@ -25,7 +26,6 @@ from typing import Any, Sequence
 import numpy as np
 
 from retrievers.types import QuestionResult
-from voter.cascade import settle_stat
 from voter.estimator import VoterConfig
 from voter.normalize import is_non_answer
 from voter.similarity import PairSimilarity, available_metrics, create_metric, similarity_tensor
@@ -110,8 +110,11 @@ def similarity_inputs(results: Sequence[QuestionResult], grid: Sequence[Sequence
     return similarity_tensor(grid, [r.question for r in results], list(metrics))
 
 
-def _finite_or_none(x: float | None) -> float | None:
-    return None if x is None else _finite(x)
+def vote_margin(row: np.ndarray, answers: Sequence[str | None], win: int) -> float | None:
+    """A vote's margin, in the scores of `row` (the EoR vote's, or P(right)): the winner's over
+    the best different answer's; None with no different answer (unanimous) or not finite."""
+    m = answer_margin(row, answers, win)
+    return None if m is None else _finite(m)
 
 
 def _finite(x: float) -> float | None:
@@ -138,53 +141,8 @@ def votes_from_scores(scores: np.ndarray, grid: Sequence[Sequence[str | None]], 
             out.append(Vote(None, "", None, None, per))
         else:
             out.append(Vote(pool[win], answers[win] or "", _finite(float(row[win])),
-                            _finite_or_none(answer_margin(row, answers, win)), per))
+                            vote_margin(row, answers, win), per))
     return out
-
-
-def vote(results: Sequence[QuestionResult], saved: SavedWeights, metrics: Sequence[PairSimilarity]) -> list[Vote]:
-    """Vote every question with the given weights (any subset of the pool may have run)."""
-    return vote_with_stats(results, saved, metrics)[0]
-
-
-def vote_with_stats(results: Sequence[QuestionResult], saved: SavedWeights,
-                    metrics: Sequence[PairSimilarity]) -> tuple[list[Vote], list[float]]:
-    """The votes and each vote's settle statistic (voter/cascade.py: is the vote settled?).
-    With a confidence-aware model the scorer picks and the statistic is its P(right)."""
-    grid = answer_grid(results, saved.pool)
-    X = similarity_inputs(results, grid, metrics)
-    if saved.adaptive is not None:
-        return confident_votes(results, grid, X, saved)
-    scores = saved.voter().decision_scores(X)
-    return votes_from_scores(scores, grid, saved.pool), [settle_stat(row, g) for row, g in zip(scores, grid)]
-
-
-def confident_votes(results: Sequence[QuestionResult], grid: Sequence[Sequence[str | None]],
-                    X: tuple[np.ndarray, np.ndarray], saved: SavedWeights) -> tuple[list[Vote], list[float]]:
-    """voter/selector.py's pick for each question: the candidate the answer scorer finds most
-    likely right, from its EoR vote score (equal weights over what ran, as the model was
-    fitted), agreement, the reader's confidence, length and retriever; (votes, P(right))."""
-    from voter.selector import RoundView, candidate_features, pick
-
-    model = saved.adaptive
-    pool = saved.pool
-    scores = equal_weights(pool, saved.metrics, saved.pooling).voter().decision_scores(X)
-    votes, stats = [], []
-    for r, answers, row in zip(results, grid, scores):
-        lps = {c.retriever: c.logprobs for c in r.candidates}
-        view = RoundView(tuple(answers), tuple(float(x) for x in row), tuple(lps.get(s) for s in pool))
-        chosen = pick(view, pool, model.scorer)
-        feats, idx = candidate_features(view, pool)
-        p = model.scorer.predict_proba(feats) if len(idx) else []
-        per = {s: None for s in pool} | {pool[m]: float(q) for m, q in zip(idx, p)}
-        if chosen.index < 0:
-            votes.append(Vote(None, "", None, None, per))
-        else:  # the margin, as every vote's: over the best different answer, here in P(right)
-            p_row = np.array([np.nan if per[s] is None else per[s] for s in pool])
-            votes.append(Vote(pool[chosen.index], chosen.answer, chosen.p,
-                              _finite_or_none(answer_margin(p_row, answers, chosen.index)), per))
-        stats.append(chosen.p)
-    return votes, stats
 
 
 @dataclass(frozen=True)

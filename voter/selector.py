@@ -20,7 +20,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from voter.cascade import greedy_thresholds
+from voter.cascade import greedy_thresholds, stop_stages
 from voter.normalize import normalize_answer
 
 NO_LOGPROB = -5.0  # stands in for an unknown confidence (a cached output never scored); rare by design
@@ -141,21 +141,10 @@ class RoundTrace:
         return self.p.shape
 
 
-def stop_rounds(p: np.ndarray, thresholds: Sequence[float]) -> np.ndarray:
-    """[N] 0-based round after which each question stops: the first round whose P reaches its
-    threshold (+inf: never stop there), else the last."""
-    n, r = p.shape
-    stop = np.full(n, r - 1)
-    for k in range(r - 2, -1, -1):
-        t = thresholds[k]
-        if math.isfinite(t):
-            stop = np.where(p[:, k] >= t, k, stop)
-    return stop
-
-
 def evaluate_stop(trace: RoundTrace, thresholds: Sequence[float]) -> tuple[float, float, np.ndarray]:
-    """(accuracy, mean cost, stop round per question) of a rule."""
-    stop = stop_rounds(trace.p, thresholds)
+    """(accuracy, mean cost, stop round per question) of thresholds on P (voter/cascade.py:
+    the one stop rule, `settled`, replayed by `stop_stages`)."""
+    stop = stop_stages(trace.p, thresholds)
     rows = np.arange(len(stop))
     return float(trace.right[rows, stop].mean()), float(trace.cost[rows, stop].mean()), stop
 

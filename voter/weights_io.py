@@ -1,5 +1,9 @@
 """The voter file: everything the live ensemble needs, as one versioned JSON document.
 
+`eor-voter/4` is `eor-voter/3` whose adaptive model has a calibrator (voter/calibration.py) and
+stop thresholds on the calibrated P; a new format, so that a service that cannot calibrate
+refuses it rather than reading those thresholds against the raw P.
+
 `eor-voter/3` is `eor-voter/2` plus, optionally, the confidence-aware adaptive model
 (voter/adaptive.py: its rounds, its answer scorer and its stop thresholds); a voter without one
 is still written and read as `eor-voter/2`, so its id does not change.
@@ -33,9 +37,10 @@ from voter.voting import VoterWeights
 # default reader, by `eor fit` (docs/benchmarks.md). Every entry point uses it by default.
 SHIPPED_VOTER = Path(__file__).resolve().parent / "data" / "voter.json"
 
+FORMAT_V4 = "eor-voter/4"  # with an adaptive model and the calibrator of its P(right)
 FORMAT = "eor-voter/3"  # with an adaptive model
 FORMAT_V2 = "eor-voter/2"  # without one
-FORMATS = (FORMAT, FORMAT_V2, "eor-voter-weights/1")
+FORMATS = (FORMAT_V4, FORMAT, FORMAT_V2, "eor-voter-weights/1")
 
 
 def _now() -> str:
@@ -108,12 +113,21 @@ class SavedWeights:
 
     @property
     def stages(self) -> Cascade:
-        """The cascade to run: the adaptive model's rounds and stop thresholds (on the scorer's
-        P(right)), else the fitted margin cascade, else every kept retriever in one stage (the
-        whole pool when none is kept: the vote's own fallback is every retriever that answered)."""
+        """The cascade to run: the adaptive model's rounds and stop thresholds (on its confidence),
+        else the fitted margin cascade, else every kept retriever in one stage (the whole pool
+        when none is kept: the vote's own fallback is every retriever that answered). Which
+        statistic the thresholds read is voter/decision.py's business."""
         if self.adaptive is not None:
-            return Cascade(self.adaptive.layout, self.adaptive.thresholds, target=1.0)
+            return self.adaptive.cascade
         return self.cascade or Cascade.single_stage(self.kept_specs() or self.pool)
+
+    @property
+    def confidence_kind(self) -> str:
+        """What `confidence` is with this voter: "calibrated", "raw" (the scorer's P, a voter
+        file without a calibrator) or "none" (no answer scorer: a margin-cascade voter)."""
+        if self.adaptive is None:
+            return "none"
+        return "raw" if self.adaptive.calibrator is None else "calibrated"
 
     def with_cascade(self, cascade: Cascade | None) -> "SavedWeights":
         return replace(self, cascade=cascade)
@@ -135,7 +149,8 @@ class SavedWeights:
         stages = len(self.stages.stages)
         if self.adaptive is not None:
             n = len(self.stages.specs)
-            return (f"fitted voter {self.digest} (reader {p.reader_model}, {p.n_questions} questions; confidence-aware: "
+            kind = "confidence-aware, calibrated" if self.adaptive.calibrator is not None else "confidence-aware"
+            return (f"fitted voter {self.digest} (reader {p.reader_model}, {p.n_questions} questions; {kind}: "
                     f"{n} of {len(self.pool)} retrievers in {stages} round{'s' * (stages > 1)})")
         return (f"fitted voter {self.digest} (reader {p.reader_model}, {p.n_questions} questions; "
                 f"{len(self.kept_specs())} of {len(self.pool)} retrievers in {stages} stage{'s' * (stages > 1)})")
@@ -152,7 +167,7 @@ class SavedWeights:
 
     def to_dict(self) -> dict[str, Any]:
         d = {
-            "format": FORMAT if self.adaptive is not None else FORMAT_V2,
+            "format": FORMAT_V2 if self.adaptive is None else FORMAT if self.adaptive.calibrator is None else FORMAT_V4,
             "pool": list(self.pool),
             "metrics": list(self.metrics),
             "pooling": self.pooling,

@@ -182,9 +182,10 @@ def compare_with_baseline(args: argparse.Namespace, run: Path, baseline: Path | 
     if baseline is None:
         return None
     module = SUITES[args.suite]
-    drops = regression.compare(module.outcomes(ResultStore(baseline).records()),
-                               module.outcomes(ResultStore(run).records()), args.alpha)
-    doc = {"baseline": str(baseline), "alpha": args.alpha, "systems": {s: d.to_dict() for s, d in drops.items()}}
+    before, now = ResultStore(baseline).records(), ResultStore(run).records()
+    drops = regression.compare(module.outcomes(before), module.outcomes(now), args.alpha)
+    doc = {"baseline": str(baseline), "alpha": args.alpha, "systems": {s: d.to_dict() for s, d in drops.items()},
+           "confidence": regression.confidence_drop(before, now)}
     (run / "regression.json").write_text(json.dumps(doc, indent=2) + "\n", encoding="utf-8")
     for s in [x for x in (DEPLOYED, EOR) if x in drops]:
         d = drops[s]
@@ -225,6 +226,11 @@ class Exporter:
                             ["suite", "system"], registry=self.registry)
         self.paired = Gauge("eor_bench_paired_instances", "Instances the latest round and the baseline both scored",
                             ["suite", "system"], registry=self.registry)
+        self.confidence_drop = Gauge("eor_bench_confidence_drop", "The deployed path's mean P(right), baseline "
+                                     "round minus the latest, on the instances both asked", ["suite"],
+                                     registry=self.registry)
+        self.confidence_paired = Gauge("eor_bench_confidence_paired", "Instances behind eor_bench_confidence_drop",
+                                       ["suite"], registry=self.registry)
         start_http_server(port, registry=self.registry)
 
     def publish(self, suite: str, metrics: dict) -> None:
@@ -236,8 +242,11 @@ class Exporter:
         self.reader.labels(suite=suite).set(metrics["cost"]["total"]["reader_s"])
 
     def publish_regression(self, suite: str, doc: dict | None) -> None:
-        for g in (self.regression, self.drop, self.drop_p, self.paired):
+        for g in (self.regression, self.drop, self.drop_p, self.paired, self.confidence_drop, self.confidence_paired):
             g.clear()
+        if (doc or {}).get("confidence"):
+            self.confidence_drop.labels(suite=suite).set(doc["confidence"]["drop"])
+            self.confidence_paired.labels(suite=suite).set(doc["confidence"]["paired"])
         for system, d in ((doc or {}).get("systems") or {}).items():
             self.regression.labels(suite=suite, system=system).set(1.0 if d["regression"] else 0.0)
             self.drop.labels(suite=suite, system=system).set(d["points"])

@@ -39,10 +39,12 @@ class Deployed:
     tokens: int = 0  # prompt - prefix-cache hits + generated
     latency_s: float = 0.0
     reader_s: float = 0.0
+    confidence: float | None = None  # the reply's P(right) (None: the live voter gives none)
 
     def to_dict(self) -> dict:
         return {"answer": self.answer, "voter": self.voter, "ran": list(self.ran), "rounds": self.rounds,
-                "tokens": self.tokens, "latency_s": self.latency_s, "reader_s": self.reader_s}
+                "tokens": self.tokens, "latency_s": self.latency_s, "reader_s": self.reader_s,
+                "confidence": self.confidence}
 
 
 @dataclass(frozen=True)
@@ -137,4 +139,5 @@ class BenchClient:
 def _deployed(r) -> Deployed:
     return Deployed(answer=r.answer, voter=r.voter, ran=tuple(r.ran), rounds=int(r.stopped_at_stage),
                     tokens=int(r.prompt_tokens - r.cached_prompt_tokens + r.generated_tokens),
-                    latency_s=r.latency_s, reader_s=r.reader_s)
+                    latency_s=r.latency_s, reader_s=r.reader_s,
+                    confidence=r.confidence if r.HasField("confidence") else None)

@@ -4,7 +4,9 @@ Rounds of `--every` re-run the same plan (same questions, seed and perturbations
 same instance ids and perturbed texts): each instance is a pair (robust in the baseline
 round, robust now) per system. A drop is reported only when it is real: more instances lost
 than gained, and a two-sided exact sign test over the instances that changed says p < alpha.
-The regression gauges and the alert rules (deploy/alerts.yml) read this.
+The regression gauges and the alert rules (deploy/alerts.yml) read this; and
+`confidence_drop`: the deployed path's mean P(right) on the same instances, baseline minus now
+(a drop on unchanged inputs is calibration drift, or a changed system).
 
     drop = compare(suite_module.outcomes(baseline_records), suite_module.outcomes(records))
 """
@@ -12,7 +14,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Mapping
+from typing import Mapping, Sequence
 
 ALPHA = 0.05  # the sign test's level for calling a drop real
 
@@ -60,6 +62,20 @@ def compare(baseline: Mapping[str, Mapping[str, bool]], current: Mapping[str, Ma
         out[s] = Drop(s, n, lost, gained, sum(b for b, _ in pairs) / n if n else 0.0,
                       sum(c for _, c in pairs) / n if n else 0.0, p, lost > gained and p < alpha)
     return out
+
+
+def confidence_drop(baseline: Sequence[Mapping], current: Sequence[Mapping]) -> dict:
+    """The deployed path's mean confidence over the instances both rounds asked with one
+    (records by instance id: `id`, else qid/perturbation/variant), baseline minus current."""
+    def by_id(records: Sequence[Mapping]) -> dict[str, float]:
+        return {r.get("id") or f"{r['qid']}/{r['perturbation']}/{r['variant']}": float(r["deployed"]["confidence"])
+                for r in records if (r.get("deployed") or {}).get("confidence") is not None}
+    base, cur = by_id(baseline), by_id(current)
+    paired = sorted(set(base) & set(cur))
+    if not paired:
+        return {"paired": 0, "baseline": None, "current": None, "drop": 0.0}
+    b, c = sum(base[i] for i in paired) / len(paired), sum(cur[i] for i in paired) / len(paired)
+    return {"paired": len(paired), "baseline": b, "current": c, "drop": b - c}
 
 
 def baseline_round(out: Path, current: Path) -> Path | None:

@@ -1,13 +1,49 @@
-"""The knowledge-source protocol: batch-first search returning ranked passages."""
+"""The knowledge-source protocol: batch-first search returning ranked passages.
+
+A new source is one class implementing `KnowledgeSource`, registered by name
+(`retrievers/registry.py: SOURCE_BACKENDS`) or named by its "module:Class", plus one line in
+the config's `index.sources` (serve/config.py) giving it the name retriever specs call it by.
+The pool needs nothing else: what its hits are (`shape`) says how the spec operations treat them.
+"""
 from __future__ import annotations
 
-from typing import Protocol, Sequence
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Mapping, Protocol, Sequence
 
 from retrievers.types import Passage
 
+# What one hit of a source is, which decides what the spec operations do with its hits:
+# PASSAGES (Wiki): ~100-word passages; `Src@k` takes the top k (searched at k, default
+#   pool.default_k), @RR reranks them, HB takes the top pool.hb_wiki_k.
+# PAGES (SE): whole pages; `Src@k` takes the first k pages (default 1), cut to pool.se_top1_words
+#   (k = 1) or pool.se_page_words words; @RR and HB cut the first pool.se_pages pages into
+#   pool.chunk_words-word chunks.
+PASSAGES, PAGES = "passages", "pages"
+SHAPES = (PASSAGES, PAGES)
+
+
+@dataclass(frozen=True)
+class SourceSetting:
+    """What the configuration gives a source to build itself with."""
+
+    name: str  # what retriever specs call it (`Toy@2`); its passages carry it as `Passage.source`
+    index_dir: str  # its folder under the configured index: $EOR_HOME/indexes/<index>/<name, lower case>
+    encoder: Any = None  # the sentence encoder Wiki and @RR share (retrievers/encoder.py), not loaded yet
+    options: Mapping[str, Any] = field(default_factory=dict)  # the config's `options` for it
+
 
 class KnowledgeSource(Protocol):
+    """Subclass it for the defaults (`shape`, `from_setting`); any object with these members
+    serves (the tests' fakes, the service's remote sources)."""
+
     name: str
+    shape: ClassVar[str] = PASSAGES  # PASSAGES or PAGES (above)
+
+    @classmethod
+    def from_setting(cls, setting: SourceSetting) -> "KnowledgeSource":
+        """The source a config line asks for; the constructor stays cheap (no I/O before load()).
+        The default passes the name and the configured options as keyword arguments."""
+        return cls(name=setting.name, **setting.options)
 
     def load(self) -> "KnowledgeSource":
         """Open indexes / models (cheap constructors, explicit warm-up)."""

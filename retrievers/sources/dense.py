@@ -10,7 +10,7 @@ import numpy as np
 
 from retrievers.corpus import Document, to_passages
 from retrievers.encoder import Encoder
-from retrievers.sources.base import MissingIndexError
+from retrievers.sources.base import PASSAGES, KnowledgeSource, MissingIndexError, SourceSetting
 from retrievers.types import Passage
 
 INDEX_FILE = "faiss.index"
@@ -55,12 +55,17 @@ def build_dense_index(docs: Iterable[Document], out_dir: str | Path, encoder: En
 
 
 @dataclass
-class DenseSource:
+class DenseSource(KnowledgeSource):
     """Search a dense index built by `eor index`."""
 
     index_dir: str
     encoder: Encoder
     name: str = "Wiki"
+    shape = PASSAGES
+
+    @classmethod
+    def from_setting(cls, setting: SourceSetting) -> "DenseSource":
+        return cls(setting.index_dir, setting.encoder, setting.name, **setting.options)
 
     def __post_init__(self) -> None:
         self._index = None
@@ -73,7 +78,7 @@ class DenseSource:
 
         path = Path(self.index_dir)
         if not (path / INDEX_FILE).exists():
-            raise MissingIndexError(f"no Wiki (dense) index at {path}: build it with `eor index`")
+            raise MissingIndexError(f"no {self.name} (dense) index at {path}: build it with `eor index`")
         self._check_encoder(path)
         self._index = faiss.read_index(str(path / INDEX_FILE))
         with open(path / PASSAGES_FILE, encoding="utf-8") as f:
@@ -92,7 +97,7 @@ class DenseSource:
         built_with = json.loads(meta_path.read_text(encoding="utf-8")).get("encoder")
         asked = getattr(self.encoder, "name", None)
         if built_with and asked and built_with != asked:
-            raise ValueError(f"the Wiki index at {path} was built with encoder {built_with!r} but this "
+            raise ValueError(f"the {self.name} index at {path} was built with encoder {built_with!r} but this "
                              f"configuration encodes queries with {asked!r}: set index.encoder: {built_with} "
                              "or rebuild the index with `eor index`")
 

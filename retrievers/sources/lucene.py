@@ -15,7 +15,7 @@ from typing import Iterable, Sequence
 
 from retrievers.corpus import Document, to_pages
 from retrievers.java import anserini_jar, autoclass, java_binary
-from retrievers.sources.base import MissingIndexError
+from retrievers.sources.base import PAGES, KnowledgeSource, MissingIndexError, SourceSetting
 from retrievers.types import Passage
 
 LUCENE_DIR = "lucene"
@@ -48,11 +48,16 @@ def build_lucene_index(docs: Iterable[Document], out_dir: str | Path, threads: i
 
 
 @dataclass
-class LuceneSource:
+class LuceneSource(KnowledgeSource):
     """BM25 search over pages; a result Passage is a whole page (pid = page id)."""
 
     index_dir: str
     name: str = "SE"
+    shape = PAGES
+
+    @classmethod
+    def from_setting(cls, setting: SourceSetting) -> "LuceneSource":
+        return cls(setting.index_dir, setting.name, **setting.options)
 
     def __post_init__(self) -> None:
         self._searcher = None
@@ -64,7 +69,7 @@ class LuceneSource:
             return self
         path = Path(self.index_dir)
         if not (path / LUCENE_DIR).exists():
-            raise MissingIndexError(f"no SE (Lucene) index at {path}: build it with `eor index`")
+            raise MissingIndexError(f"no {self.name} (Lucene) index at {path}: build it with `eor index`")
         with open(path / PAGES_FILE, encoding="utf-8") as f:
             for line in f:
                 r = json.loads(line)

@@ -16,6 +16,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Sequence
 
+from retrievers.sources.base import PAGES, KnowledgeSource
 from retrievers.types import Passage
 
 _TAGS = re.compile(r"<(script|style)[^>]*>.*?</\1>|<[^>]+>", re.S | re.I)
@@ -26,13 +27,16 @@ def html_to_text(raw: str) -> str:
 
 
 @dataclass
-class WebSearchSource:
+class WebSearchSource(KnowledgeSource):
+    """Configured as `SE: {backend: http, options: {url: ..., fetch_pages: true}}` (its fields)."""
+
     url: str = "https://google.serper.dev/search"
     api_key_env: str = "EOR_SEARCH_API_KEY"
     fetch_pages: bool = False
     timeout_s: float = 10.0
     max_workers: int = 8
     name: str = "SE"
+    shape = PAGES
 
     def load(self) -> "WebSearchSource":
         if not os.environ.get(self.api_key_env):

@@ -4,9 +4,10 @@
     app_builder(args)          -> for `serve run deploy/serve.yaml` (args: config / settings)
     LocalService(settings)     -> `eor serve`: a local Ray (127.0.0.1), the app, the gRPC front
 
-Deployments (one replica each here; KubeRay scales them): Reader (vLLM), Source_Wiki
-(encoder + faiss; also the @RR encoder), Source_SE (Lucene), one RetrieverGroup per group of
-specs (service.retriever_actors), Voter (weights in user_config), EorIngress.
+Deployments (one replica each here; KubeRay scales them): Reader (vLLM), one Source_<name> per
+configured knowledge source (index.sources: Source_Wiki, encoder + faiss, also the @RR encoder;
+Source_SE, Lucene), one RetrieverGroup per group of specs (service.retriever_actors), Voter
+(weights in user_config), EorIngress.
 """
 from __future__ import annotations
 
@@ -60,7 +61,7 @@ def build_app(settings: EorConfig, voter_config: dict | None = None):
     weights file, or equal weights."""
     from serve.app.deployments import RetrieverGroup, Source, Voter
     from serve.app.ingress import EorIngress
-    from serve.app.placement import actor_options
+    from serve.app.placement import actor_options, source_deployment
     from serve.app.reader import Reader
 
     d = settings.to_dict()
@@ -82,16 +83,15 @@ def build_app(settings: EorConfig, voter_config: dict | None = None):
 
     own = generator_reader(settings)  # None: the reader's engine serves Generate too
     generator = reader if own is None else pin(Reader, "Generator", reader_opts).bind({**d, "reader": asdict(own)})
-    wiki = pin(Source, "Source_Wiki").bind(d, "Wiki")
-    se = pin(Source, "Source_SE").bind(d, "SE")
+    sources = {name: pin(Source, source_deployment(name)).bind(d, name) for name in settings.index.sources}
     group_specs = actor_groups(settings)
-    groups = [pin(RetrieverGroup, f"Retrievers_{i}").bind(d, list(g), wiki, se, reader)
+    groups = [pin(RetrieverGroup, f"Retrievers_{i}").bind(d, list(g), sources, reader)
               for i, g in enumerate(group_specs)]
     if voter_config is None:
         voter_config = {"weights_file": settings.voter.weights} if settings.voter.weights else {}
     voter = pin(Voter.options(user_config=voter_config), "Voter").bind(d, reader)
     return pin(EorIngress, INGRESS).bind(d, groups, [list(g) for g in group_specs], voter, reader,
-                                         {"Wiki": wiki, "SE": se}, generator)
+                                         sources, generator)
 
 
 def app_builder(args: dict[str, Any]):

@@ -1,11 +1,12 @@
 """The Ray Serve deployments behind the gRPC ingress (serve/app/ingress.py), beside the shared
 `Reader` (serve/app/reader.py):
 
-- `Source`: one heavy knowledge source, loaded once (Wiki: encoder + faiss, and `encode()`
-  for @RR; SE: Lucene or the HTTP client), shared by every retriever group.
+- `Source`: one heavy knowledge source, loaded once (Wiki: encoder + faiss; SE: Lucene or the
+  HTTP client; one per `index.sources` line), shared by every retriever group; the first
+  configured one's `encode()` is the @RR encoder.
 - `RetrieverGroup`: a thin actor (no torch) running the ordinary `RetrieverPool` over its
   specs (one, or the whole pool: `service.retriever_actors`) with remote sources, encoder and
-  reader (serve/app/handles.py).
+  reader (serve/app/handles.py): one `run(RoundInput) -> RoundRun` per round of an Ask.
 - `Voter`: the EoR voter; its weights come from `user_config` (live updates, no restart).
 
 Every deployment takes the application settings as a plain dict (EorConfig.to_dict()).
@@ -17,16 +18,20 @@ import logging
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
-from typing import Any, Sequence
+from typing import Any
 
 from ray import serve
 
-from retrievers.types import Passage, QuestionResult
+from retrievers.pool import RoundRun
+from retrievers.types import QuestionResult
 from serve.app import metrics
-from serve.app.handles import CallDeadline, RemoteEncoder, RemoteReader, RemoteSource, StageClock
+from serve.app.handles import RemoteEncoder, RemoteReader, RemoteSource, StageClock, working_for
 from serve.app.placement import THIN, Placed
-from serve.builder import make_service_sources
+from serve.builder import make_service_sources, source_shapes
 from serve.config import config_from_dict
+from serve.deadline import Deadline
+from serve.ensemble import VoteDeadline
+from serve.orchestrator import RoundInput
 
 log = logging.getLogger(__name__)
 
@@ -34,7 +39,7 @@ log = logging.getLogger(__name__)
 
 @serve.deployment(ray_actor_options=THIN, max_ongoing_requests=64)
 class Source(Placed):
-    """One knowledge source, loaded once; Wiki also serves the @RR encoder."""
+    """One knowledge source, loaded once; the first configured also serves the @RR encoder."""
 
     def __init__(self, settings: dict, name: str):
         sources, encoder = make_service_sources(config_from_dict(settings))
@@ -51,15 +56,6 @@ class Source(Placed):
 
     async def ping(self) -> str:
         return self.name
-
-
-@dataclass(frozen=True)
-class GroupRun:
-    """A retriever group's answer to one call: the results and the seconds it waited on the reader."""
-
-    results: list[QuestionResult]
-    reader_s: float = 0.0
-    shared: list[Any] | None = None  # the questions' QuestionWork, as this run extended it
 
 
 RECENT_VOTERS = 4  # voters kept for Asks that began before a push
@@ -81,19 +77,17 @@ GROUP_CONCURRENCY = 32  # Asks one retriever actor runs at once (each a thread w
 class RetrieverGroup(Placed):
     """A few retriever specs in one thin actor, run by the ordinary staged RetrieverPool."""
 
-    def __init__(self, settings: dict, specs: list[str], wiki: Any, se: Any, reader: Any):
+    def __init__(self, settings: dict, specs: list[str], handles: dict[str, Any], reader: Any):
+        """`handles`: name -> Source deployment, in the configured order."""
         from retrievers.pool import RetrieverPool
 
         s = config_from_dict(settings)
-        t = s.service.retriever_timeout_s
-        sources = {}
-        if wiki is not None:
-            sources["Wiki"] = RemoteSource("Wiki", wiki, t)
-        if se is not None:
-            sources["SE"] = RemoteSource("SE", se, t)
+        t = s.service.ask_deadline_s  # the longest a call waits; an Ask's Deadline is sooner
+        shapes = source_shapes(s)
+        sources = {name: RemoteSource(name, h, t, shapes[name]) for name, h in handles.items()}
         self.specs = list(specs)
         self.config = replace(s.pool, specs=tuple(specs))
-        encoder = RemoteEncoder(wiki, t) if wiki is not None else None
+        encoder = RemoteEncoder(next(iter(handles.values())), t) if handles else None
         reader_client = RemoteReader(reader, timeout_s=t)  # the Reader formats, deduplicates and caches
         self._pools = {0: RetrieverPool(self.config, sources, encoder, reader_client)}
         self._make = lambda k: RetrieverPool(replace(self.config, default_k=k), sources, encoder, reader_client)
@@ -106,26 +100,22 @@ class RetrieverGroup(Placed):
             self._pools[top_k] = self._make(top_k)
         return self._pools[top_k]
 
-    def _run(self, questions: list[str], specs: list[str], top_k: int,
-             documents: Sequence[Sequence[Passage]] | None, timeout_s: float | None = None,
-             shared: list | None = None, plan_specs: list[str] | None = None) -> GroupRun:
+    def _run(self, round_: RoundInput) -> RoundRun:
         StageClock.reset()
-        CallDeadline.set(timeout_s)
         t = time.perf_counter()
-        results = self._pool(top_k).run(questions, specs, documents, shared=shared, plan_specs=plan_specs)
+        with working_for(round_.deadline):
+            out = self._pool(round_.top_k).run_round(round_.questions, round_.specs, round_.work, round_.documents,
+                                                     round_.plan_specs)
         spent = StageClock.spent()
         for stage in ("retrieve", "read"):
             metrics.observe("eor_stage_seconds", spent.get(stage, 0.0), stage=stage)
         metrics.observe("eor_stage_seconds", time.perf_counter() - t, stage="group")  # errors: counted by the ingress
-        return GroupRun(results, spent.get("read", 0.0), shared)
+        return replace(out, reader_s=spent.get("read", 0.0))
 
-    async def run(self, questions: list[str], specs: list[str], top_k: int = 0,
-                  documents: Sequence[Sequence[Passage]] | None = None, timeout_s: float | None = None,
-                  shared: list | None = None, plan_specs: list[str] | None = None) -> GroupRun:
-        """`timeout_s`: the request's time left; no source or reader call outlives it. `shared`:
-        each question's QuestionWork from its earlier stages (searches, PK, reranking), reused."""
-        return await asyncio.get_running_loop().run_in_executor(
-            self._threads, self._run, questions, specs, top_k, documents, timeout_s, shared, plan_specs)
+    async def run(self, round_: RoundInput) -> RoundRun:
+        """This group's part of one round of an Ask: no source or reader call outlives the Ask's
+        Deadline; the results come back with what they found for later rounds."""
+        return await asyncio.get_running_loop().run_in_executor(self._threads, self._run, round_)
 
     async def ping(self) -> list[str]:
         return self.specs
@@ -143,7 +133,7 @@ class Voter(Placed):
     def __init__(self, settings: dict, reader: Any):
         self.settings = config_from_dict(settings)
         self.pool = list(self.settings.pool.specs)
-        self.reader_client = RemoteReader(reader, timeout_s=self.settings.service.retriever_timeout_s)
+        self.reader_client = RemoteReader(reader, timeout_s=self.settings.service.ask_deadline_s)
         self.reader_model = self.settings.reader.model
         self.choice = None
         self._recent: dict[str, Any] = {}  # voter key -> (choice, its metrics): Asks under way keep theirs
@@ -203,11 +193,18 @@ class Voter(Placed):
             m.load()
         return built
 
-    def _vote(self, results: list[QuestionResult], key: str | None):
-        from voter.question_vote import vote_with_stats
+    def _decide(self, results: list[QuestionResult], key: str | None, cascade: Any, stage: int,
+                deadline: Deadline | None):
+        from voter.decision import decide
 
         choice, sims = self._recent.get(key) or self._recent[self._key(self.choice)]
-        return vote_with_stats(results, choice.saved, sims)
+        with working_for(deadline):  # the judge's reader calls (NLI) end with the Ask's deadline
+            try:
+                return decide(results, choice.saved, sims, cascade, stage)
+            except TimeoutError:
+                if deadline is not None and deadline.passed:
+                    raise VoteDeadline from None
+                raise
 
     async def plan(self) -> VoterPlan:
         """What one Ask needs of the voter, in one call: its cascade, its label, and the key its
@@ -215,9 +212,13 @@ class Voter(Placed):
         choice = self.choice
         return VoterPlan(self._key(choice), choice.saved.stages, choice.describe())
 
-    async def vote_with_stats(self, results: list[QuestionResult], key: str | None = None):
-        """(votes, settle statistics) by the voter `key` names (plan()), else the current one."""
-        return await asyncio.to_thread(self._vote, results, key)
+    async def decide(self, results: list[QuestionResult], key: str | None = None, cascade: Any = None,
+                     stage: int = 0, deadline: Deadline | None = None):
+        """The decisions (voter/decision.py: answer, settled?, P(right)) after 0-based `stage`
+        of `cascade` (the Ask's: the plan's, or its explicit retrievers as one stage), by the
+        voter `key` names (plan()), else the current one; VoteDeadline when its reader calls
+        run past `deadline`."""
+        return await asyncio.to_thread(self._decide, results, key, cascade, stage, deadline)
 
     async def weights_source(self) -> str:
         return self.choice.describe()

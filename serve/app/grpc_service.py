@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import math
 import logging
 from pathlib import Path
 from typing import Any, Awaitable, Callable
@@ -23,6 +22,7 @@ import grpc
 
 from protos import eor_pb2
 from serve.app.wire import BadRequest
+from serve.deadline import MAX_DEADLINE_S, Deadline
 
 log = logging.getLogger(__name__)
 
@@ -71,8 +71,8 @@ class _Forward:
         async def handle(request, context: grpc.aio.ServicerContext):
             """The ingress's `ask_stream` through a streaming Serve handle; when the client goes
             away, grpc cancels this handler and Serve cancels the Ask with it."""
-            _bound_by_grpc_deadline(request, context.time_remaining())
-            stream = self.ingress.options(stream=True).ask_stream.remote(request, list(context.invocation_metadata()))
+            stream = self.ingress.options(stream=True).ask_stream.remote(request, list(context.invocation_metadata()),
+                                                                         client_deadline(context.time_remaining()))
             try:
                 async for reply, code, details in stream:
                     if code != grpc.StatusCode.OK:
@@ -90,11 +90,10 @@ class _Forward:
     def _rpc(self, name: str):
         async def handle(request, context: grpc.aio.ServicerContext):
             method = "CheckVoterWeights" if name == "SetVoterWeights" else name
-            if name in ("Ask", "AskBatch"):
-                _bound_by_grpc_deadline(request, context.time_remaining())
             try:
                 reply, code, details = await self.ingress.call.remote(method, request,
-                                                                      list(context.invocation_metadata()))
+                                                                      list(context.invocation_metadata()),
+                                                                      client_deadline(context.time_remaining()))
             except Exception as exc:  # the ingress itself is down
                 log.exception("ingress call failed")
                 await context.abort(grpc.StatusCode.UNAVAILABLE, f"ingress unavailable: {type(exc).__name__}")
@@ -121,19 +120,13 @@ class _Forward:
 REPLY_MARGIN_S = 0.5
 
 
-def _bound_by_grpc_deadline(request: Any, left: float | None) -> None:
-    """The client's gRPC deadline bounds the Ask like `deadline_s` does (the shorter wins), so
-    the work stops, and the reply with what finished goes out, before the client gives up."""
-    if left is None or not hasattr(request, "deadline_s"):
-        return  # no gRPC deadline, or a request that did not parse (refused later)
-    from serve.app.wire import MAX_DEADLINE_S
-
-    bound = min(max(left - REPLY_MARGIN_S, 0.05), MAX_DEADLINE_S)
-    d = float(request.deadline_s)
-    if not math.isfinite(d) or d < 0 or d > MAX_DEADLINE_S:
-        return  # an invalid deadline_s stays as sent: validation refuses it
-    if not d or bound < d:
-        request.deadline_s = bound
+def client_deadline(time_remaining: float | None) -> Deadline | None:
+    """The client's gRPC deadline (None: it set none) as the transport's bound on an Ask, made
+    when the call arrives: less the time the reply needs, so the work stops and the reply with
+    what finished goes out before the client gives up. The request itself is never changed."""
+    if time_remaining is None:
+        return None
+    return Deadline.after(min(max(time_remaining - REPLY_MARGIN_S, 0.05), MAX_DEADLINE_S))
 
 
 def _health_servicer(ingress: Any) -> Any:

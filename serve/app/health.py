@@ -8,7 +8,8 @@ from typing import Any
 
 from protos import eor_pb2
 from serve.app.handles import bounded
-from serve.app.placement import placements
+from serve.app.placement import placements, source_deployment
+from serve.deadline import Deadline
 
 
 class HealthChecks:
@@ -57,7 +58,7 @@ class HealthChecks:
         """Every deployment by name, for Health's placement (one line each)."""
         parts = [("Reader", self.reader), ("Voter", self.voter)]
         parts += [("Generator", self.generator)] if self.generator is not self.reader else []
-        parts += [(f"Source_{name}", h) for name, h in self.sources.items()]
+        parts += [(source_deployment(name), h) for name, h in self.sources.items()]
         parts += [(f"Retrievers_{i} ({', '.join(specs)})", h) for i, (specs, h) in enumerate(self.groups)]
         return parts
 
@@ -67,7 +68,7 @@ class HealthChecks:
 
         async def down(handle: Any) -> bool:
             try:
-                await bounded(handle.ping.remote(), timeout_s)
+                await bounded(handle.ping.remote(), Deadline.after(timeout_s))
                 return False
             except Exception:
                 return True

@@ -1,13 +1,12 @@
-"""The ingress deployment: the four rpcs of eor.v1.Eor.
+"""The ingress deployment: the rpcs of eor.v1.Eor. Transport, auth, metrics and the reply;
+the rounds of an Ask run in the orchestrator (serve/orchestrator.py) with the service's crew
+(serve/app/handles.py: `ServiceCrew`).
 
-Ray Serve's gRPC proxy calls `Ask`/`AskBatch`/`Generate`/`Health` (methods named after the
+Ray Serve's gRPC proxy calls `Ask`/`AskBatch`/`Generate`/`Health`/... (methods named after the
 rpcs, `grpc_context` for status codes); the standalone front (serve/app/grpc_service.py) calls
-`call(method, request, metadata)`. Both go through `_dispatch`, so validation, auth and the
-fan-out are one code path.
-
-Ask: fan out to every retriever group (each with a deadline) -> merge candidates in pool
-order -> vote. A group that errors, crashes or misses its deadline does not fail the request:
-its specs come back as failed candidates and are listed in `missing`; the vote is over the rest.
+`call(method, request, metadata, transport)`. Both go through `call`, so validation, auth and
+the rounds are one code path. A retriever group that errors, crashes or misses the deadline
+does not fail the request: its specs come back as failed candidates, listed in `missing`.
 """
 from __future__ import annotations
 
@@ -19,22 +18,20 @@ import time
 from typing import Any, Sequence
 
 import grpc
-from ray import exceptions as ray_exceptions
 from ray import serve
 
 from protos import eor_pb2
-from retrievers.pool import QuestionWork
 from retrievers.reader import SamplingParams
-from retrievers.types import ERROR, TIMEOUT, Candidate, Failure, QuestionResult
 from serve.app import metrics
-from serve.app.handles import bounded
+from serve.app.handles import ServiceCrew, bounded
 from serve.app.health import HealthChecks
 from serve.app.placement import Placed
-from serve.app.errors import (DeadlineExceeded, FailedPrecondition, Unauthenticated, Unimplemented, reader_unavailable,
-                              status_of)
+from serve.app.errors import DeadlineExceeded, FailedPrecondition, Unauthenticated, Unimplemented, status_of
+from serve.builder import source_shapes
 from serve.config import config_from_dict
 from serve.app.wire import (AskSpec, ask_reply, parse_ask, parse_generate, parse_retrieve,
                         parse_weights, retrieve_reply)
+from serve.deadline import Deadline
 
 log = logging.getLogger(__name__)
 
@@ -47,6 +44,7 @@ class EorIngress(Placed, HealthChecks):
                  sources: dict | None = None, generator: Any = None):
         self.settings = config_from_dict(settings)
         self.sources = dict(sources or {})  # name -> source deployment (Retrieve)
+        self.shapes = source_shapes(self.settings)  # what each source's hits are (search depths)
         self.limits = self.settings.service
         self.pool = list(self.settings.pool.specs)
         self.groups = list(zip([tuple(g) for g in group_specs], groups))
@@ -100,13 +98,14 @@ class EorIngress(Placed, HealthChecks):
         return await self._proxy("SetVoterWeights", request, grpc_context, eor_pb2.SetVoterWeightsReply())
 
     # ---- one code path for both fronts ---------------------------------------------
-    async def call(self, method: str, request: Any,
-                   metadata: Sequence[tuple[str, Any]] = ()) -> tuple[Any, grpc.StatusCode, str]:
-        """(reply or None, status code, details): the one code path of both fronts."""
+    async def call(self, method: str, request: Any, metadata: Sequence[tuple[str, Any]] = (),
+                   transport: Deadline | None = None) -> tuple[Any, grpc.StatusCode, str]:
+        """(reply or None, status code, details): the one code path of both fronts. `transport`:
+        the client's gRPC deadline, as the front saw it (Ray Serve's proxy does not tell)."""
         try:
             self._check_token(metadata)
-            handler = {"Ask": self._ask_one, "AskBatch": self._ask_batch, "Generate": self._generate,
-                       "Health": self._health, "Retrieve": self._retrieve,
+            handler = {"Ask": lambda r: self._ask_one(r, transport), "AskBatch": lambda r: self._ask_batch(r, transport),
+                       "Generate": self._generate, "Health": self._health, "Retrieve": self._retrieve,
                        "SetVoterWeights": self._refuse_weights, "CheckVoterWeights": self._check_weights,
                        }.get(method)
             if handler is None:
@@ -130,7 +129,8 @@ class EorIngress(Placed, HealthChecks):
         if not got.startswith("Bearer ") or not hmac.compare_digest(got[7:].encode(), self.token.encode()):
             raise Unauthenticated("missing or wrong bearer token")
 
-    async def ask_stream(self, request: Any, metadata: Sequence[tuple[str, Any]] = ()):
+    async def ask_stream(self, request: Any, metadata: Sequence[tuple[str, Any]] = (),
+                         transport: Deadline | None = None):
         """AskStream's one code path (both fronts): (reply, status, details) for each round
         that left the question open, then the final reply; an error ends the stream with its
         status. When the caller goes away (this generator is closed or cancelled), the Ask's
@@ -138,7 +138,7 @@ class EorIngress(Placed, HealthChecks):
         try:
             self._check_token(metadata)
             spec = parse_ask(request, self.pool, self.limits, batch=False,
-                             max_question_chars=self.settings.pool.max_question_chars)
+                             max_question_chars=self.settings.pool.max_question_chars, transport=transport)
         except Exception as exc:
             code, details = status_of(exc)
             metrics.inc("eor_requests", rpc="AskStream", code=code.name)
@@ -176,108 +176,45 @@ class EorIngress(Placed, HealthChecks):
             if not task.done():
                 task.cancel()
 
-    async def _ask_one(self, request) -> eor_pb2.AskReply:
+    async def _ask_one(self, request, transport: Deadline | None = None) -> eor_pb2.AskReply:
         spec = parse_ask(request, self.pool, self.limits, batch=False,
-                             max_question_chars=self.settings.pool.max_question_chars)
+                         max_question_chars=self.settings.pool.max_question_chars, transport=transport)
         return (await self._ask(spec))[0]
 
-    async def _ask_batch(self, request) -> eor_pb2.AskBatchReply:
+    async def _ask_batch(self, request, transport: Deadline | None = None) -> eor_pb2.AskBatchReply:
         spec = parse_ask(request, self.pool, self.limits, batch=True,
-                         max_question_chars=self.settings.pool.max_question_chars)
+                         max_question_chars=self.settings.pool.max_question_chars, transport=transport)
         return eor_pb2.AskBatchReply(replies=await self._ask(spec))
 
-    async def _group(self, handle: Any, questions: list[str], specs: list[str], top_k: int, timeout: float,
-                     documents: Any = None, shared: list | None = None, plan_specs: list[str] | None = None):
-        return await bounded(handle.run.remote(questions, specs, top_k, documents, timeout, shared, plan_specs),
-                              timeout)
-
     async def _ask(self, spec: AskSpec, on_provisional: Any = None) -> list[eor_pb2.AskReply]:
-        """The voter's cascade (serve/ensemble.py), each stage fanned out over the retriever
-        actors that hold its specs; explicitly named retrievers run as one stage.
-        `on_provisional(replies)`: awaited after each round that left questions open, with
-        their provisional replies (final = false)."""
-        from retrievers.spec import parse_spec
-        from serve.ensemble import EnsembleAnswer, VoteDeadline, answer_async, cascade_for
+        """The voter's rounds (serve/orchestrator.py) over the retriever actors; explicitly named
+        retrievers run as one round. `on_provisional(replies)`: awaited after each round that
+        left questions open, with their provisional replies (final = false)."""
+        from serve.ensemble import VoteDeadline, cascade_for
+        from serve.orchestrator import AskRounds
 
         t0 = time.perf_counter()
-        budget = self.limits.retriever_timeout_s
-        if spec.deadline_s:
-            budget = min(budget, spec.deadline_s)
+        min_confidence = self.limits.min_confidence if spec.min_confidence is None else spec.min_confidence
         plan = await self.voter.plan.remote()  # one voter for the whole Ask, even if another is pushed meanwhile
-        cascade = cascade_for(plan.cascade, spec.retrievers if spec.explicit else None)
-        reader_s = [0.0]
-        plan_specs = [s for stage in cascade.stages for s in stage]
-        work = [QuestionWork() for _ in spec.questions]  # one plan per question, shared by its stages
+        rounds = AskRounds(spec.questions, cascade_for(plan.cascade, spec.retrievers if spec.explicit else None),
+                           ServiceCrew(self.groups, self.sources, self.shapes, self.voter, plan.key), self.settings.pool,
+                           spec.deadline, spec.documents, spec.top_k, self.limits.vote_reserve_s,
+                           early_answer=on_provisional is not None)
 
-        async def run_stage(open_: list[int], specs: list[str]) -> list[QuestionResult]:
-            timeout = max(budget - (time.perf_counter() - t0), 0.001)
-            qs, shared = [spec.questions[i] for i in open_], [work[i] for i in open_]
-            docs = [spec.documents[i] for i in open_] if spec.documents is not None else None
-            if docs is None:
-                await self._search_once(qs, shared, specs, plan_specs, spec.top_k, timeout)
-            quick = [s for s in specs if parse_spec(s).reader_steps == 1]
-            first = list(specs) == list(cascade.stages[0])
-            if on_provisional is None or not first or not quick or len(quick) == len(specs):
-                results, spent = await self._fan_out(qs, specs, spec.top_k, docs, timeout, shared, plan_specs)
-                reader_s[0] += spent
-                return results
-            # a stream's first answer comes as soon as round 1's one-step retrievers have read (no
-            # compression or parametric passage to wait for); the rest of the round reads meanwhile
-            later = asyncio.ensure_future(self._fan_out(qs, [s for s in specs if s not in quick], spec.top_k, docs,
-                                                        timeout, shared, plan_specs))
-            try:
-                early, spent = await self._fan_out(qs, quick, spec.top_k, docs, timeout, shared, plan_specs)
-                reader_s[0] += spent
-                await early_answer(open_, early)
-                late, spent = await later
-            finally:
-                later.cancel()
-            reader_s[0] += spent
-            return [in_order(a, b, specs) for a, b in zip(early, late)]
+        def reply(a: Any, latency_s: float, final: bool = True) -> eor_pb2.AskReply:
+            return ask_reply(a.result, a.vote, a.result.failed, latency_s, rounds.reader_s / len(spec.questions),
+                             plan.label, a.stopped_at, a.stages, final=final, confidence=a.confidence,
+                             min_confidence=min_confidence)
 
-        def in_order(a: QuestionResult, b: QuestionResult, specs: list[str]) -> QuestionResult:
-            by = {c.retriever: c for c in a.candidates + b.candidates}
-            return QuestionResult(a.question, tuple(by[s] for s in specs if s in by),
-                                  {**a.shared_tokens, **b.shared_tokens})
-
-        async def early_answer(open_: list[int], results: list[QuestionResult]) -> None:
-            try:
-                votes, stats = await vote(results)
-            except VoteDeadline:  # no early answer; the round's own vote still runs
-                return
-            n = len(cascade.stages)
-            await provisional([EnsembleAnswer(r, v, 0, n, st) for r, v, st in zip(results, votes, stats)], open_)
-
-        async def vote(results: list[QuestionResult]):
-            t = time.perf_counter()
-            reserve = min(self.limits.vote_reserve_s, budget / 4)  # a vote always gets this much
-            try:
-                out = await bounded(self.voter.vote_with_stats.remote([r.for_vote() for r in results], plan.key),
-                                     max(budget - (t - t0), reserve))
-            except asyncio.TimeoutError as exc:
-                if isinstance(exc, ray_exceptions.RayError):  # the voter failed; it did not run late
-                    raise
-                raise VoteDeadline from None
-            metrics.observe("eor_stage_seconds", time.perf_counter() - t, stage="vote")
-            return out
-
-        def time_left() -> float:  # the next stage needs time for its reading and the vote after it
-            return budget - (time.perf_counter() - t0) - min(self.limits.vote_reserve_s, budget / 4)
-
-        async def provisional(answers, positions) -> None:
-            if on_provisional is None:
-                return
+        async def provisional(answers: list, positions: list[int]) -> None:
             now = time.perf_counter()
-            await on_provisional([ask_reply(a.result, a.vote, a.result.failed, now - t0, reader_s[0] / len(spec.questions),
-                                            plan.label, a.stopped_at, a.stages, final=False) for a in answers])
+            await on_provisional([reply(a, now - t0, final=False) for a in answers])
 
         try:
-            answers = await answer_async(spec.questions, cascade, run_stage, vote, time_left=time_left,
-                                         on_provisional=provisional)
+            answers = await rounds.answer(on_provisional=provisional if on_provisional is not None else None)
         except VoteDeadline:
             raise DeadlineExceeded(
-                           f"the first vote did not finish within the {budget:g} s deadline") from None
-        voter = plan.label
+                f"the first vote did not finish within the {spec.deadline.seconds:g} s deadline") from None
         now = time.perf_counter()
         metrics.observe("eor_stage_seconds", now - t0, stage="total")
         replies = []
@@ -285,80 +222,19 @@ class EorIngress(Placed, HealthChecks):
             if a.vote.margin is not None:
                 metrics.observe("eor_vote_margin", a.vote.margin)
             metrics.inc("eor_stop_stage", stage=str(a.stopped_at))
-            replies.append(ask_reply(a.result, a.vote, a.result.failed, now - t0, reader_s[0] / len(answers),
-                                     voter, a.stopped_at, a.stages))
+            replies.append(reply(a, now - t0))
+            if a.confidence is not None:
+                metrics.observe("eor_confidence", a.confidence.p)
+            metrics.inc("eor_abstentions", float(replies[-1].abstained))
         return replies
-
-    async def _search_once(self, qs: list[str], shared: list[QuestionWork], specs: list[str],
-                           plan_specs: list[str], top_k: int, timeout: float) -> None:
-        """Each source this stage reads, searched once per question (at the depth every retriever
-        of the question's plan needs) unless an earlier stage did; the retriever actors then
-        only process the hits. A search that fails or misses the deadline is recorded in the
-        question's work (`QuestionWork.failed`): the retrievers that read the source report it
-        at once, and the others go on (in one actor or sixteen)."""
-        from dataclasses import replace
-
-        from retrievers.pool import pending_searches, record_search, search_depths
-        from retrievers.spec import parse_spec
-
-        config = replace(self.settings.pool, default_k=top_k) if top_k else self.settings.pool
-        calls = [c for c in pending_searches(shared, search_depths([parse_spec(s) for s in specs], config),
-                                             search_depths([parse_spec(s) for s in plan_specs], config))
-                 if c[0] in self.sources]
-        outs = await asyncio.gather(*[bounded(self.sources[src].search.remote([qs[j] for j in todo], k), timeout)
-                                      for src, todo, k in calls], return_exceptions=True)
-        for (src, todo, k), out in zip(calls, outs):
-            if isinstance(out, BaseException):  # not searched again for these questions: the retrievers
-                out = (Failure(TIMEOUT, f"{src} search timed out after {timeout:g} s")  # that read it report it
-                       if isinstance(out, asyncio.TimeoutError)
-                       else Failure(ERROR, f"{src} search failed: {status_of(out)[1]}"))
-            record_search(shared, src, todo, k, out)
-
-    async def _fan_out(self, qs: list[str], wanted_specs: list[str], top_k: int, docs: Any,
-                       timeout: float, work: list[QuestionWork] | None = None,
-                       plan_specs: list[str] | None = None) -> tuple[list[QuestionResult], float]:
-        """One stage: the retriever groups holding `wanted_specs`, each under the deadline; a group
-        that errors or misses it comes back as failed candidates. `work`: each question's shared
-        work, passed to every group and extended with what they did."""
-        wanted = set(wanted_specs)
-        calls = [(sub, handle) for specs, handle in self.groups if (sub := [s for s in specs if s in wanted])]
-        outcomes = await asyncio.gather(*[self._group(h, qs, sub, top_k, timeout, docs, work, plan_specs)
-                                          for sub, h in calls], return_exceptions=True)
-        by_spec: list[dict[str, Candidate]] = [{} for _ in qs]
-        shared: list[dict] = [{} for _ in qs]
-        reader_s = 0.0
-        for (sub, _), out in zip(calls, outcomes):
-            if isinstance(out, BaseException) and reader_unavailable(out):
-                raise out  # nothing can be read: UNAVAILABLE, with the reader's own line
-            if isinstance(out, BaseException):
-                why = (Failure(TIMEOUT, f"timed out after {timeout:g} s") if isinstance(out, asyncio.TimeoutError)
-                       else Failure(ERROR, f"retriever actor failed: {type(out).__name__}"))
-                for s in sub:
-                    for d in by_spec:
-                        d[s] = Candidate.failed(s, why)
-                continue
-            reader_s += out.reader_s
-            for w, theirs in zip(work or (), getattr(out, "shared", None) or ()):
-                w.merge(theirs)
-            for d, sh, result in zip(by_spec, shared, out.results):
-                sh.update(result.shared_tokens)
-                for c in result.candidates:
-                    d[c.retriever] = c
-        results = [QuestionResult(q, tuple(d[s] for s in wanted_specs if s in d), sh)
-                   for q, d, sh in zip(qs, by_spec, shared)]
-        for c in (c for r in results for c in r.candidates):  # each failed answer, by its kind
-            if c.error_kind is not None:
-                metrics.inc("eor_retriever_timeouts" if c.error_kind == TIMEOUT else "eor_retriever_errors",
-                            retriever=c.retriever)
-        return results, reader_s
 
     async def _retrieve(self, request) -> eor_pb2.RetrieveReply:
         spec = parse_retrieve(request, sorted(self.sources), self.limits, self.settings.pool.max_question_chars)
         k = spec.k or self.settings.pool.default_k
-        timeout = self.limits.retriever_timeout_s
+        deadline = Deadline.after(self.limits.ask_deadline_s)
 
         async def search(src: str):
-            return await bounded(self.sources[src].search.remote(list(spec.questions), k), timeout)
+            return await bounded(self.sources[src].search.remote(list(spec.questions), k), deadline)
         found = await asyncio.gather(*[search(s) for s in spec.sources], return_exceptions=True)
         return retrieve_reply(spec, dict(zip(spec.sources, found)))
 

@@ -13,6 +13,7 @@ from typing import Any, Sequence
 STAGE_BUCKETS = [0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20, 40, 80, 160, 320]
 BATCH_BUCKETS = [1, 2, 4, 8, 16, 32, 64, 128, 256]
 MARGIN_BUCKETS = [0.001, 0.01, 0.025, 0.05, 0.1, 0.2, 0.4, 0.8, 1.6]
+CONFIDENCE_BUCKETS = [0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 1.0]
 
 _DEFS: dict[str, tuple[str, str, tuple[str, ...], list[float] | None]] = {
     # name: (kind, description, tag keys, buckets)
@@ -38,6 +39,8 @@ _DEFS: dict[str, tuple[str, str, tuple[str, ...], list[float] | None]] = {
                        ("stage",), None),
     "eor_vote_margin": ("histogram", "Voter margin of the winner over the best different answer",
                         (), MARGIN_BUCKETS),
+    "eor_confidence": ("histogram", "P(right) of each final answer (voter/decision.py)", (), CONFIDENCE_BUCKETS),
+    "eor_abstentions": ("counter", "Answers withheld as not sure: P(right) below the Ask's min_confidence", (), None),
 }
 
 _lock = threading.Lock()

@@ -10,11 +10,22 @@ what) and, for Health, the node each deployment's replica answers from.
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Iterable
 
 THIN = {"num_cpus": 0}  # every deployment but the engines' work: the reader's threads are its own
-# the deployments `service.placement` may name ("Retrievers": every retriever actor)
-DEPLOYMENTS = ("Reader", "Generator", "Source_Wiki", "Source_SE", "Retrievers", "Voter", "EorIngress")
+# the deployments `service.placement` may name ("Retrievers": every retriever actor), besides one
+# Source_<name> per configured knowledge source (`deployment_names`)
+DEPLOYMENTS = ("Reader", "Generator", "Retrievers", "Voter", "EorIngress")
+
+
+def source_deployment(name: str) -> str:
+    """The deployment serving the knowledge source `name` (Source_Wiki, Source_SE, ...)."""
+    return f"Source_{name}"
+
+
+def deployment_names(sources: Iterable[str]) -> tuple[str, ...]:
+    """Every deployment name `service.placement` may use, for the configured sources."""
+    return DEPLOYMENTS[:2] + tuple(source_deployment(s) for s in sources) + DEPLOYMENTS[2:]
 
 
 def actor_options(placement: dict[str, dict[str, float]], deployment: str, base: dict | None = None) -> dict:

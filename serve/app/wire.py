@@ -17,9 +17,9 @@ from retrievers.pool import MAX_QUESTION_CHARS, QuestionError
 from retrievers.pool import check_question as pool_check_question
 from serve.app.errors import InvalidArgument
 from serve.config import ServiceConfig
+from serve.deadline import Deadline, InvalidDeadline, ask_deadline
 
 MAX_TOP_K = 100
-MAX_DEADLINE_S = 3600.0
 
 
 @dataclass(frozen=True)
@@ -75,9 +75,10 @@ class AskSpec:
     questions: tuple[str, ...]
     retrievers: tuple[str, ...]  # in pool order
     top_k: int  # 0: the pool default
-    deadline_s: float  # 0: none
+    deadline: Deadline  # the Ask's one deadline: its own, the service's default, the client's gRPC one
     documents: tuple[tuple[Passage, ...], ...] | None = None  # per question; () for "search"
     explicit: bool = False  # the request named its retrievers: they run, as one stage
+    min_confidence: float | None = None  # abstain below this P(right); None: the service's default
 
 
 def parse_documents(docs: Sequence[Any], limits: ServiceConfig, where: str) -> tuple[Passage, ...]:
@@ -95,8 +96,9 @@ def parse_documents(docs: Sequence[Any], limits: ServiceConfig, where: str) -> t
 
 
 def parse_ask(request: Any, pool: Sequence[str], limits: ServiceConfig, batch: bool,
-              max_question_chars: int = MAX_QUESTION_CHARS) -> AskSpec:
-    """`max_question_chars`: the pool's limit (pool.max_question_chars), the one the core checks."""
+              max_question_chars: int = MAX_QUESTION_CHARS, transport: Deadline | None = None) -> AskSpec:
+    """`max_question_chars`: the pool's limit (pool.max_question_chars), the one the core checks;
+    `transport`: the client's gRPC deadline (the front's), which the Ask's deadline never passes."""
     if isinstance(request, BadRequest):
         raise InvalidArgument(request.message)
     if batch:
@@ -118,10 +120,25 @@ def parse_ask(request: Any, pool: Sequence[str], limits: ServiceConfig, batch: b
     retrievers = tuple(s for s in pool if not wanted or s in wanted)
     if request.top_k > MAX_TOP_K:
         raise InvalidArgument(f"top_k {request.top_k} above the limit {MAX_TOP_K}")
-    d = float(request.deadline_s)
-    if not math.isfinite(d) or d < 0 or d > MAX_DEADLINE_S:
-        raise InvalidArgument(f"deadline_s must be in [0, {MAX_DEADLINE_S}] (0: the server default), got {d}")
-    return AskSpec(questions, retrievers, int(request.top_k), d, documents, bool(request.retrievers))
+    try:  # validated once, here: the one Deadline the Ask carries to every call
+        deadline = ask_deadline(request.deadline_s if request.HasField("deadline_s") else None,
+                                limits.ask_deadline_s, transport)
+    except InvalidDeadline as exc:
+        raise InvalidArgument(str(exc)) from None
+    return AskSpec(questions, retrievers, int(request.top_k), deadline, documents, bool(request.retrievers),
+                   parse_min_confidence(request))
+
+
+def parse_min_confidence(request: Any) -> float | None:
+    """The request's min_confidence (None when unset: the service's default applies)."""
+    from voter.decision import check_min_confidence
+
+    if not request.HasField("min_confidence"):
+        return None
+    try:
+        return check_min_confidence(request.min_confidence)
+    except ValueError as exc:
+        raise InvalidArgument(str(exc)) from None
 
 
 @dataclass(frozen=True)
@@ -192,13 +209,21 @@ def parse_generate(request: Any, limits: ServiceConfig) -> eor_pb2.GenerateReque
 
 def ask_reply(result: QuestionResult, vote: Any, missing: Sequence[str], latency_s: float,
               reader_s: float = 0.0, voter: str = "", stopped_at: int = 0, stages: int = 0,
-              final: bool = True) -> eor_pb2.AskReply:
-    """One question's reply: the vote, every candidate with its score, the winner's evidence,
-    the voter, what ran and where the cascade stopped."""
-    reply = eor_pb2.AskReply(question=result.question, answer=vote.answer if vote else "",
+              final: bool = True, confidence: Any = None, min_confidence: float = 0.0) -> eor_pb2.AskReply:
+    """One question's reply: the vote, its confidence (voter/decision.py: Confidence), every
+    candidate with its score, the winner's evidence, the voter, what ran and where the cascade
+    stopped; below `min_confidence` an abstention, the voted answer in `guess`."""
+    from voter.decision import abstains
+
+    answer = vote.answer if vote else ""
+    unsure = abstains(confidence, min_confidence)
+    reply = eor_pb2.AskReply(question=result.question, answer="" if unsure else answer,
                              retriever=(vote.retriever or "") if vote else "", latency_s=latency_s,
                              reader_s=reader_s, voter=voter, stopped_at_stage=stopped_at, stages=stages,
-                             final=final)
+                             final=final, abstained=unsure, guess=answer if unsure else "",
+                             confidence_kind=confidence.kind if confidence is not None else "none")
+    if confidence is not None:
+        reply.confidence = confidence.p
     reply.ran.extend(c.retriever for c in result.candidates)
     work = result.reader_tokens()
     reply.prompt_tokens, reply.cached_prompt_tokens, reply.generated_tokens = work.prompt, work.cached, work.generated

@@ -1,7 +1,10 @@
 """`eor`: prepare models, build indexes, ask questions, fit and evaluate the voter, serve.
 
-    eor ask QUESTION... [--json] [--verbose] [--retrievers A,B] [--weights W | --equal-weights]
-    eor ask QUESTION... --server HOST:PORT [--json] [--retrievers A,B] [--tls-ca CA.pem]
+    eor ask QUESTION... [--json] [--verbose] [--retrievers A,B] [--weights W | --equal-weights] [--min-confidence P]
+            [--keep-warm 5m | --no-warm | --local]
+    eor status [--json]        what runs: the warm reader `eor ask` left (pid, reader, idle time, memory)
+    eor stop                   end the warm reader
+    eor ask QUESTION... --server HOST:PORT [--json] [--retrievers A,B] [--tls-ca CA.pem] [--min-confidence P]
     eor serve [--config eor.yaml] [--host 127.0.0.1] [--port 50051] [--tls-cert C --tls-key K]
     eor fit --questions FILE [--dataset D] [--limit N] [--split fit] [--metrics em,bertscore,nli]
             [--nli-model PATH] [--pooling mean] [--out weights.json] [--push HOST:PORT]
@@ -17,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from typing import Callable
 
 from retrievers.sources.base import MissingIndexError
 from retrievers.spec import SpecError
@@ -28,6 +32,7 @@ from serve.cli.fit import cmd_fit, push_weights
 from serve.cli.prepare import cmd_index, cmd_models
 from serve.cli.runs import cmd_run
 from serve.cli.service import cmd_serve
+from serve.cli.status import cmd_status, cmd_stop
 
 __all__ = ["main", "build_parser", "push_weights"]
 
@@ -61,15 +66,31 @@ def build_parser() -> argparse.ArgumentParser:
     a.add_argument("question", nargs="+", help="one or more questions")
     a.add_argument("--json", action="store_true", help="print JSON")
     a.add_argument("--retrievers", help="comma-separated subset of the pool's specs")
-    a.add_argument("--verbose", action="store_true", help="also every retriever's answer")
+    a.add_argument("--verbose", action="store_true", help="also every retriever's answer and the libraries' logs "
+                   "(answers in this process, not through the warm reader)")
     a.add_argument("--server", metavar="HOST:PORT", help="ask a running `eor serve` over gRPC instead "
                    "(bearer token from $EOR_SERVE_TOKEN)")
     a.add_argument("--tls-ca", help="with --server: CA certificate (PEM) of a TLS server")
     a.add_argument("--local", action="store_true", help="answer in this process even when a local `eor serve` "
-                   "is running (by default a running one answers: its engine is warm)")
+                   "or a warm reader is running (by default a running one answers: its engine is warm)")
+    a.add_argument("--keep-warm", metavar="DURATION", help="keep the reader warm for the next ask this long "
+                   "idle (300, 90s, 5m, 1h; 0: not at all; default $EOR_KEEP_WARM, else the config's ask.keep_warm_s, "
+                   "5 min); `eor stop` ends it")
+    a.add_argument("--no-warm", action="store_true", help="answer in this process and leave nothing running "
+                   "(--keep-warm 0)")
+    a.add_argument("--min-confidence", metavar="P", help="answer only when P(right) >= P, in [0, 1]; below it "
+                   "print \"not sure\" with the best guess and its P (default: the config's service.min_confidence, 0)")
     voter_args(a)
     common(a)
     a.set_defaults(func=cmd_ask)
+
+    st = sub.add_parser("status", help="what eor keeps running here: the warm reader, a local `eor serve`")
+    st.add_argument("--config", help="YAML config file (the address of `eor serve`)")
+    st.add_argument("--json", action="store_true", help="print JSON")
+    st.set_defaults(func=cmd_status)
+
+    sp = sub.add_parser("stop", help="end the warm reader `eor ask` left running")
+    sp.set_defaults(func=cmd_stop)
 
     sv = sub.add_parser("serve", help="run the gRPC service (Ray Serve) on this machine")
     sv.add_argument("--host", help="gRPC front address (default 127.0.0.1)")
@@ -93,6 +114,9 @@ def build_parser() -> argparse.ArgumentParser:
     f.add_argument("--adaptive", action=argparse.BooleanOptionalAction, default=None,
                    help="fit the confidence-aware rounds, answer scorer and stop rule too (a v3 voter file, the "
                    "measured best: docs/benchmarks.md); default: when the selection has >= 20 questions")
+    f.add_argument("--calibration", choices=("platt", "isotonic", "none"), default="platt",
+                   help="calibrate the answer scorer's P(right) on the fit split (cross-validated), the confidence "
+                   "every answer carries and the stop rule reads (default platt; none: the raw P, a v3 file)")
     f.add_argument("--push", metavar="HOST:PORT", help="after fitting, push the weights to a running `eor serve` "
                    "(live update, no restart) if they pass the gate: judged against the live voter on held-out "
                    "questions, the deployed path")
@@ -163,16 +187,22 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     stop_on_sigterm()
     try:
-        return args.func(args)
-    except (MissingIndexError, FileNotFoundError, SpecError, KeyError, ValueError, NotImplementedError) as exc:
-        msg = exc.args[0] if isinstance(exc, KeyError) and exc.args else str(exc)
-        print(f"eor: error: {msg}", file=sys.stderr)
-        return 2
+        return run_reporting_errors(lambda: args.func(args))
     except KeyboardInterrupt:
         print("eor: interrupted; finished questions are kept in the run log: run the same command "
               "again to resume", file=sys.stderr)
         return 130
 
+
+def run_reporting_errors(command: Callable[[], int]) -> int:
+    """A command's exit status; an error a user can act on is one line on stderr (status 2),
+    here and in the warm reader that answers for `eor ask`."""
+    try:
+        return command()
+    except (MissingIndexError, FileNotFoundError, SpecError, KeyError, ValueError, NotImplementedError) as exc:
+        msg = exc.args[0] if isinstance(exc, KeyError) and exc.args else str(exc)
+        print(f"eor: error: {msg}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

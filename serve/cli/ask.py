@@ -1,5 +1,10 @@
-"""`eor ask`: questions through the pool in this process (the voter's cascade), or through a
-running `eor serve` with --server."""
+"""`eor ask`: questions through a running `eor serve` (--server, or a local one that is up), else
+through the pool of the warm reader this or an earlier ask left (serve/cli/warm/), else through a
+pool in this process (--local, --no-warm, --verbose); the voter's cascade in every case.
+
+Every answer comes with its P(right) (voter/decision.py): calibrated, the answer scorer's raw P
+(a voter file without a calibrator), or unknown (a voter without an answer scorer); the output
+says which. `--min-confidence P` prints "not sure" with the best guess and its P below P."""
 from __future__ import annotations
 
 import json
@@ -8,12 +13,45 @@ import time
 
 from retrievers.spec import parse_spec
 from serve.cli.common import _config, _fmt_score, print_result, result_to_dict, voter_choice
+from serve.cli.warm.pools import ONE_SHOT
 
 
-def _provisional_line(stage: int, stages: int, answer: str, retriever: str | None, score: float | None) -> str:
+def _provisional_line(stage: int, stages: int, answer: str, retriever: str | None, score: float | None,
+                      confidence: float | None = None) -> str:
     when = f"after stage {stage}/{stages}" if stage else f"early in stage 1/{stages}"
-    return (f"{when}: provisional answer {answer!r} from {retriever or '-'} "
-            f"(score {_fmt_score(score)}); asking more retrievers")
+    sure = f"P(right) {confidence:.2f}" if confidence is not None else f"score {_fmt_score(score)}"
+    return f"{when}: provisional answer {answer!r} from {retriever or '-'} ({sure}); asking more retrievers"
+
+
+def confidence_words(p: float | None, kind: str) -> str:
+    """P(right) as a user reads it, saying what kind of number it is."""
+    if p is None:
+        return ("P(right) unknown (this voter has no answer scorer)" if kind == "none"
+                else "P(right) unknown (no retriever answered)")
+    if kind == "raw":
+        return f"P(right) {p:.2f} (uncalibrated: the answer scorer's own P; this voter file has no calibrator)"
+    return f"P(right) {p:.2f}"
+
+
+def answer_lines(d: dict, min_confidence: float | None, how: str) -> list[str]:
+    """One question's answer (`d` shaped like --json's output): the "A:" line, `how` it was
+    voted, and its P(right); "not sure" with the best guess below `min_confidence` (None: the
+    server's own default decided)."""
+    if d["retriever"] is None and not d["abstained"]:
+        return ["A: (no retriever answered)"]
+    sure = confidence_words(d["confidence"], d["confidence_kind"])
+    if d["abstained"]:
+        bar = "the server's min_confidence" if min_confidence is None else f"{min_confidence:g}"
+        return [f"A: not sure ({sure}, below {bar}); best guess: {d['guess']}", how]
+    return [f"A: {d['answer']}", how, f"   {sure}"]
+
+
+def check_min_confidence_arg(args) -> float | None:
+    """--min-confidence, checked before any work (one line when it is not a number in [0, 1])."""
+    from voter.decision import check_min_confidence
+
+    text = getattr(args, "min_confidence", None)
+    return None if text is None else check_min_confidence(text)
 
 
 def _ask_remote(args) -> int:
@@ -26,18 +64,21 @@ def _ask_remote(args) -> int:
         raise ValueError("--weights / --equal-weights choose the voter of an in-process ask; a server votes with "
                          "its own voter (change it with `eor fit --push`)")
     specs = args.retrievers.split(",") if args.retrievers else ()
+    wanted = check_min_confidence_arg(args)  # None: the server's default
     with EorClient(args.server, tls_ca=args.tls_ca) as client:
         try:
             if len(args.question) == 1:  # progressive: a line per round that left it open, then the answer
                 replies = []
-                for r in client.ask_stream(args.question[0], specs):
+                for r in client.ask_stream(args.question[0], specs, min_confidence=wanted):
                     if r.final:
                         replies.append(r)
                     elif not args.json:
-                        print(_provisional_line(r.stopped_at_stage, r.stages, r.answer, r.retriever,
-                                                r.score if r.HasField("score") else None), file=sys.stderr, flush=True)
+                        print(_provisional_line(r.stopped_at_stage, r.stages, r.answer or r.guess, r.retriever,
+                                                r.score if r.HasField("score") else None,
+                                                r.confidence if r.HasField("confidence") else None),
+                              file=sys.stderr, flush=True)
             else:
-                replies = list(client.ask_batch(args.question, specs).replies)
+                replies = list(client.ask_batch(args.question, specs, min_confidence=wanted).replies)
         except grpc.RpcError as exc:
             print(f"eor: error: {args.server}: {exc.code().name}: {exc.details()}", file=sys.stderr)
             return 2 if exc.code() == grpc.StatusCode.INVALID_ARGUMENT else 1
@@ -47,12 +88,9 @@ def _ask_remote(args) -> int:
         return 0
     for d in out:
         print(f"Q: {d['question']}")
-        if d["retriever"] is None:
-            print("A: (no retriever answered)")
-        else:
-            margin = "none (no other answer)" if d["margin"] is None else f"{d['margin']:.3f}"
-            print(f"A: {d['answer']}\n   from {d['retriever']}, score {_fmt_score(d['score'])}, margin {margin}; "
-                  f"settled after stage {d['stopped_at_stage']} of {d['stages']}")
+        margin = "none (no other answer)" if d["margin"] is None else f"{d['margin']:.3f}"
+        print("\n".join(answer_lines(d, wanted, f"   from {d['retriever']}, score {_fmt_score(d['score'])}, "
+                                    f"margin {margin}; settled after stage {d['stopped_at_stage']} of {d['stages']}")))
         for c in d["candidates"]:
             if c["error"]:
                 print(f"  {c['retriever']:<20} FAILED: {c['error']}")
@@ -63,9 +101,19 @@ def _ask_remote(args) -> int:
     return 0
 
 
-def answer_to_dict(ans, choice) -> dict:
-    """One question as JSON: the answer, which voter decided, what ran and where it stopped."""
+def answer_to_dict(ans, choice, min_confidence: float = 0.0) -> dict:
+    """One question as JSON: the answer and its P(right) (or, below `min_confidence`, "not
+    sure": no answer, the best guess beside it), which voter decided, what ran and where it stopped."""
+    from voter.decision import abstains
+
     d = result_to_dict(ans.result, ans.vote)
+    c = ans.confidence
+    unsure = abstains(c, min_confidence)
+    head = {"question": d["question"], "answer": "" if unsure else d["answer"],
+            "confidence": c.p if c is not None else None,
+            "confidence_kind": c.kind if c is not None else choice.saved.confidence_kind,
+            "abstained": unsure, "guess": d["answer"] if unsure else None}
+    d = head | {k: v for k, v in d.items() if k not in head}
     d["voter"] = {"id": choice.saved.digest if choice.saved.fitted else "equal-weights",
                   "description": choice.describe(), "source": choice.source}
     d["ran"] = ans.ran
@@ -76,16 +124,14 @@ def answer_to_dict(ans, choice) -> dict:
     return d
 
 
-def print_answer(ans, verbose: bool) -> None:
+def print_answer(ans, choice, verbose: bool, min_confidence: float = 0.0) -> None:
     v = ans.vote
     print(f"Q: {ans.result.question}")
-    if v.retriever is None:
-        print("A: (no retriever answered)")
-    else:
-        print(f"A: {v.answer}")
-        margin = "none (no other answer)" if v.margin is None else f"{v.margin:.3f}"
-        print(f"   from {v.retriever}, score {_fmt_score(v.score)}, margin {margin}; "
-              f"settled after stage {ans.stopped_at} of {ans.stages}")
+    margin = "none (no other answer)" if v.margin is None else f"{v.margin:.3f}"
+    print("\n".join(answer_lines(answer_to_dict(ans, choice, min_confidence), min_confidence,
+                                f"   from {v.retriever}, score {_fmt_score(v.score)}, margin {margin}; "
+                                f"settled after stage {ans.stopped_at} of {ans.stages}")))
+    if v.retriever is not None:
         won = next(c for c in ans.result.candidates if c.retriever == v.retriever)
         titles = list(dict.fromkeys(p.title or p.pid for p in won.context.passages))[:5]
         if titles:
@@ -103,7 +149,12 @@ def running_service(args) -> str | None:
     in-process ask does (another voter, reader or index than the server's, --verbose)."""
     if args.local or args.weights or args.equal_weights or args.model or args.index or args.verbose:
         return None
-    svc = _config(args).service
+    return serving_address(_config(args))
+
+
+def serving_address(config) -> str | None:
+    """The address of the local `eor serve` of this config, when it is up (grpc.health SERVING)."""
+    svc = config.service
     if svc.tls_cert or not svc.port or svc.host not in ("127.0.0.1", "localhost", "::1"):
         return None
     address = f"{svc.host}:{svc.port}"
@@ -125,19 +176,29 @@ def cmd_ask(args) -> int:
                   file=sys.stderr)
     if getattr(args, "server", None):
         return _ask_remote(args)
+    from serve.cli.warm.client import ask_warm
+
+    warm = ask_warm(args)  # the warm reader's exit status, or None: answer in this process
+    return warm if warm is not None else answer_here(args)
+
+
+def answer_here(args, pools=ONE_SHOT) -> int:
+    """The in-process ask; the warm reader runs it for an `eor ask` with the pool it keeps."""
     from serve.cli.console import Console, log_path
 
     from retrievers.pool import check_question
 
     questions = [check_question(q) for q in args.question]  # refuse bad input before loading models
+    wanted = check_min_confidence_arg(args)
+    min_confidence = _config(args).service.min_confidence if wanted is None else wanted  # the service's default too
     with Console(verbose=args.verbose and not args.json) as con:  # --json: stdout carries only the JSON
-        answers, choice, pool, elapsed = _ask_local(args, questions, con)
+        answers, choice, pool, elapsed = _ask_local(args, questions, con, pools)
     if args.json:
-        out = [answer_to_dict(a, choice) for a in answers]
+        out = [answer_to_dict(a, choice, min_confidence) for a in answers]
         print(json.dumps(out[0] if len(out) == 1 else out, indent=2, ensure_ascii=False))
         return 0
     for a in answers:
-        print_answer(a, args.verbose)
+        print_answer(a, choice, args.verbose, min_confidence)
     s = pool.reader.stats
     print(f"voter: {choice.describe()}; metrics {','.join(choice.options.names)}")
     print(f"({elapsed:.1f} s; reader: {s.calls} engine calls, {s.engine_prompts} prompts generated, "
@@ -145,11 +206,9 @@ def cmd_ask(args) -> int:
     return 0
 
 
-def _ask_local(args, questions, con):
+def _ask_local(args, questions, con, pools):
     """The in-process ask, with a progress line per step on the console."""
-    from serve.builder import make_pool
     from serve.ensemble import answer
-    from voter.question_vote import build_metrics
 
     con.step("loading the voter, the indexes and the encoder")
     config = _config(args)
@@ -157,7 +216,7 @@ def _ask_local(args, questions, con):
         from dataclasses import replace
 
         config = replace(config, reader=replace(config.reader, enforce_eager=True))
-    pool = make_pool(config)
+    pool = pools.get(config)
     choice = voter_choice(args, pool, con, config)
     specs = args.retrievers.split(",") if args.retrievers else None
     for s in specs or ():  # a bad or unknown spec fails before the models load
@@ -174,11 +233,12 @@ def _ask_local(args, questions, con):
     def on_provisional(open_answers, positions) -> None:
         if len(questions) == 1:
             a = open_answers[0]
-            con.note(_provisional_line(a.stopped_at, a.stages, a.vote.answer, a.vote.retriever, a.vote.score))
-    answers = answer(questions, choice, pool.run, build_metrics(choice.options, pool.reader), specs, on_stage,
+            con.note(_provisional_line(a.stopped_at, a.stages, a.vote.answer, a.vote.retriever, a.vote.score,
+                                       a.confidence.p if a.confidence is not None else None))
+    answers = answer(questions, choice, pool, pools.metrics(choice.options, pool.reader), specs, on_stage,
                      on_provisional)
     elapsed = time.time() - t
     con.done()
-    engine.close()  # its shutdown messages go to the log too, not after the answer
+    pools.release(pool)
     return answers, choice, pool, elapsed
 

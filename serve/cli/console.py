@@ -11,14 +11,34 @@ from __future__ import annotations
 import os
 import sys
 import time
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TextIO
 
 from serve.paths import eor_home
 
 
+_TERMINAL: bool | None = None  # set while the warm reader writes for a client (for_terminal)
+
+
 def log_path() -> Path:
     return eor_home() / "logs" / "eor.log"
+
+
+@contextmanager
+def for_terminal(is_terminal: bool):
+    """Progress lines shaped for the `eor ask` the warm reader answers for (a terminal or not),
+    whatever its own standard error is (a pipe to that ask)."""
+    global _TERMINAL
+    _TERMINAL = is_terminal
+    try:
+        yield
+    finally:
+        _TERMINAL = None
+
+
+def _interactive(stream: TextIO) -> bool:
+    return getattr(stream, "isatty", lambda: False)() if _TERMINAL is None else _TERMINAL
 
 
 class Console:
@@ -48,7 +68,12 @@ class Console:
         return self
 
     def __exit__(self, *exc) -> None:
-        self.done()
+        try:
+            self.done()
+        finally:  # also when the terminal went away (a warm reader's client that ended)
+            self._restore()
+
+    def _restore(self) -> None:
         if self._saved_fds is not None:
             sys.stdout.flush()
             sys.stderr.flush()
@@ -56,14 +81,17 @@ class Console:
                 os.dup2(saved, target)
                 os.close(saved)
             self._saved_fds = None
-            self.out.close()
+            try:
+                self.out.close()
+            except OSError:  # the reader of its pipe went away: closed all the same
+                pass
             self.out = sys.stderr
 
     def step(self, what: str) -> None:
         """Start a step; the previous one is closed with its time."""
         self.done()
         self._open = (what, time.perf_counter())
-        interactive = getattr(self.out, "isatty", lambda: False)()
+        interactive = _interactive(self.out)
         self.out.write(f"{what}..." + ("" if interactive else "\n"))
         self.out.flush()
 
@@ -72,7 +100,7 @@ class Console:
             return
         what, t = self._open
         self._open = None
-        interactive = getattr(self.out, "isatty", lambda: False)()
+        interactive = _interactive(self.out)
         took = f"{time.perf_counter() - t:.1f} s"
         self.out.write(f" {took}\n" if interactive else f"  {what}: {took}\n")
         self.out.flush()

@@ -14,9 +14,10 @@ def cmd_eval(args) -> int:
     from serve.offline.dataset import select_questions
     import math
 
-    from serve.offline.evaluation import evaluate, format_table, replay_ensembles, report_dict
+    from serve.offline.evaluation import (confidence_report, evaluate, format_confidence, format_table,
+                                          replay_ensembles, report_dict)
     from serve.paths import eor_home
-    from serve.offline.plots import cost_accuracy_plot, rwr_heatmap, safe_name, weights_plot
+    from serve.offline.plots import cost_accuracy_plot, reliability_plot, rwr_heatmap, safe_name, weights_plot
     from voter.question_vote import build_metrics
 
     config = _config(args)
@@ -39,10 +40,16 @@ def cmd_eval(args) -> int:
                for s in pool.specs if whole.systems[s].tokens is not None}
     plots.append(str(cost_accuracy_plot(runs.sweep, singles, f"adaptive EoR, {whole.dataset} (n={whole.n})",
                                         out_dir / "match_vs_tokens.png")))
+    sure = confidence_report(scored, runs, whole.best_single)
+    if sure["ece"] is not None:
+        plots.append(str(reliability_plot(sure["reliability"], sure["ece"],
+                                          f"EoR's P(right) ({sure['confidence_kind']}), {whole.dataset} (n={whole.n})",
+                                          out_dir / "reliability.png")))
     doc = report_dict(reports, saved, source, plots, selection.describe())
     doc["voter"] = choice.describe()
     doc["reader"] = pool.reader.model_id
     doc["pool_seconds_per_question"] = args.seconds_per_question
+    doc["confidence"] = sure
     said = [a for a in runs.answers["EoR"] if a]
     doc["words_per_answer"] = round(sum(len(a.split()) for a in said) / len(said), 2) if said else None
     mean_rounds = sum((k + 1) * rate for k, rate in enumerate(runs.stop_rate))
@@ -63,6 +70,7 @@ def cmd_eval(args) -> int:
         print("threshold sweep (scale: Match, tokens computed per question): " + "; ".join(
             f"{'inf' if not math.isfinite(p['scale']) else format(p['scale'], 'g')}: {p['match']:.3f}, "
             f"{p['computed_tokens']:.0f}" for p in runs.sweep))
+        print(format_confidence(sure))
         print(f"plots and eval.json in {out_dir}")
     return 0
 

@@ -92,10 +92,13 @@ def _fit_adaptive(args, config, pool, selection, scored, metrics, saved):
     from serve.offline.runlog import run_log_for
 
     seconds = run_log_for(config, pool, selection.path).seconds()
-    fitted = fit_adaptive(scored, pool.specs, metrics, saved.metrics, saved.pooling, seconds)
+    method = None if args.calibration == "none" else args.calibration
+    fitted = fit_adaptive(scored, pool.specs, metrics, saved.metrics, saved.pooling, seconds, calibration=method)
     c = fitted.chosen
     rounds = " | ".join(", ".join(r) for r in c.layout)
-    summary = (f"confidence-aware rounds: {rounds}; thresholds {[round(t, 3) for t in c.thresholds]}; "
+    calibrated = f"{method}-calibrated P(right)" if method else "the scorer's raw P(right) (not calibrated)"
+    summary = (f"confidence-aware rounds: {rounds}; thresholds {[round(t, 3) for t in c.thresholds]} on "
+               f"{calibrated}, cross-validated ECE {c.cv_ece:.3f}; "
                f"CV Match {c.cv_accuracy:.3f} (every round {c.cv_all_rounds:.3f}), {c.tokens:.0f} tokens, "
                f"{c.rounds:.2f} rounds, {c.first_round_share:.0%} stop after round 1")
     return replace(saved, adaptive=fitted.model), summary

@@ -2,7 +2,8 @@
 
     .venv/bin/python -m serve.offline.adaptive --questions ../shared/data/questions.dev.jsonl --index shared
 
-Fits on the fit split (5-fold CV by question: each layout's stop thresholds are the cheapest
+Fits on the fit split (5-fold CV by question: the answer scorer's out-of-fold P calibrated,
+--calibration, as `eor fit` does; each layout's stop thresholds are the cheapest
 within 0.5 pt of running its every round; the layout is the one of least expected latency within
 0.5 pt of the all-kept vote), then reports on the eval split, per dataset: Match,
 EM, F1, tokens computed and rounds per question of the adaptive model, the selector with
@@ -24,6 +25,7 @@ import numpy as np
 
 from voter.adaptive import (AdaptiveModel, LatencyModel, LayoutFit, PoolRun, apply_model, candidate_layouts,
                             choose_layout, fit_layout, fit_model)
+from voter.calibration import expected_calibration_error
 from voter.qa_metrics import exact_match, match, token_f1
 from voter.selector import paired_counts, sign_test
 
@@ -92,13 +94,15 @@ class AdaptiveFit:
 
 def fit_adaptive(scored: Sequence, specs: Sequence[str], metrics: Sequence[Any], metric_names: Sequence[str],
                  pooling: str, seconds: dict[str, float], round_overhead_s: float = 1.0,
-                 tolerance: float = 0.005) -> AdaptiveFit:
-    """Layouts compared by 5-fold CV on the fit questions; the chosen one refitted on all of them."""
+                 tolerance: float = 0.005, calibration: str | None = "platt") -> AdaptiveFit:
+    """Layouts compared by 5-fold CV on the fit questions; the chosen one refitted on all of them.
+    `calibration`: voter/calibration.py's method for P(right) (None: the raw P, as a v3 file)."""
     run = pool_run(scored, specs, metrics, equal_vote(specs, metric_names, pooling))
     latency = measured_latency(scored, seconds, round_overhead_s)
     acc = {s: float(run.right[:, m].mean()) for m, s in enumerate(specs)}
     cost = {s: float(np.mean([run.cost(i, frozenset({s})) for i in range(len(run))])) for s in specs}
-    fits = [fit_layout(run, lay, latency, tolerance=tolerance) for lay in candidate_layouts(list(specs), acc, cost)]
+    fits = [fit_layout(run, lay, latency, tolerance=tolerance, calibration=calibration)
+            for lay in candidate_layouts(list(specs), acc, cost)]
     chosen = choose_layout(fits, tolerance)
     return AdaptiveFit(fit_model(run, chosen), chosen, fits, run, latency, acc)
 
@@ -123,15 +127,16 @@ def report(args) -> dict[str, Any]:
     choice = choose_voter(specs, pool.reader.model_id, weights=args.voter)
     metrics = build_metrics(choice.options, pool.reader)
     seconds = run_log_for(config, pool, args.questions).seconds()
+    calibration = None if args.calibration == "none" else args.calibration
     fitted = fit_adaptive(fit, specs, metrics, choice.saved.metrics, choice.saved.pooling, seconds,
-                          args.round_overhead, args.tolerance)
+                          args.round_overhead, args.tolerance, calibration)
     model, chosen, fits, fit_run, latency, acc = (fitted.model, fitted.chosen, fitted.layouts, fitted.run,
                                                   fitted.latency, fitted.accuracy)
     eval_run = pool_run(held, specs, metrics, equal_vote(specs, choice.saved.metrics, choice.saved.pooling))
     best_single = max(specs, key=lambda s: (acc[s], -specs.index(s)))
     blind_fit = replace(fit_run, logprobs=[[None] * len(specs) for _ in range(len(fit_run))])
     blind_eval = replace(eval_run, logprobs=[[None] * len(specs) for _ in range(len(eval_run))])
-    blind_layout = fit_layout(blind_fit, chosen.layout, latency, tolerance=args.tolerance)
+    blind_layout = fit_layout(blind_fit, chosen.layout, latency, tolerance=args.tolerance, calibration=calibration)
     blind = apply_model(blind_eval, fit_model(blind_fit, blind_layout))
     out = apply_model(eval_run, model)
     every = apply_model(eval_run, type(model)(model.layout, model.scorer, (float("inf"),) * (len(model.layout) - 1)))
@@ -204,7 +209,13 @@ def report(args) -> dict[str, Any]:
             "frontier_eval": [{"threshold": None if p["scale"] == float("inf") else p["scale"],
                                **{k: v for k, v in p.items() if k != "scale"}} for p in eval_frontier],
             "eval": per_dataset,
+            "calibration": {"method": args.calibration, "fit_cv_ece": _finite(chosen.cv_ece),
+                            "eval_ece": _finite(expected_calibration_error(out.confidence, out.right))},
             "model": model.to_dict(specs)}
+
+
+def _finite(x: float) -> float | None:
+    return float(x) if np.isfinite(x) else None
 
 
 def format_report(doc: dict[str, Any]) -> str:
@@ -242,6 +253,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--eval-limit", type=int, default=None)
     ap.add_argument("--tolerance", type=float, default=0.005, help="Match the stop rule may give up (0.005 = 0.5 pt)")
     ap.add_argument("--round-overhead", type=float, default=1.0, help="seconds each round adds beyond its tokens")
+    ap.add_argument("--calibration", choices=("platt", "isotonic", "none"), default="platt",
+                    help="calibration of P(right), as `eor fit --calibration` (none: the raw P, a v3 voter)")
     ap.add_argument("--voter", help="the voter file whose cascade is replayed beside the fit (default: the shipped "
                     "voter), e.g. tests/voter/data/voter-v2-8b3d50282f43.json, the one shipped before v3")
     ap.add_argument("--json", action="store_true")

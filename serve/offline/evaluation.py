@@ -5,6 +5,11 @@ every retriever; MRLR (eq. 3, Match-correctness) over the pool of single retriev
 EoR as one more column, so EoR's MRLR is comparable with the best single retriever's; the
 oracle upper bound of the pool (a question counts if any retriever gets it right); the RWR
 matrix behind the Figure 1 heatmap. A failed retriever, or EoR with no answer, scores 0.
+
+And how sure EoR is (`confidence_report`): the reliability bins and ECE of the confidence its
+answers carry, and the risk-coverage table (Match of the answers kept when only the most
+confident 100/80/50/20% are answered) beside the best single retriever's, ranked by its own
+mean token log-probability.
 """
 from __future__ import annotations
 
@@ -17,6 +22,7 @@ import numpy as np
 from serve.offline.fitting import CORRECTNESS, Scored
 from voter.question_vote import Vote, answer_grid
 from retrievers.types import ReaderTokens
+from voter.calibration import COVERAGES, ECE_BINS, expected_calibration_error, reliability, risk_coverage
 from voter.qa_metrics import exact_match, match, mrlr, oracle_upper_bound, rwr_matrix, token_f1
 from voter.selector import paired_counts, sign_test
 from voter.weights_io import SavedWeights
@@ -187,6 +193,8 @@ class EnsembleRuns:
     stop_rate: list[float]  # share of questions stopped after each stage
     stages: list[list[str]]
     sweep: list[dict[str, float]]  # thresholds x scale: Match and computed tokens per question
+    confidence: list[float | None] | None = None  # EoR's P(right) per question; None: the voter gives none
+    confidence_kind: str = "none"  # "calibrated", "raw" or "none" (SavedWeights.confidence_kind)
 
 
 SWEEP_SCALES = (0.0, 0.25, 0.5, 0.75, 1.0, 1.5, 2.0, 4.0, math.inf)
@@ -223,7 +231,9 @@ def replay_confident(scored: Scored, saved: SavedWeights, metrics: Sequence[Any]
                       "computed_tokens": float(np.mean([x.computed for x in t])) if t else 0.0})
     stop = out.stop
     rates = [float((stop == k).mean()) for k in range(len(model.layout))]
-    return EnsembleRuns(answers, tokens, rates, [list(r) for r in model.layout], sweep)
+    confidence = [float(c) if w >= 0 else None for c, w in zip(out.confidence, out.picked)]
+    return EnsembleRuns(answers, tokens, rates, [list(r) for r in model.layout], sweep, confidence,
+                        saved.confidence_kind)
 
 
 def equal_weights_voter(saved: SavedWeights):
@@ -266,3 +276,47 @@ def replay_ensembles(scored: Scored, saved: SavedWeights, metrics: Sequence[Any]
         sweep.append({"scale": scale, "match": float(ok), "computed_tokens": cost})
     rates = [float((stop == k).mean()) for k in range(len(stages))]
     return EnsembleRuns(answers, tokens, rates, stages, sweep)
+
+
+def confidence_report(scored: Scored, runs: EnsembleRuns, best_single: str) -> dict[str, Any]:
+    """How sure EoR is, on these questions: reliability bins and ECE of its confidence (when
+    the voter gives one), and the risk-coverage table beside `best_single`'s, that retriever's
+    answers ranked by its own mean token log-probability (unknown: least sure)."""
+    golds = [q.answers for q, _ in scored]
+    right = [match(a, g) for a, g in zip(runs.answers[EOR], golds)]
+    conf = runs.confidence
+    single = [{c.retriever: c for c in r.candidates}.get(best_single) for _, r in scored]
+    single_right = [match(c.answer, g) if c is not None and c.error is None else 0.0 for c, g in zip(single, golds)]
+    single_conf = [c.confidence if c is not None and c.error is None else None for c in single]
+    eor_rc = risk_coverage(conf, right) if conf is not None else None
+    single_rc = risk_coverage(single_conf, single_right)
+    doc: dict[str, Any] = {"n": len(scored), "confidence_kind": runs.confidence_kind, "ece": None, "bins": ECE_BINS,
+                           "reliability": [], "best_single": best_single, "risk_coverage": []}
+    if conf is not None:
+        known = [(c, y) for c, y in zip(conf, right) if c is not None]
+        doc["ece"] = _clean(expected_calibration_error([c for c, _ in known], [y for _, y in known]))
+        doc["answered_with_confidence"] = len(known)
+        doc["reliability"] = [{"low": b.low, "high": b.high, "n": b.n, "confidence": _clean(b.confidence),
+                               "accuracy": _clean(b.accuracy)} for b in reliability(*zip(*known))] if known else []
+    for k, cov in enumerate(COVERAGES):
+        doc["risk_coverage"].append({"coverage": cov,
+                                     "eor_answered": eor_rc[k].answered if eor_rc else None,
+                                     "eor_match": _clean(eor_rc[k].match) if eor_rc else None,
+                                     "single_answered": single_rc[k].answered, "single_match": _clean(single_rc[k].match)})
+    return doc
+
+
+def format_confidence(doc: dict[str, Any]) -> str:
+    kind = {"calibrated": "calibrated P(right)", "raw": "the answer scorer's raw P(right) (no calibrator)",
+            "none": "none (this voter has no answer scorer)"}[doc["confidence_kind"]]
+    lines = [f"confidence of EoR's answers: {kind}" + (f"; ECE ({doc['bins']} bins) {doc['ece']:.3f} over "
+                                                       f"{doc['answered_with_confidence']} answers"
+                                                       if doc["ece"] is not None else "")]
+    lines.append(f"  answered only when most sure: Match of the answers kept, EoR by its confidence vs "
+                 f"{doc['best_single']} by its mean token log-probability")
+    for p in doc["risk_coverage"]:
+        eor = "   -  " if p["eor_match"] is None else f"{p['eor_match']:6.3f}"
+        single = "   -  " if p["single_match"] is None else f"{p['single_match']:6.3f}"
+        lines.append(f"  coverage {p['coverage']:4.0%}: EoR {eor}  {doc['best_single']} {single}  "
+                     f"({p['single_answered']} answered)")
+    return "\n".join(lines)

@@ -1,4 +1,5 @@
-"""The paper's figures as PNGs: the RWR heatmap (Figure 1) and the retriever weights (Figure 6).
+"""The paper's figures as PNGs: the RWR heatmap (Figure 1) and the retriever weights (Figure 6);
+and ours: Match against reader tokens, and the reliability diagram of P(right).
 
 Built on `matplotlib.figure.Figure` with the Agg canvas -- no pyplot, no display, no global
 state -- so `eor eval` runs the same on a headless server.
@@ -105,5 +106,32 @@ def cost_accuracy_plot(sweep: Sequence[dict], singles: dict[str, tuple[float, fl
     ax.set_title(title, fontsize=9)
     ax.legend(fontsize=7, loc="lower right")
     fig.tight_layout()
+    fig.savefig(path)
+    return Path(path)
+
+
+def reliability_plot(bins: Sequence[dict], ece: float | None, title: str, path: str | Path) -> Path:
+    """The reliability diagram: per confidence bin, the share of answers right against the mean
+    confidence (the diagonal is perfect calibration), and how many answers each bin holds."""
+    fig = _figure(5.0, 5.6)
+    ax, counts = fig.add_subplot(2, 1, 1), fig.add_subplot(2, 1, 2)
+    fig.subplots_adjust(hspace=0.35)
+    ax.plot([0, 1], [0, 1], "--", color="gray", label="perfectly calibrated")
+    full = [b for b in bins if b["n"]]
+    ax.bar([b["low"] for b in full], [b["accuracy"] for b in full], width=[b["high"] - b["low"] for b in full],
+           align="edge", color="tab:blue", alpha=0.7, edgecolor="black", label="share right")
+    ax.plot([b["confidence"] for b in full], [b["accuracy"] for b in full], "o", color="tab:red",
+            label="(mean confidence, share right)")
+    ax.set_xlim(0, 1)
+    ax.set_ylim(0, 1)
+    ax.set_xlabel("confidence (P(right) the answer carried)")
+    ax.set_ylabel("share of answers right (Match)")
+    ax.set_title(title + ("" if ece is None else f"\nECE {ece:.3f}"), fontsize=9)
+    ax.legend(fontsize=7, loc="upper left")
+    counts.bar([b["low"] for b in bins], [b["n"] for b in bins], width=[b["high"] - b["low"] for b in bins],
+               align="edge", color="gray", edgecolor="black")
+    counts.set_xlim(0, 1)
+    counts.set_xlabel("confidence")
+    counts.set_ylabel("answers")
     fig.savefig(path)
     return Path(path)

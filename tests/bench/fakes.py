@@ -46,13 +46,13 @@ def _vote(answers: dict[str, str]) -> str:
 def _cascade(answers: dict[str, str], degraded: bool = False) -> Deployed:
     """The fake service's production path: Wiki@10 and SE@1 first, settled when they agree,
     else the vote over the whole pool in a second round; `degraded` (a bad voter pushed):
-    SE@1's answer, alone."""
+    SE@1's answer, alone. P(right): 0.9 settled in round 1, 0.6 after round 2, 0.3 degraded."""
     if degraded:
-        return Deployed(answers["SE@1"], "degraded voter", ("SE@1",), 1, 150, 0.2, 0.1)
+        return Deployed(answers["SE@1"], "degraded voter", ("SE@1",), 1, 150, 0.2, 0.1, 0.3)
     first = {s: answers[s] for s in ("Wiki@10", "SE@1")}
     if len(set(first.values())) == 1:
-        return Deployed(first["Wiki@10"], "fake cascade", tuple(first), 1, 300, 0.5, 0.2)
-    return Deployed(_vote(answers), "fake cascade", tuple(answers), 2, 900, 1.0, 0.5)
+        return Deployed(first["Wiki@10"], "fake cascade", tuple(first), 1, 300, 0.5, 0.2, 0.9)
+    return Deployed(_vote(answers), "fake cascade", tuple(answers), 2, 900, 1.0, 0.5, 0.6)
 
 
 class FakeClient:

@@ -207,6 +207,10 @@ def test_each_round_is_compared_with_the_baseline_and_a_real_drop_is_exported(tm
     text = generate_latest(exporter.registry).decode()
     assert 'eor_bench_regression{suite="query",system="deployed"} 1.0' in text
     assert 'eor_bench_regression{suite="query",system="EoR"} 0.0' in text  # the named pool's vote did not move
+    confidence = [json.loads((r / "regression.json").read_text())["confidence"] for r in rounds[1:]]
+    assert confidence[0]["drop"] == 0.0 and confidence[0]["paired"] > 0  # the same answers, equally sure
+    assert confidence[1]["drop"] > 0.25 and confidence[1]["current"] == pytest.approx(0.3)  # the degraded voter
+    assert f'eor_bench_confidence_drop{{suite="query"}} {confidence[1]["drop"]}' in text
     assert "REGRESSION" in capsys.readouterr().out
 
 

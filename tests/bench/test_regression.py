@@ -54,3 +54,17 @@ def test_the_baseline_is_the_pinned_round_else_the_first_finished(tmp_path):
     pinned.mkdir()
     (pinned / "results.jsonl").write_text("")
     assert baseline_round(tmp_path, now) == pinned
+
+
+def test_confidence_drop_is_paired_on_the_instances_both_rounds_asked():
+    from bench.robust.regression import confidence_drop
+
+    def rec(i, p):
+        return {"id": i, "deployed": {"confidence": p}}
+    base = [rec("a", 0.9), rec("b", 0.7), rec("gone", 0.1), {"qid": "q", "perturbation": "original", "variant": 0,
+                                                               "deployed": {"confidence": 0.8}}]
+    cur = [rec("a", 0.6), rec("b", 0.6), rec("new", 0.0), {"qid": "q", "perturbation": "original", "variant": 0,
+                                                             "deployed": {"confidence": 0.5}}, rec("none", None)]
+    d = confidence_drop(base, cur)
+    assert d["paired"] == 3 and d["baseline"] == pytest.approx(0.8) and d["drop"] == pytest.approx(0.8 - 1.7 / 3)
+    assert confidence_drop(base, [rec("x", 0.5)]) == {"paired": 0, "baseline": None, "current": None, "drop": 0.0}

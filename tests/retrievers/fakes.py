@@ -1,4 +1,5 @@
-"""Test doubles: a recording reader engine and canned knowledge sources."""
+"""Test doubles: a recording reader engine, canned knowledge sources, and the toy source of the
+open-source-set tests (`KeywordSource`)."""
 from __future__ import annotations
 
 import hashlib
@@ -7,6 +8,7 @@ from typing import Sequence
 
 from retrievers.engine import ReaderEngine
 from retrievers.reader import Generation, PromptText, SamplingParams
+from retrievers.sources.base import PAGES, PASSAGES, KnowledgeSource
 from retrievers.types import Passage, ReaderTokens
 
 QUESTION = "Who painted the Mona Lisa?"
@@ -111,12 +113,14 @@ class FakeEngine(ReaderEngine):
 
 
 class FakeSource:
-    """A knowledge source with canned results (the same ranked list for every query)."""
+    """A knowledge source with canned results (the same ranked list for every query); its shape:
+    pages for SE, passages for the others, unless told."""
 
-    def __init__(self, name: str, rows: list[Passage], fail: Exception | None = None):
+    def __init__(self, name: str, rows: list[Passage], fail: Exception | None = None, shape: str | None = None):
         self.name = name
         self.rows = rows
         self.fail = fail
+        self.shape = shape or (PAGES if name == "SE" else PASSAGES)
         self.loaded = False
         self.calls: list[tuple[list[str], int]] = []
 
@@ -163,3 +167,38 @@ def recall_at(hit_ids: list[set[str]], questions) -> float:
     """Share of questions with a gold record among their retrieved record ids."""
     hits = [bool(set(q["gold_pids"]) & ids) for q, ids in zip(questions, hit_ids, strict=True)]
     return sum(hits) / len(hits)
+
+
+TOY_PASSAGES = (
+    ("Mona Lisa", "Leonardo da Vinci painted the Mona Lisa in Florence."),
+    ("Louvre", "The Louvre in Paris shows the Mona Lisa behind glass."),
+    ("Starry Night", "Vincent van Gogh painted The Starry Night in 1889."),
+    ("Guernica", "Pablo Picasso painted Guernica in 1937."),
+)
+
+
+class KeywordSource(KnowledgeSource):
+    """The toy knowledge source: a few in-memory passages ranked by the words they share with
+    the query (ties in their order). One class; a config line (`Toy: toy`, or this class's
+    module:Class) makes it a source every spec, the pool and the service can use."""
+
+    def __init__(self, name: str = "Toy", passages: Sequence[Sequence[str]] = TOY_PASSAGES):
+        self.name = name
+        self.rows = [Passage(f"{name.lower()}-{i}", title, text, name) for i, (title, text) in enumerate(passages)]
+        self.loaded = False
+
+    def load(self) -> "KeywordSource":
+        self.loaded = True
+        return self
+
+    def search(self, queries: Sequence[str], k: int) -> list[list[Passage]]:
+        def words(text: str) -> set[str]:
+            return set(re.findall(r"\w+", text.lower()))
+
+        out = []
+        for q in queries:
+            shared = [len(words(q) & words(p.render())) for p in self.rows]
+            order = sorted(range(len(self.rows)), key=lambda i: -shared[i])[:k]
+            out.append([Passage(self.rows[i].pid, self.rows[i].title, self.rows[i].text, self.name, float(shared[i]))
+                        for i in order])
+        return out

@@ -25,13 +25,14 @@ WIKI_USERS = ["Wiki@10", "SE@2&Wiki@5", "SE@RR@5&Wiki@5", "HB@RR@10", "Wiki@10@C
 
 
 class Setup:
-    def __init__(self, encoder, specs=PAPER_POOL, se=None, wiki=None, cache=None, **config):
+    def __init__(self, encoder, specs=PAPER_POOL, se=None, wiki=None, cache=None, more=None, **config):
+        """`more`: other sources beside SE and Wiki (name -> source)."""
         self.engine = FakeEngine()
         self.se = se or FakeSource("SE", SE_PAGES)
         self.wiki = wiki or FakeSource("Wiki", WIKI_PASSAGES)
         self.reader = CachedReader(self.engine, cache)
         self.pool = RetrieverPool(PoolConfig(specs=tuple(specs), **config),
-                                  {"SE": self.se, "Wiki": self.wiki}, encoder, self.reader)
+                                  {"SE": self.se, "Wiki": self.wiki, **(more or {})}, encoder, self.reader)
 
     def answer_prompt_for(self, question, cand) -> str:
         """The answer prompt the pool must have sent for a candidate, rebuilt independently."""
@@ -181,21 +182,21 @@ def test_a_broken_source_fails_only_its_retrievers(memo_encoder, broken, users):
 
 
 def test_a_failed_search_is_not_redone_by_later_stages_of_the_question(memo_encoder):
-    """A source that failed (here, or in the service's ingress) is recorded in the question's
-    work: a later stage's retrievers that read it fail at once, with the first error, and the
-    source is not asked again (in the service: not waited out again by every actor)."""
-    from retrievers.pool import QuestionWork
+    """A source that failed (here, or in the service's orchestrator) is in what the round found:
+    a later round's retrievers that read it fail at once, with the first error, and the source
+    is not asked again (in the service: not waited out again by every actor)."""
+    from retrievers.pool import Groundwork
 
     bad = FakeSource("SE", [], fail=TimeoutError("slow"))
     s = Setup(memo_encoder, se=bad)
-    shared = [QuestionWork()]
-    (first,) = s.pool.run([QUESTION], ["SE@1", "Wiki@10"], shared=shared)
-    assert first.failed == ["SE@1"] and shared[0].failed == {"SE": Failure(TIMEOUT, "SE search failed: slow")}
-    (later,) = s.pool.run([QUESTION], ["SE@4", "SE@RR@10", "Wiki@10@CP"], shared=shared)
-    assert later.failed == ["SE@4", "SE@RR@10"] and len(bad.calls) == 1
-    assert all(c.error.endswith("SE search failed: slow") for c in later.candidates if c.error)
-    recorded = [QuestionWork(failed={"SE": Failure(TIMEOUT, "SE search timed out after 2 s")})]  # as the ingress does
-    (r,) = s.pool.run([QUESTION], ["SE@1", "ReFree"], shared=recorded)
+    first = s.pool.run_round([QUESTION], ["SE@1", "Wiki@10"])
+    assert first.results[0].failed == ["SE@1"]
+    assert first.found[0].failed == {"SE": Failure(TIMEOUT, "SE search failed: slow")}
+    later = s.pool.run_round([QUESTION], ["SE@4", "SE@RR@10", "Wiki@10@CP"], first.found)
+    assert later.results[0].failed == ["SE@4", "SE@RR@10"] and len(bad.calls) == 1
+    assert all(c.error.endswith("SE search failed: slow") for c in later.results[0].candidates if c.error)
+    recorded = [Groundwork(failed={"SE": Failure(TIMEOUT, "SE search timed out after 2 s")})]  # as the service does
+    (r,) = s.pool.run_round([QUESTION], ["SE@1", "ReFree"], recorded).results
     assert r.failed == ["SE@1"] and r.candidates[0].error.endswith("SE search timed out after 2 s")
     assert len(bad.calls) == 1
 
@@ -335,14 +336,13 @@ def test_no_questions_no_work(setup):
 
 def test_pool_refuses_a_missing_source(memo_encoder):
     reader = CachedReader(FakeEngine())
-    with pytest.raises(ValueError, match="Wiki"):
+    with pytest.raises(ValueError, match=r"unknown knowledge source 'Wiki' in retriever spec 'Wiki@10'; known: SE, PK"):
         RetrieverPool(PoolConfig(specs=("Wiki@10",)), {"SE": FakeSource("SE", [])}, memo_encoder, reader)
-    with pytest.raises(ValueError, match=r"\['SE', 'Wiki'\]"):
-        RetrieverPool(PoolConfig(specs=("HB@RR@10",)), {}, memo_encoder, reader)
-    # PK and ReFree need no search at all
-    pool = RetrieverPool(PoolConfig(specs=("PK", "ReFree")), {}, memo_encoder, reader)
+    # PK and ReFree need no search at all; HB combines the sources there are (none: PK's chunks)
+    pool = RetrieverPool(PoolConfig(specs=("PK", "ReFree", "HB@10")), {}, memo_encoder, reader)
     (result,) = pool.run([QUESTION])
-    assert [c.retriever for c in result.candidates] == ["PK", "ReFree"] and not result.failed
+    assert [c.retriever for c in result.candidates] == ["PK", "ReFree", "HB@10"] and not result.failed
+    assert {p.source for p in result.candidates[2].context.passages} == {"PK"}
 
 
 def test_duplicate_specs_in_the_config_are_refused(memo_encoder):
@@ -465,17 +465,21 @@ class CountingEncoder:
 
 
 def test_stages_of_one_question_share_searches_pk_and_reranking(memo_encoder):
-    """A cascade's stages with one QuestionWork per question: each source searched once at the
-    depth the whole plan needs, PK written once, chunks embedded once; the candidates are the
-    ones a single run of the same specs gives."""
-    from retrievers.pool import QuestionWork
+    """A cascade's rounds, each given what the earlier ones found (immutable, never merged back
+    into): each source searched once at the depth the whole plan needs, PK written once,
+    chunks embedded once; the candidates are the ones a single run of the same specs gives."""
+    from retrievers.pool import Groundwork
 
     stages = [["SE@1", "SE@1@CP"], ["SE@RR@10", "PK"], ["HB@RR@10", "Wiki@10"], ["SE@RR@10@CP", "HB@RR@10@CP"]]
     plan = [s for st in stages for s in st]
     enc = CountingEncoder(memo_encoder)
     s = Setup(enc)
-    shared = [QuestionWork()]
-    staged = [c for st in stages for c in s.pool.run([QUESTION], st, shared=shared, plan_specs=plan)[0].candidates]
+    work, staged = Groundwork(), []
+    for st in stages:
+        run = s.pool.run_round([QUESTION], st, [work], plan_specs=plan)
+        work = work.plus(run.found[0])
+        staged += run.results[0].candidates
+    assert work.pk is not None and set(work.reranked) == {"SE", "HB"} and work.depth == {"SE": 10, "Wiki": 20}
     assert len(s.se.calls) == 1 and len(s.wiki.calls) == 1  # once each, though four stages use them
     assert s.se.calls[0][1] == s.pool.config.se_pages and s.wiki.calls[0][1] == s.pool.config.hb_wiki_k
     assert len(s.engine.calls_of("pk")) == 1
@@ -514,19 +518,38 @@ def test_every_answer_carries_the_readers_logprobs(memo_encoder):
 
 
 def test_pending_searches_is_the_one_rule_for_what_a_stage_still_searches():
-    """Both homes of searching (the in-process pool, the service's source actors) ask it."""
-    from retrievers.pool import QuestionWork, pending_searches, record_search
+    """Every home of searching (a pool run, the rounds of an Ask in-process and in the service) asks it."""
+    from retrievers.pool import Groundwork, pending_searches, search_found
 
-    work = [QuestionWork(), QuestionWork(), QuestionWork()]
     p = Passage("w1", "t", "text", "Wiki")
-    work[1].hits["Wiki"], work[1].depth["Wiki"] = [p], 10  # searched deep enough by an earlier stage
-    work[2].failed["Wiki"] = Failure(TIMEOUT, "Wiki search timed out")  # never searched again
+    work = [Groundwork(),
+            Groundwork(hits={"Wiki": (p,)}, depth={"Wiki": 10}),  # searched deep enough by an earlier round
+            Groundwork(failed={"Wiki": Failure(TIMEOUT, "Wiki search timed out")})]  # never searched again
     calls = pending_searches(work, {"Wiki": 5, "SE": 1}, {"Wiki": 10, "SE": 30})
     assert calls == [("Wiki", [0], 10), ("SE", [0, 1, 2], 30)]  # at the plan's deepest k
     assert pending_searches(work, {"SE": 1}, {}, skip={0, 2}) == [("SE", [1], 1)]  # given documents
 
-    record_search(work, "Wiki", [0], 10, [[p, p]])
-    record_search(work, "SE", [0, 1, 2], 30, Failure(TIMEOUT, "SE search timed out"))
-    assert work[0].hits["Wiki"] == [p, p] and work[0].depth["Wiki"] == 10
+    for src, todo, k, found in [("Wiki", [0], 10, [[p, p]]), ("SE", [0, 1, 2], 30, Failure(TIMEOUT, "SE timed out"))]:
+        for j, more in search_found(src, todo, k, found).items():
+            work[j] = work[j].plus(more)
+    assert work[0].hits["Wiki"] == (p, p) and work[0].depth["Wiki"] == 10
     assert all(w.failed["SE"].kind == TIMEOUT for w in work) and "SE" not in work[0].depth
     assert pending_searches(work, {"Wiki": 10, "SE": 1}, {}) == []  # done, or failed for good
+
+
+def test_groundwork_plus_keeps_the_deeper_search_and_the_first_pk_and_order():
+    from retrievers.pool import Groundwork, PKDocument
+    from retrievers.types import ReaderTokens
+
+    a, b = Passage("a", "", "a"), Passage("b", "", "b")
+    pk1, pk2 = PKDocument("first", ReaderTokens(3, 2)), PKDocument("second", ReaderTokens(3, 2))
+    base = Groundwork(hits={"SE": (a,)}, depth={"SE": 1}, pk=pk1, reranked={"SE": (a, b)}, read=(("pk prompt", "PK"),))
+    more = Groundwork(hits={"SE": (a, b), "Wiki": (b,)}, depth={"SE": 10, "Wiki": 5}, pk=pk2,
+                      reranked={"SE": (b, a), "HB": (b,)}, read=(("pk prompt", "PK"), ("se prompt", "SE@1")))
+    both = base.plus(more)
+    assert both.hits == {"SE": (a, b), "Wiki": (b,)} and both.depth == {"SE": 10, "Wiki": 5}
+    assert both.pk == pk1 and both.reranked == {"SE": (a, b), "HB": (b,)}
+    assert both.read == (("pk prompt", "PK"), ("se prompt", "SE@1"))
+    assert base.depth == {"SE": 1} and base.pk == pk1  # neither side changed
+    shallow = both.plus(Groundwork(hits={"SE": (a,)}, depth={"SE": 1}))
+    assert shallow.hits["SE"] == (a, b)

@@ -284,12 +284,3 @@ def test_an_engine_outside_the_interface_is_refused():
     with pytest.raises(TypeError, match="Duck does not implement ReaderEngine"):
         CachedReader(Duck())
 
-
-def test_prefix_owner_is_the_earlier_prompt_sharing_the_longest_prefix():
-    from retrievers.reader import prefix_owner
-
-    earlier = [("Docs A then ask X", "A"), ("Docs AB then summarise", "AB"), ("Other", "O")]
-    assert prefix_owner("Docs AB then answer", earlier) == "AB"
-    assert prefix_owner("Docs A then ask Y", earlier) == "A"
-    assert prefix_owner("Nothing alike", earlier) is None and prefix_owner("x", []) is None
-    assert prefix_owner("Docs A", [("Docs A 1", "first"), ("Docs A 2", "second")]) == "first"  # ties: the earliest

@@ -70,3 +70,17 @@ def test_the_voters_metrics_and_poolings_are_registries():
 
     assert isinstance(METRICS, Registry) and isinstance(POOLINGS, Registry)
     assert {"em", "bertscore"} <= set(METRICS.names()) and "mean" in POOLINGS.names()
+
+
+def test_a_configured_source_names_a_registered_backend_or_a_class_by_reference():
+    from retrievers.registry import UnknownName, source_class
+    from retrievers.sources.web_search import WebSearchSource
+    from tests.retrievers.fakes import KeywordSource
+
+    assert source_class("http") is WebSearchSource
+    assert source_class("tests.retrievers.fakes:KeywordSource") is KeywordSource  # a plug-in, unregistered
+    assert "tests.retrievers.fakes:KeywordSource" not in SOURCE_BACKENDS.names()
+    with pytest.raises(UnknownName, match="unknown knowledge-source backend 'toy'; known: dense, http, lucene"):
+        source_class("toy")
+    with pytest.raises(UnknownName, match="'tests.retrievers.fakes:Nope' cannot be imported"):
+        source_class("tests.retrievers.fakes:Nope")

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from retrievers.spec import PAPER_POOL, RetrieverPlan, SpecError, Term, parse_pool, parse_spec
+from retrievers.spec import (PAPER_POOL, RetrieverPlan, SpecError, Term, check_source_name, check_sources, parse_pool,
+                             parse_spec)
 
 # spec -> (terms, compress), written out by hand from the paper's Appendix C.1
 EXPECTED = {
@@ -74,7 +75,6 @@ def test_parse_pool_keeps_order():
 
 
 @pytest.mark.parametrize("spec, names", [
-    ("Foo@3", ["'Foo'", "unknown knowledge source"]),
     ("SE@XX", ["'@XX'", "unknown operation"]),
     ("SE@CP&Wiki@5", ["@CP", "'SE@CP'"]),
     ("SE@5@RR", ["@RR", "'SE@5@RR'"]),
@@ -112,8 +112,27 @@ def test_duplicate_spec_in_a_pool_is_an_error_naming_it():
 
 
 def test_a_bad_spec_anywhere_in_the_pool_fails_the_pool():
-    with pytest.raises(SpecError, match="'Foo'"):
-        parse_pool(["SE@1", "Foo@3"])
+    with pytest.raises(SpecError, match="'Foo@'"):
+        parse_pool(["SE@1", "Foo@"])
+
+
+def test_sources_are_whatever_is_configured_plus_pk_and_hb():
+    """The grammar takes any source name; the configured set decides which exist."""
+    assert parse_spec("Toy@2").terms == (Term("Toy", False, 2),)
+    assert [p.spec for p in parse_pool(["Toy@2", "HB@RR@3", "PK", "ReFree"], sources=("Toy",))] == [
+        "Toy@2", "HB@RR@3", "PK", "ReFree"]
+    with pytest.raises(SpecError) as err:
+        parse_pool(["SE@1", "Foo@3"], sources={"Wiki": 1, "SE": 2})
+    assert str(err.value) == "unknown knowledge source 'Foo' in retriever spec 'Foo@3'; known: Wiki, SE, PK, HB"
+    with pytest.raises(SpecError, match="'Wiki'"):
+        check_sources([parse_spec("SE@2&Wiki@5")], ["SE"])
+
+
+@pytest.mark.parametrize("name", ["PK", "HB", "ReFree", "Wiki2", "my_source", "", "Toy@2"])
+def test_a_configured_source_name_is_letters_and_not_reserved(name):
+    with pytest.raises(SpecError, match="letters only"):
+        check_source_name(name)
+    assert check_source_name("Toy") == "Toy"
 
 
 def test_parse_spec_is_parsed_once_and_bad_specs_still_raise():

@@ -14,8 +14,8 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 import pytest
 
-from retrievers.pool import PoolConfig
 from retrievers.engine import ReaderEngine
+from retrievers.pool import Groundwork, PoolConfig, RoundRun
 from retrievers.reader import CachedReader, PromptText, SamplingParams
 from retrievers.types import ERROR, TIMEOUT, Candidate, Failure, Context, Passage, QuestionResult
 from voter.normalize import normalize_answer
@@ -57,7 +57,8 @@ class FakePool:
         self.fail_after = fail_after
         self.calls: list[list[str]] = []
         self.spec_calls: list[list[str]] = []  # the specs each run was asked for
-        self.shared_calls: list[tuple] = []  # (shared work, plan specs) each run got
+        self.round_calls: list[tuple] = []  # (groundwork, plan specs) each round got
+        self.shapes: dict = {}  # no sources: nothing for the rounds to search
         self.loads = 0
 
     @property
@@ -68,9 +69,12 @@ class FakePool:
         self.loads += 1
         return self
 
-    def run(self, questions: Sequence[str], specs: Sequence[str] | None = None, documents=None,
-            shared=None, plan_specs=None) -> list[QuestionResult]:
-        self.shared_calls.append((shared, list(plan_specs or ())))
+    def run_round(self, questions, specs=None, work=None, documents=None, plan_specs=None) -> RoundRun:
+        self.round_calls.append((tuple(work or ()), list(plan_specs or ())))
+        results = self.run(questions, specs, documents)
+        return RoundRun(results, [Groundwork(read=((f"prompt {len(self.calls)}", "fake"),)) for _ in results])
+
+    def run(self, questions: Sequence[str], specs: Sequence[str] | None = None, documents=None) -> list[QuestionResult]:
         answered = sum(len(c) for c in self.calls)
         if self.fail_after is not None and answered + len(questions) > self.fail_after:
             raise RuntimeError("simulated crash")
@@ -109,7 +113,8 @@ def eor_home(tmp_path, monkeypatch) -> Path:
 @pytest.fixture
 def use_pool(monkeypatch):
     """use_pool(pool): `eor` commands get this pool from serve.builder.make_pool, in this process
-    (a developer's running `eor serve` would otherwise answer `eor ask` instead of the pool)."""
+    (a developer's running `eor serve` would otherwise answer `eor ask` instead of the pool, and
+    `eor ask` would start a warm reader: a process of its own, with the real pool)."""
     import serve.builder
     import serve.cli.ask
 
@@ -122,6 +127,7 @@ def use_pool(monkeypatch):
 
         monkeypatch.setattr(serve.builder, "make_pool", make_pool)
         monkeypatch.setattr(serve.cli.ask, "running_service", lambda args: None)
+        monkeypatch.setenv("EOR_KEEP_WARM", "0")
         return made
 
     return install

@@ -1,6 +1,6 @@
 """Test doubles for the service: a reader engine and knowledge sources that need no model,
 no index and almost no CPU (imported inside Ray actors through service.engine_factory /
-service.sources_factory).
+service.sources_factory); other configured sources (the toy) are built from their config line.
 
 Hooks in the question text: "slow-se" makes the SE search sleep SLOW_S seconds (a retriever
 missing its deadline); "crash-se" makes it raise (a broken source); "closedbook": ReFree's
@@ -18,6 +18,7 @@ import numpy as np
 
 from retrievers.engine import ReaderEngine
 from retrievers.reader import Generation, PromptText, SamplingParams
+from retrievers.sources.base import PAGES, PASSAGES
 from retrievers.types import Passage, ReaderTokens
 from tests.retrievers.fakes import SE_PAGES, WIKI_PASSAGES
 
@@ -68,9 +69,10 @@ class FakeServiceEngine(ReaderEngine):
 
 
 class FakeSource:
-    def __init__(self, name: str, passages: list[Passage]):
+    def __init__(self, name: str, passages: list[Passage], shape: str = PASSAGES):
         self.name = name
         self.passages = passages
+        self.shape = shape
 
     def load(self) -> "FakeSource":
         return self
@@ -104,4 +106,10 @@ def make_engine(config) -> FakeServiceEngine:
 
 
 def make_sources(config):
-    return {"Wiki": FakeSource("Wiki", WIKI_PASSAGES), "SE": FakeSource("SE", SE_PAGES)}, FakeEncoder()
+    """Wiki and SE as fakes; any other configured source (the toy) built from its config line."""
+    from serve.builder import make_sources as configured
+
+    encoder = FakeEncoder()
+    fakes = {"Wiki": FakeSource("Wiki", WIKI_PASSAGES), "SE": FakeSource("SE", SE_PAGES, PAGES)}
+    built = configured(config, encoder)
+    return {name: fakes.get(name) or built[name] for name in config.index.sources}, encoder

@@ -5,6 +5,7 @@ import math
 
 import pytest
 
+from retrievers.pool import Groundwork
 from serve.cli import main
 from voter.question_vote import equal_weights
 from tests.serve.conftest import FakePool
@@ -33,7 +34,9 @@ def test_ask_json_with_default_metrics_and_a_failed_retriever(eor_home, use_pool
     pool = FakePool(SPECS, answers)
     use_pool(pool)
     d = json.loads(ask(capsys, "--json", "--equal-weights", "--metrics", "em,bertscore,nli"))  # real BERTScore, fake NLI judge
-    assert list(d)[:7] == ["question", "answer", "retriever", "score", "margin", "candidates", "failed"]
+    assert list(d)[:11] == ["question", "answer", "confidence", "confidence_kind", "abstained", "guess", "retriever",
+                            "score", "margin", "candidates", "failed"]
+    assert (d["confidence"], d["confidence_kind"], d["abstained"], d["guess"]) == (None, "none", False, None)
     assert d["voter"]["source"] == "equal weights" and d["ran"] == SPECS
     assert d["question"] == Q and d["answer"] == "Leonardo da Vinci" and d["retriever"] == "Wiki@10"
     assert d["failed"] == ["ReFree"]
@@ -61,7 +64,8 @@ def test_ask_prints_the_vote_first_and_uses_fitted_weights(tmp_path, eor_home, u
     lines = text.splitlines()
     assert lines[0] == f"Q: {Q}" and lines[1] == "A: Leonardo da Vinci"
     assert lines[2].startswith("   from Wiki@10, score ") and "margin" in lines[2]
-    assert lines[3] == "   evidence: Title for Wiki@10"
+    assert lines[3] == "   P(right) unknown (this voter has no answer scorer)"  # equal weights: no answer scorer
+    assert lines[4] == "   evidence: Title for Wiki@10"
     assert "FAILED" not in text  # the per-retriever table is for --verbose
     assert "voter: equal weights (4 retrievers, no fit); metrics em" in text
     verbose = ask(capsys, "--equal-weights", "--metrics", "em", "--verbose")
@@ -131,9 +135,10 @@ def test_ask_runs_the_next_stage_when_the_vote_is_open(eor_home, use_pool, shipp
     assert pool.spec_calls == [["Wiki@10", "SE@1"], ["ReFree"]]
     assert d["answer"] == "Lyon" and (d["stopped_at_stage"], d["stages"]) == (2, 2)
     assert d["ran"] == ["Wiki@10", "SE@1", "ReFree"]
-    # one plan per question: both stages got the same shared work record and the whole cascade's specs
-    (w1, plan1), (w2, plan2) = pool.shared_calls
-    assert w1[0] is w2[0] and plan1 == plan2 == ["Wiki@10", "SE@1", "ReFree"]
+    # one plan per question: stage 2 got what stage 1 found (nothing sent back to merge), both the whole plan
+    (w1, plan1), (w2, plan2) = pool.round_calls
+    assert w1 == (Groundwork(),) and w2 == (Groundwork(read=(("prompt 1", "fake"),)),)
+    assert plan1 == plan2 == ["Wiki@10", "SE@1", "ReFree"]
 
 
 def test_a_voter_for_another_pool_or_a_malformed_voter_file_is_refused(tmp_path, eor_home, use_pool, shipped_voter,
@@ -156,6 +161,7 @@ def test_the_cascade_ends_with_the_vote_it_has_when_the_time_runs_out():
     import asyncio
 
     from serve.ensemble import answer_async
+    from voter.decision import Decision
     from voter.question_vote import Vote
 
     cascade = Cascade((("A", "B"), ("C",), ("D",)), (math.inf, math.inf))
@@ -168,8 +174,8 @@ def test_the_cascade_ends_with_the_vote_it_has_when_the_time_runs_out():
         ran.append(specs)
         return [QuestionResult("q", tuple(Candidate(s, "x", Context(s)) for s in specs)) for _ in open_]
 
-    async def vote(results):
-        return [Vote("A", "x", 0.1, None) for _ in results], [0.0 for _ in results]
+    async def vote(results, stage):
+        return [Decision(Vote("A", "x", 0.1, None), False, None, 0.0) for _ in results]
 
     [a] = asyncio.run(answer_async(["q"], cascade, run_stage, vote, time_left=lambda: next(clock)))
     assert ran == [["A", "B"], ["C"]] and a.out_of_time and (a.stopped_at, a.stages) == (2, 3)
@@ -183,6 +189,7 @@ def test_a_vote_that_misses_the_deadline_ends_with_the_last_vote_and_a_first_one
 
     from retrievers.types import Candidate, Context, QuestionResult
     from serve.ensemble import VoteDeadline, answer_async
+    from voter.decision import Decision
     from voter.question_vote import Vote
 
     cascade = Cascade((("A", "B"), ("C",), ("D",)), (math.inf, math.inf))
@@ -193,11 +200,11 @@ def test_a_vote_that_misses_the_deadline_ends_with_the_last_vote_and_a_first_one
     def voting(fail_at: int):
         calls = []
 
-        async def vote(results):
+        async def vote(results, stage):
             calls.append(1)
             if len(calls) == fail_at:
                 raise VoteDeadline
-            return [Vote("A", "a", 0.1, None) for _ in results], [0.0 for _ in results]
+            return [Decision(Vote("A", "a", 0.1, None), False, None, 0.0) for _ in results]
         return vote
 
     [a] = asyncio.run(answer_async(["q"], cascade, run_stage, voting(fail_at=2)))

@@ -8,11 +8,12 @@ import asyncio
 import grpc
 
 from protos import eor_pb2
+from retrievers.pool import Groundwork, RoundRun
 from serve.app.deployments import VoterPlan
 from retrievers.types import Candidate, Context, QuestionResult
-from serve.app.deployments import GroupRun
 from tests.serve.test_reader_recovery import _Handle, _ingress
 from voter.cascade import Cascade
+from voter.decision import Decision
 from voter.question_vote import Vote
 
 STAGES = (("SE@1",), ("Wiki@10",), ("ReFree",))
@@ -20,7 +21,8 @@ STAGES = (("SE@1",), ("Wiki@10",), ("ReFree",))
 
 def group(delay=0.0, started: list | None = None, cancelled: list | None = None):
     """A retriever group; `delay`: seconds per call, or a function of the call's specs."""
-    async def run(questions, specs, top_k, documents, timeout, shared, plan_specs):
+    async def run(round_):
+        questions, specs = round_.questions, list(round_.specs)
         if started is not None:
             started.append(list(specs))
         try:
@@ -29,8 +31,8 @@ def group(delay=0.0, started: list | None = None, cancelled: list | None = None)
             if cancelled is not None:
                 cancelled.append(list(specs))
             raise
-        return GroupRun([QuestionResult(q, tuple(Candidate(s, f"answer of {s}", Context(s)) for s in specs))
-                         for q in questions])
+        return RoundRun([QuestionResult(q, tuple(Candidate(s, f"answer of {s}", Context(s)) for s in specs))
+                         for q in questions], [Groundwork() for _ in questions])
 
     class Run:
         def remote(self, *args):
@@ -40,17 +42,22 @@ def group(delay=0.0, started: list | None = None, cancelled: list | None = None)
     return handle
 
 
+def decisions(votes, stats, cascade, stage):
+    """What the Voter deployment's `decide` returns: the one stop rule over the fakes' statistics."""
+    return [Decision(v, cascade.settled(stage, st), None, st) for v, st in zip(votes, stats)]
+
+
 def voter(settle_at: int):
     """Votes the last candidate; the vote settles (+inf) once `settle_at` stages have run."""
-    def vote(results):
+    def vote(results, cascade, stage):
         votes, stats = [], []
         for r in results:
             c = r.candidates[-1]
             votes.append(Vote(c.retriever, c.answer, 0.5, None, {c.retriever: 0.5}))
             stats.append(float("inf") if len(r.candidates) >= settle_at else 0.0)
-        return votes, stats
+        return decisions(votes, stats, cascade, stage)
     return _Handle(plan=lambda: VoterPlan("k", Cascade(STAGES, (1.0, 1.0)), "test voter"),
-                   vote_with_stats=lambda results, key: vote(results))
+                   decide=lambda results, key, cascade, stage, deadline: vote(results, cascade, stage))
 
 
 async def collect(ing, request, metadata=()):
@@ -114,11 +121,11 @@ def test_the_first_answer_comes_when_round_1s_one_step_retrievers_have_read():
     handle = group(delay=lambda specs: 0.2 if any(s.endswith("@CP") for s in specs) else 0.01, started=calls)
     stages = (("SE@1", "SE@1@CP"), ("Wiki@10",))
 
-    def vote(results):
+    def vote(results, cascade, stage):
         votes = [Vote(r.candidates[0].retriever, r.candidates[0].answer, 0.5, None, {}) for r in results]
-        return votes, [float("inf") if len(r.candidates) >= 3 else 0.0 for r in results]
+        return decisions(votes, [float("inf") if len(r.candidates) >= 3 else 0.0 for r in results], cascade, stage)
     plan = _Handle(plan=lambda: VoterPlan("k", Cascade(stages, (1.0,)), "test voter"),
-                   vote_with_stats=lambda results, key: vote(results))
+                   decide=lambda results, key, cascade, stage, deadline: vote(results, cascade, stage))
     items = asyncio.run(collect(_ingress(_Handle(), handle, plan), eor_pb2.AskRequest(question="who?")))
     replies = [r for r, _, _ in items]
     assert [r.stopped_at_stage for r in replies] == [0, 1, 2] and [r.final for r in replies] == [False, False, True]

@@ -156,14 +156,10 @@ def test_eval_replays_a_confidence_aware_voter(qfile, tmp_path, eor_home, use_po
     confidence; these fake answers carry none, so nothing is sure and every round runs)."""
     from voter.adaptive import AdaptiveModel
     from voter.question_vote import equal_weights
-    from voter.selector import AnswerScorer, feature_names
+    from tests.voter.conftest import logprob_scorer
     from voter.weights_io import Provenance, SavedWeights, save_weights
 
-    names = feature_names(SPECS)
-    coef = [0.0] * len(names)
-    coef[names.index("mean_logprob")] = 5.0
-    scorer = AnswerScorer.from_dict({"features": list(names), "mean": [0.0] * len(names),
-                                     "scale": [1.0] * len(names), "coef": coef, "intercept": 2.5}, names)
+    scorer = logprob_scorer(SPECS)
     base = equal_weights(SPECS, ["em"])
     saved = SavedWeights(base.pool, base.metrics, base.pooling, base.threshold, base.weights,
                          Provenance("other.jsonl", 10, "r", 0.5),
@@ -189,3 +185,74 @@ def test_index_json_is_alone_on_stdout(tmp_path, eor_home, capfd):
     assert doc["index"] == "tiny" and doc["documents"] == 3 and doc["wiki_passages"] >= 3
     assert main(["index", "--corpus", str(corpus), "--index", "tiny2", "--json", "--verbose"]) == 0
     assert json.loads(capfd.readouterr().out)["index"] == "tiny2"
+
+
+# ---- how sure EoR is: a calibrated voter on answers whose log-probabilities are known -------------
+# P(right) = sigmoid(5 * mean log-prob + 2.5) (the scorer; a Platt calibrator with a = 1, b = 0
+# leaves it as it is); the scorer answers with the most confident retriever:
+#   log-prob  0.0 -> 0.924, -0.1 -> 0.881, -0.3 -> 0.731, -0.5 -> 0.5, -0.7 -> 0.269, -0.9 -> 0.119
+SURE = {  # question: (gold, {spec: (answer, log-prob) or an error})
+    "s1?": ("g1", {"Wiki@10": ("w1", -0.9), "SE@1": ("g1", 0.0), "ReFree": ("f1", -0.9)}),  # SE@1 right 0.924
+    "s2?": ("g2", {"Wiki@10": ("w2", -0.9), "SE@1": ("g2", -0.1), "ReFree": ("f2", -0.9)}),  # SE@1 right 0.881
+    "s3?": ("g3", {"Wiki@10": ("w3", -0.1), "SE@1": ("n3", -0.9), "ReFree": ("f3", -0.9)}),  # Wiki wrong 0.881
+    "s4?": ("g4", {"Wiki@10": ("w4", -0.9), "SE@1": ("n4", -0.9), "ReFree": ("g4", -0.3)}),  # ReFree right 0.731
+    "s5?": ("g5", {"Wiki@10": ("w5", -0.5), "SE@1": ("n5", -0.9), "ReFree": ("f5", -0.9)}),  # Wiki wrong 0.5
+    "s6?": ("g6", {"Wiki@10": ("w6", -0.9), "SE@1": ("g6", -0.7), "ReFree": ("f6", -0.9)}),  # SE@1 right 0.269
+    "s7?": ("g7", {"Wiki@10": ("w7", -0.7), "SE@1": ("n7", -0.9), "ReFree": ("f7", -0.9)}),  # Wiki wrong 0.269
+    "s8?": ("g8", {"Wiki@10": RuntimeError("down"), "SE@1": ("n8", -0.9), "ReFree": RuntimeError("down")}),
+}
+
+
+class LoggedPool(FakePool):
+    def run(self, questions, specs=None, **kw):
+        from dataclasses import replace
+
+        out = super().run(questions, specs, **kw)
+        return [type(r)(r.question, tuple(c if c.error else replace(c, logprobs=(SURE[r.question][1][c.retriever][1],))
+                                          for c in r.candidates)) for r in out]
+
+
+def test_eval_reports_calibration_and_risk_coverage_by_hand(tmp_path, eor_home, use_pool, capsys):
+    import math
+
+    from voter.adaptive import AdaptiveModel
+    from voter.calibration import Calibrator
+    from voter.question_vote import equal_weights
+    from tests.voter.conftest import logprob_scorer
+    from voter.weights_io import Provenance, SavedWeights, save_weights
+
+    qfile = write_questions(tmp_path / "sure.jsonl", [{"qid": q[:-1], "dataset": "c", "question": q, "answers": [g]}
+                                                      for q, (g, _) in SURE.items()])
+    scorer = logprob_scorer(SPECS)
+    base = equal_weights(SPECS, ["em"])
+    saved = SavedWeights(base.pool, base.metrics, base.pooling, base.threshold, base.weights,
+                         Provenance("other.jsonl", 10, "r", 0.5),
+                         adaptive=AdaptiveModel((tuple(SPECS),), scorer, (),
+                                                Calibrator.from_dict({"method": "platt", "a": 1.0, "b": 0.0})))
+    save_weights(tmp_path / "v4.json", saved)
+    use_pool(LoggedPool(SPECS, lambda q: {s: (a if isinstance(a, Exception) else a[0])
+                                          for s, a in SURE[q][1].items()}))
+    out_dir = tmp_path / "r"
+    doc = run_eval(capsys, "--questions", str(qfile), "--out-dir", str(out_dir), "--weights", str(tmp_path / "v4.json"))
+    c = doc["confidence"]
+    p = {lp: 1 / (1 + math.exp(-(5 * lp + 2.5))) for lp in (0.0, -0.1, -0.3, -0.5, -0.7, -0.9)}
+    # bins: 9 {s1 right}, 8 {s2 right, s3 wrong}, 7 {s4 right}, 5 {s5 wrong}, 2 {s6 right, s7 wrong}, 1 {s8 wrong}
+    ece = (abs(1 - p[0.0]) + 2 * abs(0.5 - p[-0.1]) + abs(1 - p[-0.3]) + abs(0 - p[-0.5]) + 2 * abs(0.5 - p[-0.7])
+           + abs(0 - p[-0.9])) / 8
+    assert c["confidence_kind"] == "calibrated" and c["n"] == 8 and c["answered_with_confidence"] == 8
+    assert c["ece"] == pytest.approx(ece, abs=1e-6) and c["bins"] == 10
+    assert [b["n"] for b in c["reliability"]] == [0, 1, 2, 0, 0, 1, 0, 1, 2, 1]
+    assert c["reliability"][8]["accuracy"] == 0.5 and c["reliability"][8]["confidence"] == pytest.approx(p[-0.1])
+    # EoR most sure first: s1 R, s2 R, s3 W (the tie: the earlier first), s4 R, s5 W, s6 R, s7 W, s8 W.
+    # SE@1 (the best single: right on s1, s2, s6) by its own log-prob: s1 R, s2 R, s6 R, then -0.9 each, all wrong
+    assert c["best_single"] == "SE@1"
+    table = [(x["coverage"], x["eor_answered"], x["eor_match"], x["single_match"]) for x in c["risk_coverage"]]
+    assert table == [(1.0, 8, 0.5, 0.375), (0.8, 6, pytest.approx(4 / 6), 0.5), (0.5, 4, 0.75, 0.75),
+                     (0.2, 2, 1.0, 1.0)]
+    assert (out_dir / "reliability.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert str(out_dir / "reliability.png") in doc["plots"]
+    assert main(["eval", "--questions", str(qfile), "--split", "all", "--no-progress", "--out-dir", str(out_dir),
+                 "--weights", str(tmp_path / "v4.json")]) == 0
+    printed = capsys.readouterr().out
+    assert f"confidence of EoR's answers: calibrated P(right); ECE (10 bins) {ece:.3f} over 8 answers" in printed
+    assert "coverage  50%: EoR  0.750  SE@1  0.750  (4 answered)" in printed

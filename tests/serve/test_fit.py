@@ -7,7 +7,8 @@ import pytest
 
 from serve.cli import main
 from serve.offline.dataset import Selection, select_questions
-from voter.question_vote import build_metrics, vote
+from voter.decision import vote
+from voter.question_vote import build_metrics
 from tests.serve.conftest import FakePool, write_questions
 from voter.weights_io import load_weights
 
@@ -128,12 +129,18 @@ def test_fit_adds_the_confidence_aware_rounds_by_default_from_20_questions(tmp_p
         for i in range(30)])
     use_pool(FakePool(SPECS, answers))
     base = ["fit", "--questions", str(qfile), "--split", "all", "--metrics", "em", "--no-progress"]
-    assert main(base + ["--out", str(tmp_path / "v3.json")]) == 0
+    assert main(base + ["--out", str(tmp_path / "v4.json")]) == 0
     printed = capsys.readouterr().out
     assert "confidence-aware rounds:" in printed and "CV Match" in printed
+    assert "on platt-calibrated P(right), cross-validated ECE" in printed
+    v4 = load_weights(tmp_path / "v4.json", pool=SPECS, metrics=["em"])
+    assert json.loads((tmp_path / "v4.json").read_text())["format"] == "eor-voter/4"  # the calibrator is in the file
+    assert v4.adaptive is not None and sorted(s for r in v4.adaptive.layout for s in r) == sorted(SPECS)
+    assert v4.adaptive.calibrator.method == "platt" and v4.confidence_kind == "calibrated"
+    assert main(base + ["--out", str(tmp_path / "v3.json"), "--calibration", "none"]) == 0
+    assert "on the scorer's raw P(right) (not calibrated)" in capsys.readouterr().out
     v3 = load_weights(tmp_path / "v3.json", pool=SPECS, metrics=["em"])
-    assert json.loads((tmp_path / "v3.json").read_text())["format"] == "eor-voter/3"
-    assert v3.adaptive is not None and sorted(s for r in v3.adaptive.layout for s in r) == sorted(SPECS)
+    assert json.loads((tmp_path / "v3.json").read_text())["format"] == "eor-voter/3" and v3.confidence_kind == "raw"
     assert main(base + ["--out", str(tmp_path / "v2.json"), "--no-adaptive"]) == 0
     assert "not fitted (--no-adaptive)" in capsys.readouterr().out
     assert json.loads((tmp_path / "v2.json").read_text())["format"] == "eor-voter/2"

@@ -1,11 +1,12 @@
-"""serve/app/handles.py: a remote call never waits past the request's deadline, and one that
-would is cancelled (so the deployment behind it stops: the reader aborts its requests)."""
+"""serve/app/handles.py: a remote call never waits past the Ask's Deadline, and one that would
+is cancelled (so the deployment behind it stops: the reader aborts its requests)."""
 from __future__ import annotations
 
 import pytest
 
 from retrievers.reader import SamplingParams
-from serve.app.handles import CallDeadline, RemoteReader
+from serve.app.handles import RemoteReader, working_for
+from serve.deadline import Deadline
 
 
 class _Response:
@@ -37,12 +38,8 @@ class _Handle:
 def test_a_call_past_the_deadline_is_cancelled_and_waits_no_longer_than_the_deadline():
     handle = _Handle()
     engine = RemoteReader(handle, timeout_s=120.0)
-    CallDeadline.set(2.0)
-    try:
-        with pytest.raises(TimeoutError):
-            engine.generate(["p"], SamplingParams(max_tokens=4))
-    finally:
-        CallDeadline.set(None)
+    with working_for(Deadline.after(2.0)), pytest.raises(TimeoutError):
+        engine.generate(["p"], SamplingParams(max_tokens=4))
     (kind, waited), cancel = handle.log
     assert kind == "wait" and 1.5 < waited <= 2.0 and cancel == ("cancel", None)
     handle.log.clear()

@@ -43,3 +43,19 @@ def test_compare_times_the_first_streamed_reply_and_counts_round_one_stops(monke
     assert adaptive["ok"] == 4 and adaptive["first_round_stop_share"] == 0.5
     assert adaptive["first_reply_mean_s"] < adaptive["mean_s"]  # the provisional reply came before the final
     assert out["first_streamed_reply_over_single"] is not None and "first_reply_mean_s" not in out["rows"]["single"]
+
+
+def test_never_asked_questions_come_from_the_eval_split_only(tmp_path):
+    import json
+
+    from bench.load_test import never_asked
+    from serve.offline.dataset import Selection, select_questions
+
+    path = tmp_path / "q.jsonl"
+    path.write_text("".join(json.dumps({"qid": f"q{i}", "dataset": "d", "question": f"question {i}",
+                                        "answers": ["a"]}) + "\n" for i in range(50)))
+    fit = {q.question for q in select_questions(Selection(str(path), split="fit"))}
+    evals = [q.question for q in select_questions(Selection(str(path), split="eval"))]
+    drawn = never_asked(str(path), 0)
+    assert drawn == evals and not fit & set(drawn) and len(drawn) == 20
+    assert never_asked(str(path), 5) == evals[5:]

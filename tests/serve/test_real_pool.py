@@ -3,14 +3,17 @@ fakes used elsewhere cannot drift from what the pool really returns."""
 from retrievers.pool import PoolConfig, RetrieverPool
 from retrievers.engine import ReaderEngine
 from retrievers.reader import CachedReader, PromptText
+from retrievers.sources.base import PAGES, PASSAGES
 from retrievers.types import Passage
 from serve.offline.dataset import Question
 from serve.offline.runlog import RunKey, RunLog, run_questions
-from voter.question_vote import MetricOptions, build_metrics, equal_weights, vote
+from voter.decision import vote
+from voter.question_vote import MetricOptions, build_metrics, equal_weights
 
 
 class Source:
     name = "Wiki"
+    shape = PASSAGES
 
     def load(self):
         return self
@@ -22,6 +25,7 @@ class Source:
 
 class BrokenSource(Source):
     name = "SE"
+    shape = PAGES
 
     def search(self, queries, k):
         raise ConnectionError("search API unreachable")

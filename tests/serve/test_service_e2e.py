@@ -54,7 +54,7 @@ def live(tmp_path_factory):
         "reader": {"model": str(model)}, "generator": {"model": ""}, "index": {"name": "t"},
         "cache": {"path": str(home / "reader.sqlite")},
         "voter": {"weights": "equal", "metrics": ["em", "bertscore"]},
-        "service": {"port": 0, "metrics_port": 0, "retriever_timeout_s": 600}})
+        "service": {"port": 0, "metrics_port": 0, "ask_deadline_s": 600}})
     svc = LocalService(settings).start()
     yield svc
     svc.stop()

@@ -156,7 +156,7 @@ def test_one_config_file_serves_every_command():
     """deploy/eor-cluster.yaml (reader, generator, voter and service sections) loads with the
     one loader `eor ask`, `eor fit`, `eor eval` and `eor serve` use."""
     c = load_config(DEPLOY / "eor-cluster.yaml", {"reader": {"model": None}})
-    assert c.service.retriever_timeout_s == 60 and c.voter.metrics == ("em", "bertscore")
+    assert c.service.ask_deadline_s == 60 and c.voter.metrics == ("em", "bertscore")
     assert c.reader.model == c.generator.model
 
 
@@ -280,36 +280,6 @@ def test_a_sigterm_during_any_command_ends_it_like_ctrl_c(monkeypatch, capsys):
         signal.signal(signal.SIGINT, saved[1])
     err = capsys.readouterr().err
     assert "interrupted" in err and len(err.strip().splitlines()) == 1
-
-
-def test_the_grpc_deadline_bounds_an_ask_like_deadline_s():
-    import math
-
-    from serve.app.grpc_service import REPLY_MARGIN_S, _bound_by_grpc_deadline
-    from serve.app.wire import MAX_DEADLINE_S
-
-    req = eor_pb2.AskRequest(question="q")
-    _bound_by_grpc_deadline(req, 5.0)
-    assert req.deadline_s == pytest.approx(5.0 - REPLY_MARGIN_S)
-    req = eor_pb2.AskRequest(question="q", deadline_s=2.0)
-    _bound_by_grpc_deadline(req, 5.0)
-    assert req.deadline_s == 2.0  # the shorter wins
-    req = eor_pb2.AskBatchRequest(questions=["q"], deadline_s=30.0)
-    _bound_by_grpc_deadline(req, 10.0)
-    assert req.deadline_s == pytest.approx(10.0 - REPLY_MARGIN_S)
-    req = eor_pb2.AskRequest(question="q")
-    _bound_by_grpc_deadline(req, 10 * MAX_DEADLINE_S)
-    assert req.deadline_s == MAX_DEADLINE_S  # still a valid deadline
-    req = eor_pb2.AskRequest(question="q", deadline_s=math.nan)
-    _bound_by_grpc_deadline(req, 5.0)
-    assert math.isnan(req.deadline_s)  # left for validation to refuse
-    for bad in (-1.0, 10 * MAX_DEADLINE_S):
-        req = eor_pb2.AskRequest(question="q", deadline_s=bad)
-        _bound_by_grpc_deadline(req, 5.0)
-        assert req.deadline_s == bad  # an invalid deadline is never made valid (the fuzz caught it)
-    req = eor_pb2.AskRequest(question="q")
-    _bound_by_grpc_deadline(req, None)
-    assert req.deadline_s == 0.0
 
 
 def test_health_names_the_retriever_actors_and_sources_that_do_not_answer():

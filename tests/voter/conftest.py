@@ -12,3 +12,15 @@ def tensor_from_clusters(clusters: np.ndarray, mask: np.ndarray | None = None, k
     if mask is None:
         mask = np.ones(clusters.shape, dtype=bool)
     return sim, np.asarray(mask, dtype=bool)
+
+
+def logprob_scorer(pool, weight: float = 5.0, intercept: float = 2.5):
+    """An answer scorer that reads only the reader's mean token log-probability:
+    P(right) = sigmoid(weight * mean log-prob + intercept) (0.90 at -0.05, 0.5 at -0.5, 0.00 at -2.5)."""
+    from voter.selector import AnswerScorer, feature_names
+
+    names = feature_names(pool)
+    coef = [0.0] * len(names)
+    coef[names.index("mean_logprob")] = weight
+    return AnswerScorer.from_dict({"features": list(names), "mean": [0.0] * len(names), "scale": [1.0] * len(names),
+                                   "coef": coef, "intercept": intercept}, names)

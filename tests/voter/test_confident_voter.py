@@ -10,8 +10,9 @@ import pytest
 
 from retrievers.types import Candidate, Context, QuestionResult
 from voter.adaptive import AdaptiveModel
-from voter.question_vote import equal_weights, vote_with_stats
-from voter.selector import AnswerScorer, feature_names
+from voter.decision import decide, vote
+from voter.question_vote import equal_weights
+from tests.voter.conftest import logprob_scorer
 from voter.similarity import create_metric
 from voter.weights_io import FORMAT, FORMAT_V2, SHIPPED_VOTER, Provenance, SavedWeights, load_weights, save_weights
 
@@ -21,12 +22,7 @@ V2_VOTER = Path(__file__).parent / "data" / "voter-v2-8b3d50282f43.json"  # the 
 
 def confident_model(threshold: float = 0.8) -> AdaptiveModel:
     """P(right) = sigmoid(5 * mean log-prob + 2.5): sure at -0.05 (0.90), unsure at -2.5 (0.00)."""
-    names = feature_names(POOL)
-    coef = [0.0] * len(names)
-    coef[names.index("mean_logprob")] = 5.0
-    scorer = AnswerScorer.from_dict({"features": list(names), "mean": [0.0] * len(names),
-                                     "scale": [1.0] * len(names), "coef": coef, "intercept": 2.5}, names)
-    return AdaptiveModel((("A",), ("B", "C")), scorer, (threshold,))
+    return AdaptiveModel((("A",), ("B", "C")), logprob_scorer(POOL), (threshold,))
 
 
 def voter_file(model: AdaptiveModel | None) -> SavedWeights:
@@ -71,19 +67,20 @@ def result(q: str, answers: dict[str, tuple[str, float]]) -> QuestionResult:
 def test_the_scorer_votes_and_its_probability_is_the_statistic():
     saved = voter_file(confident_model())
     r = result("q", {"A": ("paris", -2.5), "B": ("lyon", -0.05), "C": ("paris", -3.0)})
-    (v,), (p,) = vote_with_stats([r], saved, [create_metric("em")])
+    (d,) = decide([r], saved, [create_metric("em")])
+    v, p = d.vote, d.stat
     assert v.retriever == "B" and v.answer == "lyon" and p == pytest.approx(0.9047, abs=1e-3)
     assert v.scores["B"] == pytest.approx(p) and v.scores["A"] < 0.01
+    assert d.confidence.p == p and d.confidence.kind == "raw" and d.settled  # 0.90 >= 0.8 after round 1
 
 
 def test_a_confident_vote_has_a_margin_over_the_best_different_answer_in_p_right():
     """As every vote's margin (the service's vote-margin metric and the reply's `margin`), in P(right)."""
     saved = voter_file(confident_model())
     r = result("q", {"A": ("paris", -2.5), "B": ("lyon", -0.05), "C": ("paris", -0.5)})
-    (v,), _ = vote_with_stats([r], saved, [create_metric("em")])
+    (v,) = vote([r], saved, [create_metric("em")])
     assert v.answer == "lyon" and v.margin == pytest.approx(v.scores["B"] - v.scores["C"])
-    (same,), _ = vote_with_stats([result("q", {"A": ("paris", -2.5), "B": ("Paris", -0.05)})], saved,
-                                 [create_metric("em")])
+    (same,) = vote([result("q", {"A": ("paris", -2.5), "B": ("Paris", -0.05)})], saved, [create_metric("em")])
     assert same.margin is None  # no different answer to be ahead of
 
 
@@ -100,8 +97,8 @@ def test_rounds_stop_after_the_first_when_the_reader_is_sure():
         ran.append((list(open_), list(specs)))
         return [result(qs[i], {s: answers[qs[i]][s] for s in specs}) for i in open_]
 
-    async def vote(results):
-        return vote_with_stats(results, saved, [create_metric("em")])
+    async def vote(results, stage):
+        return decide(results, saved, [create_metric("em")], saved.stages, stage)
 
     sure, unsure = asyncio.run(answer_async(qs, saved.stages, run_stage, vote))
     assert (sure.stopped_at, sure.vote.answer, sure.ran) == (1, "paris", ["A"])

@@ -10,7 +10,8 @@ import pytest
 from voter.adaptive import (AdaptiveModel, LatencyModel, LayoutFit, PoolRun, apply_model, candidate_layouts,
                             choose_layout, fit_layout, fit_model)
 from voter.selector import (NO_LOGPROB, AnswerScorer, RoundTrace, RoundView, candidate_features, evaluate_stop,
-                            feature_names, fit_stop_thresholds, frontier, paired_counts, pick, sign_test, stop_rounds)
+                            feature_names, fit_stop_thresholds, frontier, paired_counts, pick, sign_test)
+from voter.cascade import stop_stages
 
 POOL = ("A", "B", "C", "D")
 
@@ -82,9 +83,9 @@ def test_constant_labels_give_a_constant_scorer():
 
 def test_stop_rule_stops_where_p_reaches_the_threshold():
     p = np.array([[0.95, 0.5], [0.2, 0.9], [0.6, 0.1]])
-    assert stop_rounds(p, [0.9]).tolist() == [0, 1, 1]
-    assert stop_rounds(p, [math.inf]).tolist() == [1, 1, 1]
-    assert stop_rounds(p, [0.0]).tolist() == [0, 0, 0]
+    assert stop_stages(p, [0.9]).tolist() == [0, 1, 1]
+    assert stop_stages(p, [math.inf]).tolist() == [1, 1, 1]
+    assert stop_stages(p, [0.0]).tolist() == [0, 0, 0]
 
 
 def test_thresholds_are_the_cheapest_within_the_tolerance():

@@ -1,0 +1,188 @@
+"""The rounds of one Ask: the one orchestrator of `eor ask` (in-process) and the service.
+
+A round: each source its retrievers read is searched once per question, at the depth the
+question's whole plan needs (retrievers/pool.py: `pending_searches`), unless an earlier round
+did; then ONE call per retriever group that holds the round's specs (as soon as the searches
+its specs read are done: a slow source holds up only its readers), with an immutable
+`RoundInput` (the questions, the specs, each question's `Groundwork`: what its earlier rounds
+found; the Deadline). A group answers with its results and what it found (`RoundRun`), which
+the next round's groundwork includes: nothing is shipped out to be changed and merged back.
+Then the voter decides (voter/decision.py: the answer, settled?, P(right)), and
+serve/ensemble.py (`answer_async`) stops the questions it settled.
+
+Who does the work is a `Crew`: the pool in this process (`LocalCrew`) or the service's
+deployments behind Serve handles (serve/app/handles.py: `ServiceCrew`). Core-safe: no Ray.
+"""
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, replace
+from typing import Any, Callable, Mapping, Protocol, Sequence
+
+from retrievers.pool import Groundwork, PoolConfig, RoundRun, pending_searches, search_depths, search_found
+from retrievers.spec import parse_spec
+from retrievers.types import Failure, Passage, QuestionResult
+from serve.deadline import Deadline
+from serve.ensemble import EnsembleAnswer, OnProvisional, VoteDeadline, answer_async, joined
+from voter.cascade import Cascade
+from voter.decision import Decision
+
+# (results so far, the cascade being run, its 0-based stage) -> the voter's decisions (voter/decision.py)
+Decide = Callable[[list[QuestionResult], Cascade, int], list[Decision]]
+# a search may take at most this share of the time left, so that a source that hangs leaves the
+# retrievers reading it time to fail at once, and those in the same actor time to answer
+SEARCH_SHARE = 0.5
+
+
+@dataclass(frozen=True)
+class RoundInput:
+    """What one retriever group gets for one round (it answers with a `RoundRun`)."""
+
+    questions: tuple[str, ...]
+    specs: tuple[str, ...]  # the round's specs this group holds
+    work: tuple[Groundwork, ...]  # per question: what its earlier rounds found
+    plan_specs: tuple[str, ...]  # every retriever the questions may run (the depth of a search)
+    top_k: int = 0  # 0: the pool's default
+    documents: tuple[tuple[Passage, ...] | None, ...] | None = None  # per question: given, not searched
+    deadline: Deadline | None = None
+
+
+class Crew(Protocol):
+    """Who does the work of an Ask's rounds."""
+
+    groups: Sequence[tuple[tuple[str, ...], Any]]  # (the specs a worker holds, in its order; the worker)
+    shapes: Mapping[str, str]  # the sources the rounds search, each with its hits' shape (search depths)
+
+    async def search(self, src: str, queries: list[str], k: int,
+                     deadline: Deadline | None) -> list[list[Passage]] | Failure:
+        """One source's hits per query, or why there are none (it does not raise)."""
+
+    async def run(self, worker: Any, round_: RoundInput) -> RoundRun:
+        """One worker's part of a round."""
+
+    async def decide(self, results: list[QuestionResult], cascade: Cascade, stage: int,
+                     deadline: Deadline | None) -> list[Decision]:
+        """The voter's decisions (answer, settled?, P(right)) over each question's results so far,
+        after 0-based `stage` of `cascade`; VoteDeadline past `deadline`."""
+
+
+class LocalCrew:
+    """The in-process pool as the crew: it searches, runs and (with `decide`) votes here."""
+
+    def __init__(self, pool: Any, decide: Decide, holds: Sequence[str]):
+        self.pool = pool
+        self.groups = [(tuple(holds), pool)]  # the cascade's order: a round's specs run as the stage lists them
+        self.shapes = dict(pool.shapes)
+        self._decide = decide
+
+    async def search(self, src: str, queries: list[str], k: int, deadline: Deadline | None):
+        return self.pool.search(src, queries, k)
+
+    async def run(self, worker: Any, round_: RoundInput) -> RoundRun:
+        return worker.run_round(round_.questions, round_.specs, round_.work, round_.documents, round_.plan_specs)
+
+    async def decide(self, results: list[QuestionResult], cascade: Cascade, stage: int,
+                     deadline: Deadline | None) -> list[Decision]:
+        return self._decide(results, cascade, stage)
+
+
+class AskRounds:
+    """One Ask's questions through the cascade's rounds. `deadline` (None: none) bounds every
+    call; a round starts only with time left for the vote after it (`vote_reserve_s`, at most a
+    quarter of the deadline), and that vote gets at least that long. `early_answer` (a stream):
+    round 1's one-step retrievers (one reader call each) are read and voted on their own first
+    (`stopped_at = 0`) while the rest of round 1 reads beside them."""
+
+    def __init__(self, questions: Sequence[str], cascade: Cascade, crew: Crew, config: PoolConfig,
+                 deadline: Deadline | None = None, documents: Sequence[Sequence[Passage] | None] | None = None,
+                 top_k: int = 0, vote_reserve_s: float = 30.0, early_answer: bool = False):
+        self.questions = list(questions)
+        self.cascade, self.crew, self.deadline, self.top_k = cascade, crew, deadline, top_k
+        self.documents = None if documents is None else [tuple(d) if d else None for d in documents]
+        self.config = replace(config, default_k=top_k) if top_k else config
+        self.plan = tuple(cascade.specs)
+        self.deep = search_depths([parse_spec(s) for s in self.plan], self.config, crew.shapes)
+        self.work = [Groundwork() for _ in self.questions]  # per question: what its rounds found so far
+        self.reserve = min(vote_reserve_s, deadline.seconds / 4) if deadline is not None else 0.0
+        self.early_answer = early_answer
+        self.reader_s = 0.0  # seconds the groups waited on the reader, over every round
+        self._on_provisional: OnProvisional | None = None
+
+    async def answer(self, on_stage: Callable[[int, int, list[str]], None] | None = None,
+                     on_provisional: OnProvisional | None = None) -> list[EnsembleAnswer]:
+        self._on_provisional = on_provisional
+        time_left = None if self.deadline is None else (lambda: self.deadline.left() - self.reserve)
+        return await answer_async(self.questions, self.cascade, self._round, self._vote, on_stage, time_left,
+                                  on_provisional)
+
+    async def _vote(self, results: list[QuestionResult], stage: int) -> list[Decision]:
+        return await self.crew.decide(results, self.cascade, stage,
+                                      None if self.deadline is None else self.deadline.at_least(self.reserve))
+
+    async def _round(self, open_: list[int], specs: list[str]) -> list[QuestionResult]:
+        searches = self._search(open_, specs)
+        quick = [s for s in specs if parse_spec(s).reader_steps == 1]
+        first = list(specs) == list(self.cascade.stages[0])
+        later = None
+        try:
+            if not (self.early_answer and first and quick and len(quick) < len(specs)):
+                return await self._fan_out(open_, specs, searches)
+            later = asyncio.ensure_future(self._fan_out(open_, [s for s in specs if s not in quick], searches))
+            early = await self._fan_out(open_, quick, searches)
+            await self._early_answer(open_, early)
+            late = await later
+            return [joined(a.question, (a, b), specs) for a, b in zip(early, late)]
+        finally:
+            for task in [later, *searches.values()]:
+                if task is not None:
+                    task.cancel()  # done already, unless the round ended in an error
+
+    async def _early_answer(self, open_: list[int], results: list[QuestionResult]) -> None:
+        try:
+            decisions = await self._vote(results, 0)
+        except VoteDeadline:  # no early answer; the round's own vote still runs
+            return
+        if self._on_provisional is not None:
+            n = len(self.cascade.stages)
+            await self._on_provisional([EnsembleAnswer.of(r, d, 0, n) for r, d in zip(results, decisions)], open_)
+
+    def _search(self, open_: list[int], specs: list[str]) -> dict[str, asyncio.Future]:
+        """Start each search the round needs: a source, once, for the open questions that lack it
+        (not those given documents). Each records its hits, or why it failed (its retrievers
+        report that at once), in the questions' work. Source -> its task."""
+        given = {j for j, i in enumerate(open_) if self.documents is not None and self.documents[i]}
+        need = search_depths([parse_spec(s) for s in specs], self.config, self.crew.shapes)
+        by = None if self.deadline is None else self.deadline.share(SEARCH_SHARE)
+
+        async def search(src: str, todo: list[int], k: int) -> None:
+            out = await self.crew.search(src, [self.questions[open_[j]] for j in todo], k, by)
+            for j, found in search_found(src, todo, k, out).items():
+                self.work[open_[j]] = self.work[open_[j]].plus(found)
+        return {src: asyncio.ensure_future(search(src, todo, k))
+                for src, todo, k in pending_searches([self.work[i] for i in open_], need, self.deep, given)
+                if src in self.crew.shapes}
+
+    async def _fan_out(self, open_: list[int], specs: list[str],
+                       searches: dict[str, asyncio.Future]) -> list[QuestionResult]:
+        """One call per worker holding any of `specs`, once the searches its specs read are done;
+        the results in `specs` order."""
+        wanted = set(specs)
+        qs = tuple(self.questions[i] for i in open_)
+        docs = None if self.documents is None else tuple(self.documents[i] for i in open_)
+
+        async def call(sub: tuple[str, ...], worker: Any) -> RoundRun:
+            reads = search_depths([parse_spec(s) for s in sub], self.config, self.crew.shapes)
+            await asyncio.gather(*[task for src, task in searches.items() if src in reads])
+            work = tuple(self.work[i] for i in open_)
+            return await self.crew.run(worker, RoundInput(qs, sub, work, self.plan, self.top_k, docs, self.deadline))
+
+        calls = [(sub, worker) for held, worker in self.crew.groups if (sub := tuple(s for s in held if s in wanted))]
+        runs = await asyncio.gather(*[call(sub, w) for sub, w in calls], return_exceptions=True)
+        for run in runs:  # every call ends first (each is bounded by the deadline); then the first error
+            if isinstance(run, BaseException):
+                raise run
+        for run in runs:
+            self.reader_s += run.reader_s
+            for j, found in enumerate(run.found):
+                self.work[open_[j]] = self.work[open_[j]].plus(found)
+        return [joined(q, [run.results[j] for run in runs], specs) for j, q in enumerate(qs)]

@@ -1,0 +1,76 @@
+"""The calibrator of P(right) and the measures of calibration, on seeded data whose true
+probability of being right is known, and on hand counts."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from voter.calibration import (Calibrator, cross_validated_ece, expected_calibration_error, fit_calibrator,
+                               reliability, risk_coverage)
+
+
+def overconfident(n: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(raw P, right, true P): the truth is sigmoid(z), the scorer says sigmoid(2 z) (twice as
+    sure as it should be), so Platt scaling's exact answer is a = 0.5, b = 0."""
+    rng = np.random.default_rng(seed)
+    z = rng.normal(0.0, 1.5, n)
+    true = 1 / (1 + np.exp(-z))
+    return 1 / (1 + np.exp(-2 * z)), (rng.random(n) < true).astype(float), true
+
+
+@pytest.mark.parametrize("method", ["platt", "isotonic"])
+def test_calibration_recovers_the_known_probability(method):
+    raw, right, _ = overconfident(20000)
+    test_raw, test_right, test_true = overconfident(20000, seed=1)
+    c = fit_calibrator(raw, right, method)
+    assert expected_calibration_error(test_raw, test_right) > 0.08  # the scorer as it is: overconfident
+    assert expected_calibration_error(c.predict(test_raw), test_right) < 0.02  # held out, calibrated
+    assert np.abs(c.predict(test_raw) - test_true).mean() < 0.03  # close to the true P, not only on average
+    if method == "platt":
+        assert c.a_ == pytest.approx(0.5, abs=0.05) and c.b_ == pytest.approx(0.0, abs=0.05)
+    back = Calibrator.from_dict(c.to_dict())
+    assert np.allclose(back.predict(test_raw[:50]), c.predict(test_raw[:50]), atol=1e-6)
+
+
+def test_platt_never_reorders_and_a_useless_slope_keeps_the_raw_ranking():
+    raw, right, _ = overconfident(2000)
+    c = fit_calibrator(raw, right, "platt")
+    grid = np.linspace(0.001, 0.999, 500)
+    assert np.all(np.diff(c.predict(grid)) > 0)  # strictly increasing: the stop rule's order is kept
+    backwards = fit_calibrator(raw, 1 - right, "platt")  # higher P, more often wrong: not a calibration
+    assert (backwards.a_, backwards.b_) == (1.0, 0.0)
+    constant = fit_calibrator([0.2, 0.9, 0.6], [1, 1, 1], "platt")  # every answer right: the rate
+    assert np.all(constant.predict([0.1, 0.9]) > 0.99)
+
+
+def test_cross_validated_ece_is_measured_on_questions_the_calibrator_did_not_see():
+    raw, right, _ = overconfident(6000)
+    rounds_p, rounds_right = raw.reshape(2000, 3), right.reshape(2000, 3)  # 3 rounds per question, one fold
+    assert cross_validated_ece(rounds_p, rounds_right, "platt") < 0.03
+    assert math.isnan(cross_validated_ece(np.array([0.5]), np.array([1.0])))
+
+
+def test_ece_reliability_and_risk_coverage_by_hand():
+    p = [0.95, 0.9, 0.15, 0.1, 1.0]
+    right = [1, 0, 0, 0, 1]
+    bins = reliability(p, right)
+    assert len(bins) == 10 and [b.n for b in bins] == [0, 2, 0, 0, 0, 0, 0, 0, 0, 3]  # P = 1 in the last bin
+    assert bins[9].accuracy == pytest.approx(2 / 3) and bins[9].confidence == pytest.approx(0.95)
+    assert bins[1].accuracy == 0.0 and bins[1].confidence == pytest.approx(0.125)
+    # 3/5 * |2/3 - 0.95| + 2/5 * |0 - 0.125|
+    assert expected_calibration_error(p, right) == pytest.approx(0.6 * (0.95 - 2 / 3) + 0.4 * 0.125)
+    assert math.isnan(bins[0].accuracy) and math.isnan(expected_calibration_error([], []))
+    points = risk_coverage([0.9, None, 0.8, 0.3, 0.8], [1, 1, 0, 0, 1], coverages=(1.0, 0.8, 0.4, 0.2))
+    # most sure first: 0.9 (right), 0.8 (wrong, the earlier of the tie), 0.8 (right), 0.3, unknown last
+    assert [(x.answered, x.match) for x in points] == [(5, 0.6), (4, 0.5), (2, 0.5), (1, 1.0)]
+
+
+def test_a_malformed_calibrator_is_refused():
+    with pytest.raises(ValueError, match="calibration method"):
+        Calibrator("temperature")
+    with pytest.raises(ValueError, match="non-decreasing"):
+        Calibrator.from_dict({"method": "isotonic", "x": [0.1, 0.5], "y": [0.9, 0.2]})
+    with pytest.raises(ValueError, match="finite"):
+        Calibrator.from_dict({"method": "platt", "a": float("nan"), "b": 0.0})
