@@ -178,6 +178,9 @@ class AdaptiveModel:
     scorer: AnswerScorer
     thresholds: tuple[float, ...]
     calibrator: Calibrator | None = None
+    # how it was fitted, kept in the file as written (`fit_record`): tolerance, C, CV folds and seed,
+    # the latency model, every candidate layout with its CV figures. Empty: a file fitted before.
+    fit: dict[str, Any] = field(default_factory=dict, compare=False)
 
     @property
     def cascade(self) -> Cascade:
@@ -196,6 +199,8 @@ class AdaptiveModel:
              "scorer": self.scorer.to_dict(feature_names(pool))}
         if self.calibrator is not None:
             d["calibrator"] = self.calibrator.to_dict()
+        if self.fit:
+            d["fit"] = self.fit
         return d
 
     @classmethod
@@ -208,13 +213,29 @@ class AdaptiveModel:
         if len(tau) != len(layout) - 1:
             raise ValueError(f"adaptive model: {len(tau)} thresholds for {len(layout)} rounds")
         calibrator = Calibrator.from_dict(d["calibrator"]) if d.get("calibrator") is not None else None
-        return cls(layout, AnswerScorer.from_dict(d["scorer"], feature_names(pool)), tau, calibrator)
+        return cls(layout, AnswerScorer.from_dict(d["scorer"], feature_names(pool)), tau, calibrator,
+                   dict(d.get("fit") or {}))
 
 
-def fit_model(run: PoolRun, fit: LayoutFit, C: float = 1.0) -> AdaptiveModel:
+def fit_record(chosen: LayoutFit, layouts: Sequence[LayoutFit], latency: LatencyModel, *, tolerance: float,
+               C: float, folds: int, seed: int, calibration: str | None) -> dict[str, Any]:
+    """What the voter file says about its adaptive fit, so a reader can audit the choice: the
+    settings, the latency model it assumed and every candidate layout with its CV figures."""
+    def r(x: float) -> float | None:
+        return round(float(x), 4) if math.isfinite(x) else None
+
+    return {"tolerance": tolerance, "C": C, "cv_folds": folds, "cv_seed": seed, "calibration": calibration,
+            "tokens_per_s": r(latency.tokens_per_s), "round_overhead_s": latency.round_overhead_s,
+            "layouts": [{"rounds": [list(x) for x in f.layout], "chosen": f is chosen, "cv_match": r(f.cv_accuracy),
+                         "cv_match_all_rounds": r(f.cv_all_rounds), "latency_s": r(f.latency_s),
+                         "tokens": r(f.tokens), "rounds_run": r(f.rounds), "first_round_share": r(f.first_round_share),
+                         "cv_ece": r(f.cv_ece)} for f in layouts]}
+
+
+def fit_model(run: PoolRun, fit: LayoutFit, C: float = 1.0, record: dict[str, Any] | None = None) -> AdaptiveModel:
     views, _, _ = round_views(run, fit.layout)
     scorer = AnswerScorer(C).fit(*training_rows(views, run.right, run.pool, range(len(run))))
-    return AdaptiveModel(fit.layout, scorer, fit.thresholds, fit.calibrator)
+    return AdaptiveModel(fit.layout, scorer, fit.thresholds, fit.calibrator, record or {})
 
 
 @dataclass(frozen=True)

@@ -137,6 +137,14 @@ def test_fit_adds_the_confidence_aware_rounds_by_default_from_20_questions(tmp_p
     assert json.loads((tmp_path / "v4.json").read_text())["format"] == "eor-voter/4"  # the calibrator is in the file
     assert v4.adaptive is not None and sorted(s for r in v4.adaptive.layout for s in r) == sorted(SPECS)
     assert v4.adaptive.calibrator.method == "platt" and v4.confidence_kind == "calibrated"
+    # the file says how the adaptive block was fitted: settings, the latency model, every candidate layout
+    fit = json.loads((tmp_path / "v4.json").read_text())["adaptive"]["fit"]
+    assert (fit["tolerance"], fit["C"], fit["cv_folds"], fit["cv_seed"], fit["calibration"]) == (0.005, 1.0, 5, 0, "platt")
+    assert fit["tokens_per_s"] > 0 and fit["round_overhead_s"] == 1.0
+    assert sum(lay["chosen"] for lay in fit["layouts"]) == 1 and len(fit["layouts"]) >= 2
+    assert all(0 <= lay["cv_match"] <= 1 and lay["latency_s"] > 0 for lay in fit["layouts"])
+    assert [list(r) for r in v4.adaptive.layout] == next(lay["rounds"] for lay in fit["layouts"] if lay["chosen"])
+    assert v4.adaptive.fit == fit  # loaded back as written
     assert main(base + ["--out", str(tmp_path / "v3.json"), "--calibration", "none"]) == 0
     assert "on the scorer's raw P(right) (not calibrated)" in capsys.readouterr().out
     v3 = load_weights(tmp_path / "v3.json", pool=SPECS, metrics=["em"])
