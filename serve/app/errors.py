@@ -3,6 +3,7 @@ caller is told is one line, never a traceback (the log keeps the traceback)."""
 from __future__ import annotations
 
 import re
+import sys
 
 import grpc
 
@@ -75,16 +76,15 @@ def status_of(exc: BaseException) -> tuple[grpc.StatusCode, str]:
 def _dead(exc: BaseException | None, pipes: bool = True) -> BaseException | None:
     """The error in `exc` or what it wraps that says the engine is gone: vLLM's own signal that
     its engine core is gone (EngineDeadError; a worker killed under it surfaces the same way),
-    or the pipe to it broke (`pipes`: only where the error came from the engine). EngineGenerateError is not: vLLM calls it recoverable (one bad
-    request), and it must not restart the engine for everyone. vLLM is imported only where it
-    is installed; engines of tests raise the builtin errors."""
+    or the pipe to it broke (`pipes`: only where the error came from the engine). EngineGenerateError
+    is not: vLLM calls it recoverable (one bad request), and it must not restart the engine for
+    everyone. vLLM is never imported here: an EngineDeadError exists only in a process that has
+    loaded vLLM's module (raised there, or unpickled from another actor), and importing it takes
+    seconds, which would stall the ingress's event loop on its first error (a failed search)."""
     dead: tuple[type[BaseException], ...] = (BrokenPipeError, ConnectionResetError) if pipes else ()
-    try:
-        from vllm.v1.engine.exceptions import EngineDeadError
-
-        dead += (EngineDeadError,)
-    except ImportError:  # the bench environment and test fakes: no vLLM
-        pass
+    vllm_errors = sys.modules.get("vllm.v1.engine.exceptions")
+    if vllm_errors is not None:
+        dead += (vllm_errors.EngineDeadError,)
     seen: set[int] = set()
     while exc is not None and id(exc) not in seen:  # the error itself, or what it wraps
         seen.add(id(exc))

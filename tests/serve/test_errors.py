@@ -75,3 +75,16 @@ def test_failed_candidates_carry_their_kind():
     with pytest.raises(ValueError, match="kind"):
         Failure("slow", "?")
     assert Candidate.failed("Wiki@10", Failure(ERROR, "Wiki search failed: x")).error_kind == ERROR
+
+
+def test_mapping_an_error_never_imports_vllm():
+    """The ingress maps a failed search's error with `status_of`; importing vLLM there would
+    stall its event loop for seconds on its first error (every Ask in flight would time out)."""
+    import subprocess
+    import sys
+
+    code = ("import sys; from serve.app.errors import status_of, engine_died; "
+            "status_of(RuntimeError('simulated search outage')); engine_died(BrokenPipeError()); "
+            "print('vllm' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False", out.stderr
