@@ -271,13 +271,16 @@ def test_the_readers_key_changes_with_what_the_pool_is_made_of(eor_home, tmp_pat
     from serve.cli.warm.identity import reader_key
     from serve.config import AskConfig, load_config
 
+    monkeypatch.delenv("EOR_CPU_BF16", raising=False)  # the key below is this machine's own class
     config = load_config()
     key = reader_key(config)
     assert reader_key(replace(config, ask=AskConfig(keep_warm_s=1))) == key  # how long it stays is not the pool
     assert reader_key(load_config(None, {"index": {"name": "other"}})) != key
     assert reader_key(load_config(None, {"reader": {"model": "smollm2-135m"}})) != key
     monkeypatch.setenv("EOR_CPU_BF16", "0")  # the reader's arithmetic
-    assert reader_key(config) != key
+    fp32 = reader_key(config)
+    monkeypatch.setenv("EOR_CPU_BF16", "1")
+    assert fp32 != reader_key(config)  # either class differs from the other, whichever this CPU is
     monkeypatch.delenv("EOR_CPU_BF16")
     index = eor_home / "indexes" / "default"
     index.mkdir(parents=True)
