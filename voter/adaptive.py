@@ -25,6 +25,7 @@ from voter.selector import (AnswerScorer, RoundTrace, RoundView, candidate_featu
                             feature_names, fit_stop_thresholds, frontier)
 
 DEFAULT_ROUND_OVERHEAD_S = 1.0  # measured in the service: each stage is ~1 s beyond its tokens (issue 26)
+CV_FOLDS, CV_SEED, SCORER_C = 5, 0, 1.0  # the adaptive fit's cross-validation and regularisation
 DEFAULT_TOKENS_PER_S = 400.0  # reader tokens computed per second on the 2-core CPU (bf16); set from the run
 
 
@@ -144,8 +145,8 @@ class LayoutFit:
     cv_ece: float = math.nan  # ECE (10 bins) of that P on questions neither scorer nor calibrator saw
 
 
-def fit_layout(run: PoolRun, layout: Layout, latency: LatencyModel, folds: int = 5, C: float = 1.0,
-               tolerance: float = 0.005, seed: int = 0, calibration: str | None = None) -> LayoutFit:
+def fit_layout(run: PoolRun, layout: Layout, latency: LatencyModel, folds: int = CV_FOLDS, C: float = SCORER_C,
+               tolerance: float = 0.005, seed: int = CV_SEED, calibration: str | None = None) -> LayoutFit:
     """Out-of-fold P for every question and round (the scorer never sees the question it
     scores), calibrated when `calibration` names a method, then the cheapest-latency thresholds
     on it within `tolerance` of running every round."""
@@ -232,7 +233,7 @@ def fit_record(chosen: LayoutFit, layouts: Sequence[LayoutFit], latency: Latency
                          "cv_ece": r(f.cv_ece)} for f in layouts]}
 
 
-def fit_model(run: PoolRun, fit: LayoutFit, C: float = 1.0, record: dict[str, Any] | None = None) -> AdaptiveModel:
+def fit_model(run: PoolRun, fit: LayoutFit, C: float = SCORER_C, record: dict[str, Any] | None = None) -> AdaptiveModel:
     views, _, _ = round_views(run, fit.layout)
     scorer = AnswerScorer(C).fit(*training_rows(views, run.right, run.pool, range(len(run))))
     return AdaptiveModel(fit.layout, scorer, fit.thresholds, fit.calibrator, record or {})

@@ -23,8 +23,8 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from voter.adaptive import (AdaptiveModel, LatencyModel, LayoutFit, PoolRun, apply_model, candidate_layouts,
-                            choose_layout, fit_layout, fit_model, fit_record)
+from voter.adaptive import (CV_FOLDS, CV_SEED, SCORER_C, AdaptiveModel, LatencyModel, LayoutFit, PoolRun,
+                            apply_model, candidate_layouts, choose_layout, fit_layout, fit_model, fit_record)
 from voter.calibration import expected_calibration_error
 from voter.qa_metrics import exact_match, match, token_f1
 from voter.selector import paired_counts, sign_test
@@ -101,7 +101,7 @@ def fit_adaptive(scored: Sequence, specs: Sequence[str], metrics: Sequence[Any],
     latency = measured_latency(scored, seconds, round_overhead_s)
     acc = {s: float(run.right[:, m].mean()) for m, s in enumerate(specs)}
     cost = {s: float(np.mean([run.cost(i, frozenset({s})) for i in range(len(run))])) for s in specs}
-    folds, C, seed = 5, 1.0, 0
+    folds, C, seed = CV_FOLDS, SCORER_C, CV_SEED
     fits = [fit_layout(run, lay, latency, folds=folds, C=C, tolerance=tolerance, seed=seed, calibration=calibration)
             for lay in candidate_layouts(list(specs), acc, cost)]
     chosen = choose_layout(fits, tolerance)
