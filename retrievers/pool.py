@@ -18,7 +18,8 @@ from retrievers.prompt_cost import PromptCost, prompt_cost, with_summary
 from retrievers.reader import Generation, PromptReader, PromptText, SamplingParams
 from retrievers.sources.base import PAGES, KnowledgeSource
 from retrievers.sources.dense import cosine_rerank
-from retrievers.spec import PAPER_POOL, RetrieverPlan, Term, parse_pool, parse_spec
+from retrievers.spec import DEFAULT_READER_NAME, PAPER_POOL, RetrieverPlan, Term, parse_pool, parse_spec, split_reader, \
+    with_reader
 from retrievers.types import ERROR, TIMEOUT, Candidate, Context, Failure, Passage, QuestionResult, ReaderTokens
 
 log = logging.getLogger(__name__)
@@ -89,25 +90,26 @@ class Groundwork:
     is done once per question: each source's hits (searched at the depth every retriever the
     question may run needs) or why its search failed (not searched again: its retrievers
     report the error at once rather than wait out the deadline a second time), the PK
-    document, @RR orders, and the prompts read so far (whose prefixes later prompts reuse).
-    Immutable: a round reads it and returns what it found (`RoundRun.found`, a Groundwork too)."""
+    document each reader wrote (by reader name, "" the default), @RR orders, and the prompts read
+    so far (whose prefixes later prompts of the same reader reuse). Immutable: a round reads it
+    and returns what it found (`RoundRun.found`, a Groundwork too)."""
 
     hits: Mapping[str, tuple[Passage, ...]] = field(default_factory=dict)
     depth: Mapping[str, int] = field(default_factory=dict)  # the k each source was searched at
     failed: Mapping[str, Failure] = field(default_factory=dict)  # source -> why its search failed
-    pk: PKDocument | None = None
+    pk: Mapping[str, PKDocument] = field(default_factory=dict)  # reader name -> its PK document
     reranked: Mapping[str, tuple[Passage, ...]] = field(default_factory=dict)  # @RR order per key (SE, Wiki, HB)
-    read: tuple[tuple[str, str], ...] = ()  # (prompt, owner spec) of each prompt read
+    read: tuple[tuple[str, str], ...] = ()  # (prompt, owner member: spec, or spec~reader) of each prompt read
 
     def plus(self, found: "Groundwork") -> "Groundwork":
-        """This and what a later round found: a deeper search, the first PK document and rerank
-        order, every prompt read."""
+        """This and what a later round found: a deeper search, each reader's first PK document,
+        the first rerank order, every prompt read."""
         hits, depth = dict(self.hits), dict(self.depth)
         for src, k in found.depth.items():
             if k > depth.get(src, 0):
                 hits[src], depth[src] = found.hits[src], k
         seen = set(self.read)
-        return Groundwork(hits, depth, {**found.failed, **self.failed}, self.pk or found.pk,
+        return Groundwork(hits, depth, {**found.failed, **self.failed}, {**found.pk, **self.pk},
                           {**found.reranked, **self.reranked}, self.read + tuple(r for r in found.read if r not in seen))
 
 
@@ -172,8 +174,8 @@ class _Work:
 
     ground: list[Groundwork]
     found: list[Groundwork]
-    pk_docs: list[str] = field(default_factory=list)
-    pk_tokens: list[ReaderTokens] = field(default_factory=list)
+    pk_docs: dict[str, list[str]] = field(default_factory=dict)  # reader name -> per question
+    pk_tokens: dict[str, list[ReaderTokens]] = field(default_factory=dict)
     hits: dict[str, list[list[Passage]]] = field(default_factory=dict)
     source_errors: dict[tuple[int, str], Failure] = field(default_factory=dict)  # (question, source) -> why
 
@@ -183,14 +185,23 @@ class _Work:
 
 
 class RetrieverPool:
+    """The pool's members over its sources and readers: `reader` is the default reader (specs
+    without `~READER`), `readers` the others by the name specs give them (retrievers/spec.py)."""
+
     def __init__(self, config: PoolConfig, sources: Mapping[str, KnowledgeSource],
-                 reranker: Encoder, reader: PromptReader):
+                 reranker: Encoder, reader: PromptReader, readers: Mapping[str, PromptReader] | None = None):
         self.config = config
-        self.plans = {p.spec: p for p in parse_pool(config.specs, sources=sources)}  # only sources it has
+        self.readers = {DEFAULT_READER_NAME: reader, **(readers or {})}
+        # only the sources and readers it has
+        self.plans = {p.spec: p for p in parse_pool(config.specs, sources=sources, readers=self.readers)}
         self.sources = dict(sources)
         self.shapes = {name: src.shape for name, src in self.sources.items()}
         self.reranker = reranker
-        self.reader = reader
+
+    @property
+    def reader(self) -> PromptReader:
+        """The default reader (specs without `~READER`; the run log's key)."""
+        return self.readers[DEFAULT_READER_NAME]
 
     @property
     def specs(self) -> list[str]:
@@ -226,9 +237,9 @@ class RetrieverPool:
         plans = [self._plan(s) for s in (self.specs if specs is None else specs)]
         run = _Work(list(work) if work is not None else [Groundwork() for _ in qs], [Groundwork() for _ in qs])
         given = {qi: list(d) for qi, d in enumerate(documents or ()) if d}
-        used = {s for p in plans for s in p.sources}
-        if used & {"PK", "HB"}:
-            self._pk(qs, run)
+        pk_readers = sorted({p.reader for p in plans if p.sources & {"PK", "HB"}})
+        if pk_readers:
+            self._pk(qs, pk_readers, run)
         depth_plans = plans + [self._plan(s) for s in plan_specs or () if s in self.plans]
         self._search(qs, plans, run, given, search_depths(depth_plans, self.config, self.shapes))
         # per question and spec: a Context, or why there is none
@@ -254,19 +265,31 @@ class RetrieverPool:
             raise KeyError(f"retriever {spec!r} is not in the pool; pool: {', '.join(self.plans)}")
         return self.plans[spec]
 
-    def _pk(self, qs: list[str], work: _Work) -> None:
-        """The PK document of each question: written once, reused by every later round."""
-        todo = [qi for qi in range(len(qs)) if work.ground[qi].pk is None]
+    def _generate(self, readers: Sequence[str], prompts: Sequence[PromptText],
+                  params: SamplingParams) -> list[Generation]:
+        """Each prompt read by its reader (`readers[i]`, by name): one batched call per reader."""
+        outs: list[Generation | None] = [None] * len(prompts)
+        for name in dict.fromkeys(readers):
+            idx = [i for i, r in enumerate(readers) if r == name]
+            for i, o in zip(idx, self.readers[name].generate_counted([prompts[i] for i in idx], params)):
+                outs[i] = o
+        return outs  # type: ignore[return-value]
+
+    def _pk(self, qs: list[str], pk_readers: Sequence[str], work: _Work) -> None:
+        """Each question's PK document by each reader that needs one: written once, reused by
+        every later round."""
+        todo = [(qi, r) for r in pk_readers for qi in range(len(qs)) if r not in work.ground[qi].pk]
         if todo:
-            prompts = [pk_prompt(qs[qi]) for qi in todo]
-            outs = self.reader.generate_counted(prompts, self._long_form(self.config.pk_tokens))
-            for qi, prompt, o in zip(todo, prompts, outs):
+            prompts = [pk_prompt(qs[qi]) for qi, _ in todo]
+            outs = self._generate([r for _, r in todo], prompts, self._long_form(self.config.pk_tokens))
+            for (qi, r), prompt, o in zip(todo, prompts, outs):
                 # its prefix-cache hits, if any, come from other questions' prompts: not this question's
-                work.add(qi, Groundwork(pk=PKDocument(o.text.strip(), replace(o.tokens, cached=0)),
-                                        read=((prompt.body, "PK"),)))
-        pks = [work.ground[qi].pk for qi in range(len(qs))]
-        work.pk_docs = [pk.text for pk in pks]
-        work.pk_tokens = [pk.tokens for pk in pks]
+                work.add(qi, Groundwork(pk={r: PKDocument(o.text.strip(), replace(o.tokens, cached=0))},
+                                        read=((prompt.body, with_reader("PK", r)),)))
+        for r in pk_readers:
+            pks = [work.ground[qi].pk[r] for qi in range(len(qs))]
+            work.pk_docs[r] = [pk.text for pk in pks]
+            work.pk_tokens[r] = [pk.tokens for pk in pks]
 
     def _search(self, qs: list[str], plans: list[RetrieverPlan], work: _Work,
                 given: Mapping[int, list[Passage]], plan_depth: Mapping[str, int]) -> None:
@@ -282,16 +305,16 @@ class RetrieverPool:
             work.source_errors.update({(qi, src): work.ground[qi].failed[src] for qi in range(len(qs))
                                        if qi not in given and src in work.ground[qi].failed})
 
-    def _term_passages(self, qi: int, q: str, t: Term, work: _Work) -> list[Passage]:
+    def _term_passages(self, qi: int, q: str, t: Term, work: _Work, reader: str) -> list[Passage]:
         c = self.config
         for src in self.shapes if t.source == "HB" else [t.source]:
             if (qi, src) in work.source_errors:
                 raise SourceFailed(work.source_errors[(qi, src)])
         if t.source == "PK":
-            return [Passage(f"pk:{qi}", "", work.pk_docs[qi], "PK")]
+            return [Passage(f"pk:{qi}", "", work.pk_docs[reader][qi], "PK")]
         if t.source == "HB":  # every source's chunks together: the pages' chunks, PK's, then the top passages
             pk = [Passage(f"pk:{qi}#{i}", "", text, "PK")
-                  for i, text in enumerate(split_words(work.pk_docs[qi], c.chunk_words))]
+                  for i, text in enumerate(split_words(work.pk_docs[reader][qi], c.chunk_words))]
             pages = [x for src, shape in self.shapes.items() if shape == PAGES for x in self._chunks(work.hits[src][qi])]
             passages = [x for src, shape in self.shapes.items() if shape != PAGES
                         for x in work.hits[src][qi][: c.hb_wiki_k]]
@@ -329,9 +352,9 @@ class RetrieverPool:
         try:
             passages: list[Passage] = []
             for t in plan.terms:
-                passages += self._term_passages(qi, q, t, work)
+                passages += self._term_passages(qi, q, t, work, plan.reader)
             if plan.terms == (Term("PK"),) and not plan.compress:
-                return Context(plan.spec, (), work.pk_docs[qi])  # PK alone: the document, no passages
+                return Context(plan.spec, (), work.pk_docs[plan.reader][qi])  # PK alone: the document, no passages
             return Context(plan.spec, tuple(passages))
         except SourceFailed as exc:
             return exc.failure
@@ -345,10 +368,12 @@ class RetrieverPool:
     def _counted(self, slots: list[tuple[int, int]], prompts: list[PromptText], outs: list[Generation],
                  work: _Work, plans: list[RetrieverPlan]) -> dict[tuple[int, int], PromptCost]:
         """What each slot's prompt cost (retrievers/prompt_cost.py), after the question's prompts
-        read so far, those of this call before it included."""
+        its reader read so far, those of this call before it included (readers share no cache)."""
         tokens = {}
         for slot, prompt, out in zip(slots, prompts, outs):
-            tokens[slot] = prompt_cost(prompt.body, out, work.ground[slot[0]].read)
+            reader = plans[slot[1]].reader
+            same = tuple(r for r in work.ground[slot[0]].read if split_reader(r[1])[1] == reader)
+            tokens[slot] = prompt_cost(prompt.body, out, same)
             work.add(slot[0], Groundwork(read=((prompt.body, plans[slot[1]].spec),)))
         return tokens
 
@@ -361,7 +386,7 @@ class RetrieverPool:
             return {}
         prompts = [compress_prompt(qs[qi], self._document(contexts[qi][pi]), self.config.prompt_layout)
                    for qi, pi in slots]
-        outs = self.reader.generate_counted(prompts, self._long_form(self.config.cp_tokens))
+        outs = self._generate([plans[pi].reader for _, pi in slots], prompts, self._long_form(self.config.cp_tokens))
         for (qi, pi), out in zip(slots, outs):
             ctx = contexts[qi][pi]
             contexts[qi][pi] = Context(ctx.spec, ctx.passages, out.text.strip())
@@ -376,7 +401,8 @@ class RetrieverPool:
         for qi, pi in slots:
             ctx = contexts[qi][pi]
             prompts.append(answer_prompt(qs[qi], None if plans[pi].retrieval_free else self._document(ctx)))
-        outs = self.reader.generate_counted(prompts, SamplingParams(max_tokens=self.config.answer_tokens))
+        outs = self._generate([plans[pi].reader for _, pi in slots], prompts,
+                              SamplingParams(max_tokens=self.config.answer_tokens))
         answers = dict(zip(slots, outs))
         tokens = {slot: with_summary(cost, cp_tokens.get(slot, (ReaderTokens(), None)))
                   for slot, cost in self._counted(slots, prompts, outs, work, plans).items()}
@@ -386,12 +412,12 @@ class RetrieverPool:
             for pi, plan in enumerate(plans):
                 ctx = contexts[qi][pi]
                 if isinstance(ctx, Context):
-                    shared = ("PK",) if plan.sources & {"PK", "HB"} else ()
+                    shared = (with_reader("PK", plan.reader),) if plan.sources & {"PK", "HB"} else ()
                     t, owner = tokens[(qi, pi)]
                     out = answers[(qi, pi)]
                     cands.append(Candidate(plan.spec, clean_answer(out.text), ctx, tokens=t, shared=shared,
                                            cached_from=owner, logprobs=out.logprobs))
                 else:
                     cands.append(Candidate.failed(plan.spec, ctx))
-            results.append(QuestionResult(q, tuple(cands), {"PK": work.pk_tokens[qi]} if work.pk_tokens else {}))
+            results.append(QuestionResult(q, tuple(cands), {with_reader("PK", r): t[qi] for r, t in work.pk_tokens.items()}))
         return results

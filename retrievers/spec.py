@@ -1,10 +1,16 @@
 """Parse the paper's retriever spec strings into a small plan.
 
 Grammar (precedence @RR > @k > & > @CP, as in the paper's §2.1):
+    pair  := spec ["~" READER]
     spec  := "ReFree" | terms ["@CP"]
     terms := term ("&" term)*
     term  := SOURCE ["@RR"] ["@" INT]
 e.g. `SE@RR@5&Wiki@5@CP` = compress(concat(topk(rerank(SE), 5), topk(Wiki, 5))).
+
+A retriever is read by the default reader (the config's `reader`); `~READER` names another
+configured reader (serve/config.py `readers`, e.g. `Wiki@10~1.5B`): the pair (retriever, reader)
+is then one member of the pool, with its own name, weight and candidates. Every prompt the
+pair makes (its PK document, @CP summary and answer) goes to that reader.
 
 SOURCE is a configured knowledge source's name (letters: `Wiki`, `SE`, any other the config
 names: serve/config.py `index.sources`), or one of the two the pool makes itself: PK (the
@@ -22,6 +28,9 @@ REFREE = "ReFree"
 PK, HB = "PK", "HB"
 RESERVED = (PK, HB, REFREE)  # spec tokens no configured source may be named
 SOURCE_NAME = re.compile(r"^[A-Za-z]+$")
+READER_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+READER_MARK = "~"  # `SPEC~READER`: the spec read by a configured reader other than the default
+DEFAULT_READER_NAME = ""  # the config's `reader`: a spec without `~READER`
 
 # The paper's 16 retrievers (Appendix C.1 plus ReFree), in the paper's order.
 PAPER_POOL: tuple[str, ...] = (
@@ -44,9 +53,10 @@ class Term:
 
 @dataclass(frozen=True)
 class RetrieverPlan:
-    spec: str
+    spec: str  # the member's name: the spec string, with `~READER` when another reader reads it
     terms: tuple[Term, ...] = ()  # empty for ReFree
     compress: bool = False
+    reader: str = DEFAULT_READER_NAME  # the configured reader every prompt of this member goes to
 
     @property
     def retrieval_free(self) -> bool:
@@ -96,17 +106,50 @@ def _parse_term(text: str, spec: str) -> Term:
 def parse_spec(spec: str) -> RetrieverPlan:
     """The plan of one spec string. Cached (plans are frozen): every stage of every Ask names
     its retrievers by spec, and the same few strings are parsed once per process."""
-    text = spec.strip()
+    name = spec.strip()
+    text, reader = split_reader(name)
     if not text:
         raise SpecError("empty retriever spec")
     if text == REFREE:
-        return RetrieverPlan(text)
+        return RetrieverPlan(name, reader=reader)
     compress = text.endswith("@CP")
     body = text[: -len("@CP")] if compress else text
     parts = body.split("&")
     if any(not p for p in parts):
         raise SpecError(f"empty operand around '&' in retriever spec {spec!r}")
-    return RetrieverPlan(text, tuple(_parse_term(p, text) for p in parts), compress)
+    return RetrieverPlan(name, tuple(_parse_term(p, name) for p in parts), compress, reader)
+
+
+def split_reader(name: str) -> tuple[str, str]:
+    """(spec, reader) of a pool member's name: `Wiki@10~1.5B` -> ("Wiki@10", "1.5B"); a plain
+    spec is read by the default reader ("")."""
+    spec, mark, reader = name.strip().partition(READER_MARK)
+    if mark:
+        check_reader_name(reader, name)
+    return spec.strip(), reader
+
+
+def with_reader(spec: str, reader: str) -> str:
+    """The member name of `spec` read by `reader` ("" : the default reader, the spec itself)."""
+    base, _ = split_reader(spec)
+    return f"{base}{READER_MARK}{reader}" if reader else base
+
+
+def check_reader_name(reader: str, where: str = "") -> str:
+    """A reader's name in a spec (letters, digits, '.', '_', '-'; e.g. `1.5B`)."""
+    if not isinstance(reader, str) or not READER_NAME.match(reader):
+        at = f" in retriever spec {where!r}" if where else ""
+        raise SpecError(f"bad reader name {reader!r}{at}: letters, digits, '.', '_' or '-', e.g. 1.5B")
+    return reader
+
+
+def check_readers(plans: Iterable[RetrieverPlan], readers: Collection[str]) -> None:
+    """Every reader the plans name is configured (`readers`: the configured names, "" the default)."""
+    for plan in plans:
+        if plan.reader not in readers:
+            known = ", ".join(r for r in readers if r) or "none"
+            raise SpecError(f"retriever {plan.spec!r} names reader {plan.reader!r}, which is not configured "
+                            f"(config section readers; configured: {known})")
 
 
 def check_source_name(name: str) -> str:
@@ -127,12 +170,15 @@ def check_sources(plans: Iterable[RetrieverPlan], sources: Collection[str]) -> N
                                 f"known: {', '.join(known)}")
 
 
-def parse_pool(specs: list[str] | tuple[str, ...], sources: Collection[str] | None = None) -> list[RetrieverPlan]:
+def parse_pool(specs: list[str] | tuple[str, ...], sources: Collection[str] | None = None,
+               readers: Collection[str] | None = None) -> list[RetrieverPlan]:
     """The plans of a pool, each spec once; with `sources` (the configured ones), every spec must
-    read only those (and PK, HB)."""
+    read only those (and PK, HB); with `readers` (the configured names), name only those."""
     plans = [parse_spec(s) for s in specs]
     if sources is not None:
         check_sources(plans, sources)
+    if readers is not None:
+        check_readers(plans, readers)
     seen: set[str] = set()
     for p in plans:
         if p.spec in seen:

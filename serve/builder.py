@@ -15,7 +15,7 @@ from retrievers.registry import source_class
 from retrievers.sources.base import KnowledgeSource, SourceSetting
 from retrievers.sources.dense import build_dense_index
 from retrievers.sources.lucene import build_lucene_index
-from serve.config import EorConfig
+from serve.config import EorConfig, reader_config, used_readers
 from serve.paths import cache_path, indexes_dir
 
 WIKI_DIR = "wiki"  # the folder of the source named Wiki (a source's folder: its name in lower case)
@@ -66,14 +66,19 @@ def import_factory(path: str) -> Any:
     return getattr(importlib.import_module(module), attr)
 
 
-def make_engine(config: EorConfig, continuous: bool = False) -> ReaderEngine:
-    """The reader engine: vLLM's offline engine in-process (`eor ask`, fit, eval), its
-    continuously batching AsyncLLM in the service; `service.engine_factory` replaces both."""
+def make_engine(config: EorConfig, continuous: bool = False, reader: str = "") -> ReaderEngine:
+    """The engine of the reader named `reader` ("": the default one): vLLM's offline engine
+    in-process (`eor ask`, fit, eval), its continuously batching AsyncLLM in the service;
+    `service.engine_factory` replaces both (it gets the config with that reader's settings as
+    `reader`)."""
+    settings = reader_config(config, reader)
     if config.service.engine_factory:
-        return import_factory(config.service.engine_factory)(config)
+        from dataclasses import replace
+
+        return import_factory(config.service.engine_factory)(replace(config, reader=settings))
     from serve.engine.vllm_engine import AsyncVLLMEngine, VLLMEngine
 
-    return AsyncVLLMEngine(config.reader) if continuous else VLLMEngine(config.reader)
+    return AsyncVLLMEngine(settings) if continuous else VLLMEngine(settings)
 
 
 def make_service_sources(config: EorConfig) -> tuple[dict, Any]:
@@ -85,6 +90,9 @@ def make_service_sources(config: EorConfig) -> tuple[dict, Any]:
 
 
 def make_pool(config: EorConfig, engine: ReaderEngine | None = None) -> RetrieverPool:
+    """The pool over the configured sources, with an engine for each reader its members name
+    (`engine`, if given, is the default reader's); every engine starts on its first prompt."""
     encoder = Encoder(config.index.encoder)
     reader = make_reader(engine or make_engine(config), config)
-    return RetrieverPool(config.pool, make_sources(config, encoder), encoder, reader)
+    others = {name: make_reader(make_engine(config, reader=name), config) for name in used_readers(config) if name}
+    return RetrieverPool(config.pool, make_sources(config, encoder), encoder, reader, others)

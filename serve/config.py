@@ -1,6 +1,6 @@
 """Typed configuration of eor, one loader for every command and the service.
 
-One YAML file, sections reader, generator, pool, index, cache, voter, service and ask, maps onto
+One YAML file, sections reader, readers, generator, pool, index, cache, voter, service and ask, maps onto
 `EorConfig` field by field (`load_config`); an unknown key anywhere is an error naming it.
 `eor ask`, `eor fit`, `eor eval` and `eor serve` read the same file; the `service` section is
 used only by the service, and a command-line flag overrides its key. Secrets never live here:
@@ -18,8 +18,8 @@ import yaml
 from retrievers.encoder import DEFAULT_ENCODER
 from retrievers.pool import PoolConfig
 from retrievers.registry import SOURCE_BACKENDS, is_reference
-from retrievers.spec import SpecError, check_source_name, parse_pool
-from serve.engine.models import DEFAULT_GENERATOR
+from retrievers.spec import DEFAULT_READER_NAME, SpecError, check_reader_name, check_source_name, parse_pool
+from serve.engine.models import DEFAULT_GENERATOR, STRONG_READER
 from serve.engine.vllm_engine import VLLMConfig
 from voter.estimator import VoterConfig
 
@@ -186,9 +186,18 @@ class ServiceConfig:
 
 
 
+# The readers besides `reader` (the default one), by the name a pool member gives after `~`
+# (retrievers/spec.py: `Wiki@10~1.5B`). A line: `1.5B: qwen2.5-coder-1.5b` (a model, with the
+# `reader` section's engine settings) or `1.5B: {model: ..., cpu_kv_cache_gib: 3}` (settings of its
+# own). Each is its own engine (KV cache, prefix cache, reader-cache keys); only the readers a pool
+# member names are ever started.
+DEFAULT_READERS = {"1.5B": STRONG_READER}
+
+
 @dataclass(frozen=True)
 class EorConfig:
     reader: VLLMConfig = field(default_factory=VLLMConfig)
+    readers: dict[str, Any] = field(default_factory=lambda: dict(DEFAULT_READERS))
     generator: GeneratorConfig = field(default_factory=GeneratorConfig)
     pool: PoolConfig = field(default_factory=PoolConfig)
     index: IndexConfig = field(default_factory=IndexConfig)
@@ -198,9 +207,21 @@ class EorConfig:
     ask: AskConfig = field(default_factory=AskConfig)
 
     def __post_init__(self) -> None:
-        """What crosses sections: the pool reads configured sources; placement names deployments."""
+        """What crosses sections: the pool reads configured sources and readers; placement names
+        deployments."""
+        if not isinstance(self.readers, dict):
+            raise ValueError(f"readers must map reader names to models, got {self.readers!r}")
+        for name, value in self.readers.items():
+            try:
+                check_reader_name(name)
+            except SpecError as exc:
+                raise ValueError(f"readers: {exc}") from None
+            known = {f.name for f in fields(VLLMConfig)}
+            if not (isinstance(value, str) and value or isinstance(value, dict) and set(value) <= known):
+                raise ValueError(f"readers.{name} must be a model name or {{model: ..., <reader settings>}} "
+                                 f"(settings: {', '.join(sorted(known))}), got {value!r}")
         try:
-            parse_pool(self.pool.specs, sources=self.index.sources)
+            parse_pool(self.pool.specs, sources=self.index.sources, readers=reader_names(self))
         except SpecError as exc:
             raise ValueError(f"pool.specs: {exc}") from None
         from serve.app.placement import deployment_names
@@ -294,6 +315,32 @@ def actor_groups(config: EorConfig, cpus: int | None = None) -> list[tuple[str, 
     grouped = {s for g in out for s in g}
     out += [(s,) for s in specs if s not in grouped]
     return sorted(out, key=lambda g: specs.index(g[0]))  # pool order
+
+
+def reader_names(config: EorConfig) -> list[str]:
+    """The configured readers' names: "" (the default reader), then `readers`, in order."""
+    return [DEFAULT_READER_NAME, *config.readers]
+
+
+def reader_config(config: EorConfig, name: str) -> VLLMConfig:
+    """The engine settings of the reader named `name` ("": the `reader` section)."""
+    if name == DEFAULT_READER_NAME:
+        return config.reader
+    if name not in config.readers:
+        raise KeyError(f"reader {name!r} is not configured (config section readers: "
+                       f"{', '.join(config.readers) or 'none'})")
+    value = config.readers[name]
+    from dataclasses import replace
+
+    return replace(config.reader, **({"model": value} if isinstance(value, str) else value))
+
+
+def used_readers(config: EorConfig, specs=None) -> list[str]:
+    """The readers the pool's members (or `specs`) name, the default first: the engines to start."""
+    from retrievers.spec import parse_spec
+
+    named = {parse_spec(s).reader for s in (config.pool.specs if specs is None else specs)}
+    return [n for n in reader_names(config) if n in named or n == DEFAULT_READER_NAME]
 
 
 def generator_reader(config: EorConfig) -> VLLMConfig | None:

@@ -16,6 +16,10 @@ from retrievers.types import ReaderTokens
 from serve.engine.models import DEFAULT_READER, is_chat_model, resolve_model
 
 
+# the caller's own KV-cache size wins over every engine's `cpu_kv_cache_gib`
+_KV_CACHE_FROM_CALLER = "VLLM_CPU_KVCACHE_SPACE" in os.environ
+
+
 @dataclass(frozen=True)
 class VLLMConfig:
     """Engine settings; the CPU defaults are the measured ones from the design card (../shared/ARCHITECTURE.md, "Reader")."""
@@ -80,7 +84,8 @@ class VLLMEngine(ReaderEngine):
             bind = self.config.cpu_threads if self.config.cpu_threads != "auto" else f"0-{cores - 1}"
             os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", bind)
             os.environ.setdefault("VLLM_CPU_NUM_OF_RESERVED_CPU", "0")
-            os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", f"{self.config.cpu_kv_cache_gib:g}")
+            if not _KV_CACHE_FROM_CALLER:  # each engine its own budget (vLLM reads it as the engine starts)
+                os.environ["VLLM_CPU_KVCACHE_SPACE"] = f"{self.config.cpu_kv_cache_gib:g}"
         self._llm = self._start()
         return self
 

@@ -437,7 +437,7 @@ def test_token_counts_are_the_engines_and_nothing_is_tokenised(memo_encoder):
             raise AssertionError("tokenised again")
 
     s = Setup(memo_encoder, specs=["Wiki@10@CP"])
-    s.reader = s.pool.reader = CachedReader(NoTokenizer())
+    s.reader = s.pool.readers[""] = CachedReader(NoTokenizer())
     (first,) = s.pool.run([QUESTION])
     (second,) = s.pool.run(["who painted the night watch"])  # the same Wiki passages: the engine hits them
     assert s.pool.reader.engine.cached_tokens > 0
@@ -479,7 +479,7 @@ def test_stages_of_one_question_share_searches_pk_and_reranking(memo_encoder):
         run = s.pool.run_round([QUESTION], st, [work], plan_specs=plan)
         work = work.plus(run.found[0])
         staged += run.results[0].candidates
-    assert work.pk is not None and set(work.reranked) == {"SE", "HB"} and work.depth == {"SE": 10, "Wiki": 20}
+    assert set(work.pk) == {""} and set(work.reranked) == {"SE", "HB"} and work.depth == {"SE": 10, "Wiki": 20}
     assert len(s.se.calls) == 1 and len(s.wiki.calls) == 1  # once each, though four stages use them
     assert s.se.calls[0][1] == s.pool.config.se_pages and s.wiki.calls[0][1] == s.pool.config.hb_wiki_k
     assert len(s.engine.calls_of("pk")) == 1
@@ -507,7 +507,7 @@ class LogprobEngine(FakeEngine):
 
 def test_every_answer_carries_the_readers_logprobs(memo_encoder):
     s = Setup(memo_encoder, specs=["SE@1", "Wiki@10@CP", "ReFree"])
-    s.reader = s.pool.reader = CachedReader(LogprobEngine())
+    s.reader = s.pool.readers[""] = CachedReader(LogprobEngine())
     (result,) = s.pool.run([QUESTION])
     for c in result.candidates:
         assert c.error is None
@@ -543,13 +543,13 @@ def test_groundwork_plus_keeps_the_deeper_search_and_the_first_pk_and_order():
 
     a, b = Passage("a", "", "a"), Passage("b", "", "b")
     pk1, pk2 = PKDocument("first", ReaderTokens(3, 2)), PKDocument("second", ReaderTokens(3, 2))
-    base = Groundwork(hits={"SE": (a,)}, depth={"SE": 1}, pk=pk1, reranked={"SE": (a, b)}, read=(("pk prompt", "PK"),))
-    more = Groundwork(hits={"SE": (a, b), "Wiki": (b,)}, depth={"SE": 10, "Wiki": 5}, pk=pk2,
+    base = Groundwork(hits={"SE": (a,)}, depth={"SE": 1}, pk={"": pk1}, reranked={"SE": (a, b)}, read=(("pk prompt", "PK"),))
+    more = Groundwork(hits={"SE": (a, b), "Wiki": (b,)}, depth={"SE": 10, "Wiki": 5}, pk={"": pk2, "1.5B": pk2},
                       reranked={"SE": (b, a), "HB": (b,)}, read=(("pk prompt", "PK"), ("se prompt", "SE@1")))
     both = base.plus(more)
     assert both.hits == {"SE": (a, b), "Wiki": (b,)} and both.depth == {"SE": 10, "Wiki": 5}
-    assert both.pk == pk1 and both.reranked == {"SE": (a, b), "HB": (b,)}
+    assert both.pk == {"": pk1, "1.5B": pk2} and both.reranked == {"SE": (a, b), "HB": (b,)}
     assert both.read == (("pk prompt", "PK"), ("se prompt", "SE@1"))
-    assert base.depth == {"SE": 1} and base.pk == pk1  # neither side changed
+    assert base.depth == {"SE": 1} and base.pk == {"": pk1}  # neither side changed
     shallow = both.plus(Groundwork(hits={"SE": (a,)}, depth={"SE": 1}))
     assert shallow.hits["SE"] == (a, b)

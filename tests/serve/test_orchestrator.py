@@ -92,7 +92,7 @@ class Crew:
                 failed = [w.failed[src] for src in parse_spec(s).sources if src in w.failed]
                 cands.append(Candidate.failed(s, failed[0]) if failed else Candidate(s, f"answer of {s}", Context(s)))
             results.append(QuestionResult(q, tuple(cands)))
-            found.append(Groundwork(pk=PKDocument(f"pk of {q}", ReaderTokens(1, 1))) if "PK" in round_.specs
+            found.append(Groundwork(pk={"": PKDocument(f"pk of {q}", ReaderTokens(1, 1))}) if "PK" in round_.specs
                          else Groundwork())
         return RoundRun(results, found)
 
@@ -110,7 +110,7 @@ def test_one_call_per_worker_per_round_with_what_earlier_rounds_found():
     assert sorted(calls[:2]) == [("PK",), ("Wiki@10",)] and sorted(calls[2:]) == [("HB@RR@10",), ("SE@1",)]
     assert sorted(crew.searches) == [("SE", 10), ("Wiki", 20)]  # once each, at the depth of the whole plan (HB)
     round2 = crew.runs[2]
-    assert all(w.pk == PKDocument(f"pk of {q}", ReaderTokens(1, 1)) for q, w in zip(round2.questions, round2.work))
+    assert all(w.pk == {"": PKDocument(f"pk of {q}", ReaderTokens(1, 1))} for q, w in zip(round2.questions, round2.work))
     assert all(set(w.depth) == {"SE", "Wiki"} for w in round2.work)
     assert len({r.deadline for r in crew.runs}) == 1  # the Ask's one Deadline, in every call
 

@@ -1,0 +1,41 @@
+"""The `readers` section: named readers besides the default, each its own engine settings;
+the pool may name only configured readers; only the readers a member names get an engine."""
+from __future__ import annotations
+
+import pytest
+
+from serve.config import config_from_dict, reader_config, reader_names, used_readers
+from serve.engine.models import STRONG_READER
+
+
+def test_the_strong_reader_is_configured_but_started_only_when_a_member_names_it():
+    plain = config_from_dict({})
+    assert reader_names(plain) == ["", "1.5B"] and reader_config(plain, "1.5B").model == STRONG_READER
+    assert used_readers(plain) == [""]  # the paper's pool: the default reader only
+    paired = config_from_dict({"pool": {"specs": ["Wiki@10", "SE@1~1.5B"]}})
+    assert used_readers(paired) == ["", "1.5B"]
+
+
+def test_a_reader_takes_the_default_readers_settings_unless_it_sets_its_own():
+    c = config_from_dict({"reader": {"cpu_kv_cache_gib": 4}, "readers": {"big": {"model": "m", "seed": 3}, "b": "n"}})
+    assert (reader_config(c, "big").model, reader_config(c, "big").seed, reader_config(c, "big").cpu_kv_cache_gib) \
+        == ("m", 3, 4)
+    assert reader_config(c, "b").model == "n" and reader_config(c, "").cpu_kv_cache_gib == 4
+    assert reader_config(config_from_dict(c.to_dict()), "big") == reader_config(c, "big")  # travels to actors
+
+
+@pytest.mark.parametrize("section, message", [
+    ({"pool": {"specs": ["Wiki@10~3B"]}}, "names reader '3B', which is not configured"),
+    ({"readers": {"x y": "m"}}, "bad reader name 'x y'"),
+    ({"readers": {"big": {"modle": "m"}}}, r"readers.big must be a model name"),
+    ({"readers": {"big": ""}}, r"readers.big must be a model name"),
+    ({"readers": ["m"]}, "section .readers. must be a mapping"),
+])
+def test_a_readers_section_that_does_not_fit_is_one_clear_error(section, message):
+    with pytest.raises(ValueError, match=message):
+        config_from_dict(section)
+
+
+def test_an_unconfigured_reader_is_refused_by_name():
+    with pytest.raises(KeyError, match="reader '3B' is not configured"):
+        reader_config(config_from_dict({}), "3B")
