@@ -19,6 +19,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
+from retrievers.spec import parse_spec, split_reader
 from voter.calibration import Calibrator, cross_validated_ece, expected_calibration_error, fit_calibrator
 from voter.cascade import Cascade, stop_stages
 from voter.selector import (AnswerScorer, RoundTrace, RoundView, candidate_features, evaluate_stop,
@@ -264,17 +265,26 @@ def apply_model(run: PoolRun, model: AdaptiveModel) -> Outcome:
 
 def candidate_layouts(pool: Sequence[str], accuracy: dict[str, float], cost: dict[str, float],
                       firsts: Sequence[int] = (1, 2, 3), seconds: Sequence[int] = (0, 3, 5)) -> list[Layout]:
-    """Round layouts to compare: the first round is the best retrievers by accuracy per token
+    """Round layouts to compare: the first round is the best members by accuracy per token
     cost (so it can answer alone), an optional middle round the next best, the last the rest;
-    and the one-round layout (the whole pool, no stop)."""
+    and the one-round layout (the whole pool, no stop). In a pool of several readers, also the
+    escalations: the best default-reader members first, then the stronger readers reading
+    those same retrievers' passages, then the rest (FrugalGPT's cascade, over retrievers too)."""
     value = sorted(pool, key=lambda s: (-accuracy[s] / max(cost[s], 1.0) ** 0.5, s))
+    splits = [(value[:f], value[f:f + m]) for f in firsts for m in seconds]
+    plain = [s for s in value if not parse_spec(s).reader]
+    if len(plain) < len(pool):
+        for f in firsts:
+            first = plain[:f]
+            up = [s for s in pool if parse_spec(s).reader and split_reader(s)[0] in first]
+            if up:
+                splits.append((first, up))
     out: list[Layout] = [(tuple(pool),)]
-    for f in firsts:
-        for m in seconds:
-            first, mid, rest = value[:f], value[f:f + m], value[f + m:]
-            layout = tuple(tuple(s for s in pool if s in x) for x in (first, mid, rest) if x)  # pool order within a round
-            if len(layout) > 1 and layout not in out:
-                out.append(layout)
+    for first, mid in splits:
+        rest = [s for s in value if s not in first and s not in mid]
+        layout = tuple(tuple(s for s in pool if s in x) for x in (first, mid, rest) if x)  # pool order within a round
+        if len(layout) > 1 and layout not in out:
+            out.append(layout)
     return out
 
 

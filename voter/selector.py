@@ -4,7 +4,8 @@ for accuracy under cost (FrugalGPT's scorer + thresholds; the reader's own confi
 After each *round* (a batch of retrievers run together), every candidate so far gets features:
 its EoR vote score over the candidates so far, how many of them give the same normalised
 answer, the reader's confidence in it (mean, min and first token log-probability from the
-same engine request), its length, which retriever gave it, and how many answered. A logistic
+same engine request), its length, which retriever gave it (and, in a pool of several readers,
+which reader read it), and how many answered. A logistic
 regression predicts P(the candidate is right); the selector answers with the most probable
 candidate, and the stop rule ends the question after round r when that probability reaches
 tau_r (the last round always ends it). So the first round can stop when the reader is sure and
@@ -20,6 +21,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from retrievers.spec import parse_spec
 from voter.cascade import greedy_thresholds, stop_stages
 from voter.normalize import normalize_answer
 
@@ -38,8 +40,15 @@ class RoundView:
     logprobs: tuple[tuple[float, ...] | None, ...]
 
 
+def other_readers(pool: Sequence[str]) -> list[str]:
+    """The readers besides the default that the pool's members name (`Wiki@10~1.5B`), in pool order."""
+    return list(dict.fromkeys(r for r in (parse_spec(s).reader for s in pool) if r))
+
+
 def feature_names(pool: Sequence[str]) -> tuple[str, ...]:
-    return BASE_FEATURES + tuple(f"is:{s}" for s in pool)
+    """One indicator per member and, beside them, one per reader other than the default: what
+    a reader adds is learned once across its members (a single-reader pool has none)."""
+    return BASE_FEATURES + tuple(f"is:{s}" for s in pool) + tuple(f"reader:{r}" for r in other_readers(pool))
 
 
 def candidate_features(view: RoundView, pool: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
@@ -48,6 +57,7 @@ def candidate_features(view: RoundView, pool: Sequence[str]) -> tuple[np.ndarray
     if not live:
         return np.zeros((0, len(feature_names(pool)))), np.zeros(0, dtype=int)
     norm = {m: normalize_answer(view.answers[m] or "") for m in live}
+    extra, readers = other_readers(pool), [parse_spec(s).reader for s in pool]
     top = max(view.scores[m] for m in live)
     rows = []
     for m in live:
@@ -58,6 +68,7 @@ def candidate_features(view: RoundView, pool: Sequence[str]) -> tuple[np.ndarray
         low = float(np.min(lps)) if known else NO_LOGPROB
         first = float(lps[0]) if known else NO_LOGPROB
         onehot = [1.0 if k == m else 0.0 for k in range(len(pool))]
+        onehot += [1.0 if readers[m] == r else 0.0 for r in extra]
         rows.append([view.scores[m], 1.0 if view.scores[m] >= top else 0.0,
                      agree / max(1, len(live) - 1), float(agree), mean, low, first,
                      float(len((view.answers[m] or "").split())), float(len(live)), float(known), *onehot])

@@ -89,9 +89,9 @@ def _fit_adaptive(args, config, pool, selection, scored, metrics, saved):
     from dataclasses import replace
 
     from serve.offline.adaptive import fit_adaptive
-    from serve.offline.runlog import run_log_for
+    from serve.offline.reader_runs import ReaderRuns
 
-    seconds = run_log_for(config, pool, selection.path).seconds()
+    seconds = ReaderRuns(config, pool, selection.path).seconds()
     method = None if args.calibration == "none" else args.calibration
     fitted = fit_adaptive(scored, pool.specs, metrics, saved.metrics, saved.pooling, seconds, calibration=method)
     c = fitted.chosen

@@ -14,25 +14,24 @@ def _selection(args):
 
 
 def _run_pool(args, config, pool, selection, questions):
-    """(question, result) pairs, resumably (run log keyed by file, reader, pool), and the seconds.
+    """(question, result) pairs, resumably (a run log per reader, keyed by file, reader, pool), and the seconds.
     Quiet like `eor ask`: what vLLM and the other libraries print (its worker processes too)
     goes to $EOR_HOME/logs/eor.log unless --verbose, so stdout carries only the command's
     result (`--json`: JSON alone); the engine is stopped before the result is printed."""
     from serve.cli.console import Console
-    from serve.offline.runlog import run_log_for, run_questions
+    from serve.offline.reader_runs import ReaderRuns
 
     t = time.perf_counter()
-    log = run_log_for(config, pool, selection.path)
+    runs = ReaderRuns(config, pool, selection.path)  # one run log per reader the pool's members name
     with Console(verbose=args.verbose) as con:
         try:
-            scored = run_questions(pool, questions, log, args.batch_size, progress=not args.no_progress,
-                                   stream=con.out)
+            scored = runs.run(questions, args.batch_size, progress=not args.no_progress, stream=con.out)
         finally:  # also when interrupted (Ctrl-C, SIGTERM): the engine's processes go down with it
             pool.reader.engine.close()  # its shutdown messages go to the log too (a later NLI judge starts it again)
     if not scored:
         raise ValueError("the pool accepted none of the selected questions")
-    seconds = log.seconds()
-    timed = [seconds[q.qid] for q, _ in scored if q.qid in seconds]
+    seconds = runs.seconds().values()  # each reader's part: a question's cold seconds are their sum
+    timed = [sum(s[q.qid] for s in seconds) for q, _ in scored if all(q.qid in s for s in seconds)]
     args.seconds_per_question = sum(timed) / len(timed) if timed else None  # cold pool seconds, from the run log
     return scored, time.perf_counter() - t
 

@@ -40,11 +40,11 @@ def finished(args) -> tuple[Any, list, list]:
     from serve.builder import make_pool
     from serve.config import load_config
     from serve.offline.dataset import Selection, select_questions
-    from serve.offline.runlog import run_log_for
+    from serve.offline.reader_runs import ReaderRuns
 
     config = load_config(args.config, {"index": {"name": args.index}})
     pool = make_pool(config)
-    done = run_log_for(config, pool, args.questions).load()
+    done = ReaderRuns(config, pool, args.questions).load()
     parts = []
     for split, limit in (("fit", args.fit_limit), ("eval", args.eval_limit)):
         qs = select_questions(Selection(args.questions, None, split, limit))
@@ -52,7 +52,18 @@ def finished(args) -> tuple[Any, list, list]:
     return config, pool, parts[0], parts[1]
 
 
-def pool_run(scored: Sequence, pool: Sequence[str], metrics: Sequence[Any], vote) -> PoolRun:
+def weighted_tokens(result: Any, specs: Sequence[str], weights: dict[str, float] | None = None) -> float:
+    """Reader tokens computed by `specs`, each reader's in the default reader's tokens (`weights`:
+    reader name -> its seconds per token over the default reader's; None or missing: 1)."""
+    from serve.offline.reader_runs import members_by_reader
+
+    return float(sum((weights or {}).get(r, 1.0) * result.reader_tokens(set(ms)).computed
+                     for r, ms in members_by_reader(specs).items()))
+
+
+def pool_run(scored: Sequence, pool: Sequence[str], metrics: Sequence[Any], vote,
+             weights: dict[str, float] | None = None) -> PoolRun:
+    """`weights`: each reader's cost per token relative to the default reader's (reader_weights)."""
     from voter.question_vote import answer_grid, similarity_inputs
 
     results = [r for _, r in scored]
@@ -62,15 +73,33 @@ def pool_run(scored: Sequence, pool: Sequence[str], metrics: Sequence[Any], vote
                       for (q, _), row in zip(scored, grid)]).reshape(len(scored), len(pool))
     lps = [[{c.retriever: c.logprobs for c in r.candidates}.get(s) for s in pool] for r in results]
     return PoolRun(tuple(pool), grid, right, lps, sim, mask, vote,
-                   lambda i, specs: float(results[i].reader_tokens(set(specs)).computed),
+                   lambda i, specs: weighted_tokens(results[i], list(specs), weights),
                    [q.dataset for q, _ in scored])
 
 
-def measured_latency(scored: Sequence, seconds: dict[str, float], overhead_s: float) -> LatencyModel:
-    """Reader tokens computed per second on this machine, from the run log's cold seconds."""
-    pairs = [(seconds[q.qid], r.reader_tokens().computed) for q, r in scored if q.qid in seconds]
-    secs, toks = sum(p[0] for p in pairs), sum(p[1] for p in pairs)
-    return LatencyModel(overhead_s, toks / secs if secs > 0 else LatencyModel().tokens_per_s)
+def reader_speeds(scored: Sequence, seconds: dict[str, dict[str, float]]) -> dict[str, float]:
+    """reader name -> reader tokens its members computed per second on this machine, from its run
+    log's cold seconds (serve/offline/reader_runs.py: ReaderRuns.seconds); readers without any: absent."""
+    from serve.offline.reader_runs import members_by_reader
+
+    members = members_by_reader([c.retriever for c in scored[0][1].candidates]) if scored else {}
+    out = {}
+    for reader, secs in seconds.items():
+        mine = set(members.get(reader, ()))
+        pairs = [(secs[q.qid], r.reader_tokens(mine).computed) for q, r in scored if q.qid in secs]
+        total_s, total_t = sum(p[0] for p in pairs), sum(p[1] for p in pairs)
+        if total_s > 0 and total_t > 0:
+            out[reader] = total_t / total_s
+    return out
+
+
+def measured_latency(scored: Sequence, seconds: dict[str, dict[str, float]],
+                     overhead_s: float) -> tuple[LatencyModel, dict[str, float]]:
+    """(the latency model in the default reader's tokens per second, each reader's cost per token
+    relative to the default reader's): a 1.5B token costs what the run logs measured it to."""
+    speeds = reader_speeds(scored, seconds)
+    base = speeds.get("", LatencyModel().tokens_per_s)
+    return LatencyModel(overhead_s, base), {r: base / v for r, v in speeds.items()}
 
 
 def equal_vote(pool: Sequence[str], metrics: Sequence[str], pooling: str):
@@ -90,15 +119,17 @@ class AdaptiveFit:
     run: PoolRun
     latency: LatencyModel
     accuracy: dict[str, float]
+    reader_cost: dict[str, float]  # reader name -> its cost per token over the default reader's (measured)
 
 
 def fit_adaptive(scored: Sequence, specs: Sequence[str], metrics: Sequence[Any], metric_names: Sequence[str],
-                 pooling: str, seconds: dict[str, float], round_overhead_s: float = 1.0,
+                 pooling: str, seconds: dict[str, dict[str, float]], round_overhead_s: float = 1.0,
                  tolerance: float = 0.005, calibration: str | None = "platt") -> AdaptiveFit:
     """Layouts compared by 5-fold CV on the fit questions; the chosen one refitted on all of them.
-    `calibration`: voter/calibration.py's method for P(right) (None: the raw P, as a v3 file)."""
-    run = pool_run(scored, specs, metrics, equal_vote(specs, metric_names, pooling))
-    latency = measured_latency(scored, seconds, round_overhead_s)
+    `calibration`: voter/calibration.py's method for P(right) (None: the raw P, as a v3 file).
+    `seconds`: reader name -> qid -> cold seconds of its run log (ReaderRuns.seconds)."""
+    latency, weights = measured_latency(scored, seconds, round_overhead_s)
+    run = pool_run(scored, specs, metrics, equal_vote(specs, metric_names, pooling), weights)
     acc = {s: float(run.right[:, m].mean()) for m, s in enumerate(specs)}
     cost = {s: float(np.mean([run.cost(i, frozenset({s})) for i in range(len(run))])) for s in specs}
     folds, C, seed = CV_FOLDS, SCORER_C, CV_SEED
@@ -107,7 +138,9 @@ def fit_adaptive(scored: Sequence, specs: Sequence[str], metrics: Sequence[Any],
     chosen = choose_layout(fits, tolerance)
     record = fit_record(chosen, fits, latency, tolerance=tolerance, C=C, folds=folds, seed=seed,
                         calibration=calibration)
-    return AdaptiveFit(fit_model(run, chosen, C, record), chosen, fits, run, latency, acc)
+    if set(weights) - {""}:  # what a token of each reader was taken to cost
+        record["reader_cost_per_token"] = {r: round(w, 4) for r, w in weights.items()}
+    return AdaptiveFit(fit_model(run, chosen, C, record), chosen, fits, run, latency, acc, weights)
 
 
 def scores(answers: Sequence[str], golds: Sequence[Sequence[str]]) -> dict[str, float]:
@@ -119,7 +152,7 @@ def scores(answers: Sequence[str], golds: Sequence[Sequence[str]]) -> dict[str, 
 
 def report(args) -> dict[str, Any]:
     from serve.offline.evaluation import EOR, EOR_16, EOR_PRUNED, replay_ensembles
-    from serve.offline.runlog import run_log_for
+    from serve.offline.reader_runs import ReaderRuns
     from voter.question_vote import build_metrics, choose_voter
 
     config, pool, fit, held = finished(args)
@@ -129,13 +162,14 @@ def report(args) -> dict[str, Any]:
     specs = list(pool.specs)
     choice = choose_voter(specs, pool.reader.model_id, weights=args.voter)
     metrics = build_metrics(choice.options, pool.reader)
-    seconds = run_log_for(config, pool, args.questions).seconds()
+    seconds = ReaderRuns(config, pool, args.questions).seconds()
     calibration = None if args.calibration == "none" else args.calibration
     fitted = fit_adaptive(fit, specs, metrics, choice.saved.metrics, choice.saved.pooling, seconds,
                           args.round_overhead, args.tolerance, calibration)
     model, chosen, fits, fit_run, latency, acc = (fitted.model, fitted.chosen, fitted.layouts, fitted.run,
                                                   fitted.latency, fitted.accuracy)
-    eval_run = pool_run(held, specs, metrics, equal_vote(specs, choice.saved.metrics, choice.saved.pooling))
+    eval_run = pool_run(held, specs, metrics, equal_vote(specs, choice.saved.metrics, choice.saved.pooling),
+                        fitted.reader_cost)
     best_single = max(specs, key=lambda s: (acc[s], -specs.index(s)))
     blind_fit = replace(fit_run, logprobs=[[None] * len(specs) for _ in range(len(fit_run))])
     blind_eval = replace(eval_run, logprobs=[[None] * len(specs) for _ in range(len(eval_run))])

@@ -1,0 +1,116 @@
+"""A pool of (retriever, reader) pairs run as one pool per reader (serve/offline/reader_runs.py):
+the joined results are those of the joined pool, each part is the run log `eor run --model`
+grows, a finished question is never run again; the fit weighs each reader's tokens by what
+they cost (serve/offline/adaptive.py) and compares escalation layouts (voter/adaptive.py)."""
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from retrievers.pool import PoolConfig, RetrieverPool
+from retrievers.reader import CachedReader
+from retrievers.types import QuestionResult, ReaderTokens
+from serve.config import config_from_dict
+from serve.offline.dataset import Question
+from serve.offline.reader_runs import ReaderRuns, members_by_reader, renamed
+from serve.offline.runlog import run_log_for
+from tests.retrievers.fakes import SE_PAGES, WIKI_PASSAGES, FakeEngine, FakeSource
+
+BASE = ["Wiki@10", "SE@1", "PK", "SE@1@CP", "ReFree"]
+JOINED = BASE + [f"{s}~1.5B" for s in BASE]
+
+
+class NoEncoder:
+    """No member here reranks: the pool needs an encoder only to load it."""
+
+    def load(self):
+        return self
+
+
+def make_pool(specs=JOINED):
+    small, big = FakeEngine("small"), FakeEngine("big")
+    pool = RetrieverPool(PoolConfig(specs=tuple(specs)),
+                         {"SE": FakeSource("SE", SE_PAGES), "Wiki": FakeSource("Wiki", WIKI_PASSAGES)},
+                         NoEncoder(), CachedReader(small), readers={"1.5B": CachedReader(big)})
+    return pool, small, big
+
+
+QUESTIONS = [Question(f"q{i}", "nq", f"who painted picture number {i}", ("x",)) for i in range(3)]
+
+
+def test_the_joined_runs_are_the_joined_pools_results(eor_home):
+    direct, _, _ = make_pool()
+    want = direct.run([q.question for q in QUESTIONS])
+    pool, small, big = make_pool()
+    got = [r for _, r in ReaderRuns(config_from_dict({}), pool, "questions.jsonl").run(QUESTIONS)]
+    assert small.calls and big.calls
+    for w, g in zip(want, got):
+        assert [c.retriever for c in g.candidates] == JOINED
+        assert [(c.answer, c.shared, c.tokens.prompt, c.tokens.generated) for c in g.candidates] == \
+            [(c.answer, c.shared, c.tokens.prompt, c.tokens.generated) for c in w.candidates]
+        assert g.shared_tokens.keys() == w.shared_tokens.keys() == {"PK", "PK~1.5B"}
+        assert {c.cached_from for c in g.candidates if c.retriever.endswith("~1.5B")} <= \
+            {None, *[s for s in JOINED if s.endswith("~1.5B")]}  # a prefix is owed to its own reader only
+
+
+def test_each_reader_has_the_run_log_eor_run_model_grows_and_nothing_runs_twice(eor_home):
+    config = config_from_dict({})
+    pool, small, big = make_pool()
+    runs = ReaderRuns(config, pool, "questions.jsonl")
+    plain_big = RetrieverPool(replace(pool.config, specs=tuple(BASE)), pool.sources, pool.reranker, pool.readers["1.5B"])
+    assert runs.logs["1.5B"].path == run_log_for(config, plain_big, "questions.jsonl").path
+    assert runs.logs[""].path != runs.logs["1.5B"].path
+    runs.run(QUESTIONS[:2])
+    calls = (len(small.calls), len(big.calls))
+    again = ReaderRuns(config, pool, "questions.jsonl")
+    assert set(again.load()) == {"q0", "q1"} and len(again.run(QUESTIONS[:2])) == 2
+    assert (len(small.calls), len(big.calls)) == calls  # both logs had them: no engine call
+    assert set(again.seconds()) == {"", "1.5B"} and set(again.seconds()["1.5B"]) == {"q0", "q1"}
+
+
+def test_a_pool_of_one_reader_is_its_own_only_part(eor_home):
+    pool, _, _ = make_pool(BASE)
+    runs = ReaderRuns(config_from_dict({}), pool, "questions.jsonl")
+    assert list(runs.parts) == [""] and runs.parts[""] is pool
+    assert runs.log.path == run_log_for(config_from_dict({}), pool, "questions.jsonl").path
+
+
+def test_members_by_reader_and_renaming():
+    assert members_by_reader(["PK~1.5B", "SE@1", "PK"]) == {"": ["SE@1", "PK"], "1.5B": ["PK~1.5B"]}
+    pool, _, _ = make_pool(BASE)
+    (r,) = pool.run([QUESTIONS[0].question])
+    big = renamed(r, "1.5B")
+    assert [c.retriever for c in big.candidates] == [f"{s}~1.5B" for s in BASE]
+    assert big.shared_tokens.keys() == {"PK~1.5B"} and big.candidates[2].shared == ("PK~1.5B",)
+    assert renamed(r, "") is r
+
+
+def test_the_fit_weighs_each_readers_tokens_by_its_measured_cost():
+    from serve.offline.adaptive import measured_latency, weighted_tokens
+
+    pool, _, _ = make_pool()
+    (r,) = pool.run([QUESTIONS[0].question])
+    small_t = r.reader_tokens({s for s in JOINED if "~" not in s}).computed
+    big_t = r.reader_tokens({s for s in JOINED if "~" in s}).computed
+    assert weighted_tokens(r, JOINED, {"": 1.0, "1.5B": 2.5}) == pytest.approx(small_t + 2.5 * big_t)
+    assert weighted_tokens(r, JOINED) == pytest.approx(small_t + big_t)
+    q = QUESTIONS[0]
+    latency, cost = measured_latency([(q, r)], {"": {q.qid: 1.0}, "1.5B": {q.qid: 5.0}}, 1.0)
+    assert latency.tokens_per_s == pytest.approx(small_t)  # the default reader's tokens per second
+    assert cost[""] == pytest.approx(1.0) and cost["1.5B"] == pytest.approx(small_t / (big_t / 5.0))
+
+
+def test_escalation_layouts_and_a_reader_feature():
+    from voter.adaptive import candidate_layouts
+    from voter.selector import feature_names
+
+    pool = ["SE@1", "Wiki@10", "PK", "SE@1~1.5B", "Wiki@10~1.5B", "PK~1.5B"]
+    acc = {"SE@1": 0.4, "Wiki@10": 0.3, "PK": 0.1, "SE@1~1.5B": 0.5, "Wiki@10~1.5B": 0.45, "PK~1.5B": 0.2}
+    cost = {s: 100.0 * (2.4 if "~" in s else 1.0) for s in pool}
+    layouts = candidate_layouts(pool, acc, cost)
+    assert (("SE@1",), ("SE@1~1.5B",), ("Wiki@10", "PK", "Wiki@10~1.5B", "PK~1.5B")) in layouts
+    assert (("SE@1", "Wiki@10"), ("SE@1~1.5B", "Wiki@10~1.5B"), ("PK", "PK~1.5B")) in layouts
+    assert feature_names(pool)[-1] == "reader:1.5B" and not any(f.startswith("reader:") for f in feature_names(pool[:3]))
+    one = candidate_layouts(pool[:3], acc, cost)  # one reader: the layouts as before, no escalation
+    assert all(len({"~" in s for r in lay for s in r}) == 1 for lay in one)
