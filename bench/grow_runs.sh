@@ -2,6 +2,7 @@
 # Grow run logs by steps, in the background, resumably:
 #   bench/grow_runs.sh [STEP] [MAX]        (default 20 and 800 questions per split)
 #   EOR_MODELS="qwen2.5-coder-0.5b qwen2.5-coder-1.5b" EOR_SPLITS=fit bench/grow_runs.sh 20 400
+#   EOR_CONFIG=deploy/eor-cascade-fit.yaml EOR_SPLITS=fit bench/grow_runs.sh 10 400   (a pool of two readers)
 # Each step runs the whole pool (all 16 retrievers) through each reader in EOR_MODELS (default: the
 # shipped reader) over STEP more questions of each split in EOR_SPLITS (default: eval, then fit) of
 # ../shared/data/questions.dev.jsonl over the shared index (`eor index --corpus
@@ -22,7 +23,7 @@ for ((n = step; n <= max; n += step)); do
     for model in "${models[@]:-}"; do
       echo "$(date -u +%FT%TZ) $split --limit $n ${model:-(shipped reader)}"
       .venv/bin/eor run --questions "$questions" --split "$split" --limit "$n" --index shared --no-progress --json \
-        ${model:+--model "$model"} \
+        ${model:+--model "$model"} ${EOR_CONFIG:+--config "$EOR_CONFIG"} \
         || { echo "step failed (exit $?); its finished questions are kept, the next step retries the rest"; sleep 30; }
     done
   done

@@ -114,3 +114,42 @@ def test_escalation_layouts_and_a_reader_feature():
     assert feature_names(pool)[-1] == "reader:1.5B" and not any(f.startswith("reader:") for f in feature_names(pool[:3]))
     one = candidate_layouts(pool[:3], acc, cost)  # one reader: the layouts as before, no escalation
     assert all(len({"~" in s for r in lay for s in r}) == 1 for lay in one)
+
+
+def synthetic(n=40):
+    """n questions over a small pool of pairs: the strong reader right on 3 in 4, the default on 1 in 2."""
+    from retrievers.types import Candidate, Context
+    from serve.offline.dataset import Question
+
+    out = []
+    for i in range(n):
+        q = Question(f"q{i}", "nq" if i % 2 else "hotpotqa", f"question {i}", (f"gold{i}",))
+        cands = []
+        for s in ["SE@1", "Wiki@10", "SE@1~1.5B", "Wiki@10~1.5B"]:
+            strong = "~" in s
+            right = (i % 4 != 0) if strong else (i % 2 == 0)
+            answer = f"gold{i}" if right else f"wrong {s} {i}"
+            cands.append(Candidate(s, answer, Context(s), tokens=ReaderTokens(100, 4), logprobs=(-0.1 if right else -1.5,)))
+        out.append((q, QuestionResult(q.question, tuple(cands))))
+    return out
+
+
+def test_the_frontier_compares_each_reader_alone_and_the_cascade_by_cv():
+    from serve.offline.reader_frontier import STRONG_FIT_SPECS, compare, format_frontier, systems
+    from voter.question_vote import MetricOptions, build_metrics
+    from retrievers.spec import PAPER_POOL
+
+    assert "Wiki@10@CP" not in STRONG_FIT_SPECS and "ReFree" in STRONG_FIT_SPECS
+    assert list(config_from_dict(__import__("yaml").safe_load(open("deploy/eor-cascade-fit.yaml"))).pool.specs) \
+        == systems(PAPER_POOL, STRONG_FIT_SPECS, "1.5B")["cascade over both"]
+    scored = synthetic()
+    seconds = {"": {q.qid: 0.5 for q, _ in scored}, "1.5B": {q.qid: 1.25 for q, _ in scored}}
+    pools = systems(["SE@1", "Wiki@10"], ["SE@1", "Wiki@10"], "1.5B")
+    doc = compare(scored, seconds, pools, build_metrics(MetricOptions.parse("em"), None), ["em"], "mean",
+                  calibration=None)
+    got = doc["systems"]
+    assert list(got) == ["default reader only", "1.5B only", "cascade over both"]
+    assert got["cascade over both"]["reader_cost_per_token"]["1.5B"] == pytest.approx(2.5)
+    assert got["1.5B only"]["chosen"]["cv_match"] > got["default reader only"]["chosen"]["cv_match"]
+    assert got["cascade over both"]["best_single"].endswith("~1.5B")
+    assert "cascade over both" in format_frontier(doc)

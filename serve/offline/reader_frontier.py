@@ -1,0 +1,144 @@
+"""Depth against breadth, on the fit split only: the small reader alone, the strong reader alone
+and the cascade over (retriever, reader) pairs, each fitted as `eor fit` fits its rounds
+(5-fold CV by question, calibrated P, the cheapest layout within the tolerance), compared by
+cross-validated Match against expected latency (each reader's tokens at its measured cost):
+
+    .venv/bin/python -m serve.offline.reader_frontier --questions ../shared/data/questions.dev.jsonl \\
+        --index shared --reader 1.5B --plot var/eval/reader_frontier.png
+
+No eval-split question is read: this is where the choice between readers and layouts is made.
+Reads only questions both readers' run logs have finished (bench/grow_runs.sh with
+EOR_MODELS="qwen2.5-coder-0.5b qwen2.5-coder-1.5b" EOR_SPLITS=fit); it never starts an engine.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any, Sequence
+
+from retrievers.spec import PAPER_POOL, parse_spec, with_reader
+
+# The retrievers the strong reader reads in the fit pool: every one but the @CP compressions (a
+# 200-token summary each, then the answer: most of a question's reader time, at 2.4x the cost
+# through the 1.5B). The default reader reads all 16. deploy/eor-cascade-fit.yaml lists the pool.
+STRONG_FIT_SPECS = tuple(s for s in PAPER_POOL if not parse_spec(s).compress)
+
+
+def systems(specs: Sequence[str], strong_specs: Sequence[str], reader: str) -> dict[str, list[str]]:
+    """The three pools compared: the default reader's, the strong reader's, and both."""
+    strong = [with_reader(s, reader) for s in strong_specs]
+    return {"default reader only": list(specs), f"{reader} only": strong, "cascade over both": [*specs, *strong]}
+
+
+def _point(fit: Any) -> dict[str, Any]:
+    return {"rounds": [list(r) for r in fit.layout], "cv_match": round(fit.cv_accuracy, 4),
+            "cv_match_every_round": round(fit.cv_all_rounds, 4), "latency_s": round(fit.latency_s, 3),
+            "tokens": round(fit.tokens, 1), "rounds_run": round(fit.rounds, 3),
+            "first_round_share": round(fit.first_round_share, 4)}
+
+
+def frontier(args) -> dict[str, Any]:
+    from serve.builder import make_pool
+    from serve.config import load_config
+    from serve.offline.dataset import Selection, select_questions
+    from serve.offline.reader_runs import ReaderRuns
+    from voter.question_vote import MetricOptions, build_metrics
+
+    pools = systems(PAPER_POOL, STRONG_FIT_SPECS, args.reader)
+    joined = pools["cascade over both"]
+    config = load_config(args.config, {"index": {"name": args.index}, "pool": {"specs": joined}})
+    pool = make_pool(config)  # engines are built, never started: the run logs hold every answer
+    runs = ReaderRuns(config, pool, args.questions)
+    done = runs.load()
+    scored = [(q, done[q.qid]) for q in select_questions(Selection(args.questions, None, "fit", args.limit))
+              if q.qid in done]
+    if len(scored) < 20:
+        raise SystemExit(f"both readers' run logs hold {len(scored)} fit questions: grow them first (bench/grow_runs.sh)")
+    names = config.voter.metrics
+    metrics = build_metrics(MetricOptions.parse(",".join(names)), pool.reader)
+    doc = compare(scored, runs.seconds(), pools, metrics, names, config.voter.pooling, args.round_overhead,
+                  args.tolerance, None if args.calibration == "none" else args.calibration)
+    return {**doc, "reader": args.reader, "models": {r or "default": pool.readers[r].model_id for r in pool.readers}}
+
+
+def compare(scored: Sequence, seconds: dict[str, dict[str, float]], pools: dict[str, list[str]],
+            metrics: Sequence[Any], names: Sequence[str], pooling: str, round_overhead_s: float = 1.0,
+            tolerance: float = 0.005, calibration: str | None = "platt") -> dict[str, Any]:
+    """Each pool's rounds fitted as `eor fit` fits them, on the same questions; its chosen layout,
+    every candidate layout (the frontier) and its best single member, by CV on `scored`."""
+    from serve.offline.adaptive import fit_adaptive
+
+    out: dict[str, Any] = {"fit_questions": len(scored), "tolerance": tolerance, "systems": {}}
+    for name, specs in pools.items():
+        fitted = fit_adaptive(scored, specs, metrics, names, pooling, seconds, round_overhead_s, tolerance, calibration)
+        best = max(specs, key=lambda s: (fitted.accuracy[s], -specs.index(s)))
+        out["systems"][name] = {"chosen": _point(fitted.chosen), "layouts": [_point(f) for f in fitted.layouts],
+                                "best_single": best, "best_single_match": round(fitted.accuracy[best], 4),
+                                "reader_cost_per_token": fitted.reader_cost,
+                                "tokens_per_s": round(fitted.latency.tokens_per_s, 1)}
+    return out
+
+
+def format_frontier(doc: dict[str, Any]) -> str:
+    lines = [f"{doc['fit_questions']} fit questions (5-fold CV; no eval question read); readers {doc.get('models')}; "
+             f"cost per token {next(iter(doc['systems'].values()))['reader_cost_per_token']}",
+             f"{'system':22s} {'CV Match':>8s} {'latency s':>9s} {'rounds':>6s} {'stop@1':>6s}  best single pair"]
+    for name, s in doc["systems"].items():
+        c = s["chosen"]
+        lines.append(f"{name:22s} {c['cv_match']:8.3f} {c['latency_s']:9.1f} {c['rounds_run']:6.2f} "
+                     f"{c['first_round_share']:6.0%}  {s['best_single']} {s['best_single_match']:.3f}")
+        lines.append(f"{'':22s} rounds: " + " | ".join(", ".join(r) for r in c["rounds"]))
+    return "\n".join(lines)
+
+
+def frontier_plot(doc: dict[str, Any], path: Path) -> Path:
+    from serve.offline.plots import _figure
+
+    fig = _figure(6.0, 4.2)
+    ax = fig.add_subplot(1, 1, 1)
+    for (name, s), color in zip(doc["systems"].items(), ("tab:gray", "tab:orange", "tab:blue")):
+        pts = sorted((p["latency_s"], p["cv_match"]) for p in s["layouts"])
+        ax.scatter([x for x, _ in pts], [y for _, y in pts], s=14, color=color, alpha=0.6)
+        c = s["chosen"]
+        ax.scatter([c["latency_s"]], [c["cv_match"]], s=90, marker="*", color=color, label=f"{name} (chosen)")
+    ax.set_xlabel("expected seconds per question (each reader's tokens at its measured cost)")
+    ax.set_ylabel("cross-validated Match (fit split)")
+    ax.set_title(f"readers and layouts, {doc['fit_questions']} fit questions", fontsize=9)
+    ax.legend(fontsize=7, loc="lower right")
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path)
+    return path
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--questions", required=True)
+    ap.add_argument("--index", default="shared")
+    ap.add_argument("--config")
+    ap.add_argument("--reader", default="1.5B", help="the configured reader to compare with the default one")
+    ap.add_argument("--limit", type=int, default=None, help="the first N fit questions")
+    ap.add_argument("--tolerance", type=float, default=0.005)
+    ap.add_argument("--round-overhead", type=float, default=1.0)
+    ap.add_argument("--calibration", choices=("platt", "isotonic", "none"), default="platt")
+    ap.add_argument("--json", action="store_true")
+    ap.add_argument("--out", type=Path)
+    ap.add_argument("--plot", type=Path)
+    args = ap.parse_args(argv)
+    from serve.cli.common import _quiet_logs
+
+    _quiet_logs()
+    doc = frontier(args)
+    if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps(doc, indent=2) + "\n")
+    if args.plot:
+        frontier_plot(doc, args.plot)
+    print(json.dumps(doc, indent=2) if args.json else format_frontier(doc))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
