@@ -96,3 +96,10 @@ def make_pool(config: EorConfig, engine: ReaderEngine | None = None) -> Retrieve
     reader = make_reader(engine or make_engine(config), config)
     others = {name: make_reader(make_engine(config, reader=name), config) for name in used_readers(config) if name}
     return RetrieverPool(config.pool, make_sources(config, encoder), encoder, reader, others)
+
+
+def close_engines(pool: RetrieverPool) -> None:
+    """Stop every reader engine of the pool now (their worker processes), not at interpreter exit;
+    a later call (an NLI judge) starts the default one again."""
+    for reader in pool.readers.values():
+        reader.engine.close()

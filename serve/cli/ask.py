@@ -224,8 +224,12 @@ def _ask_local(args, questions, con, pools):
         if s not in pool.specs:
             raise KeyError(f"retriever {s!r} is not in the pool; pool: {', '.join(pool.specs)}")
     pool.load()
-    engine = pool.reader.engine
-    engine.on_start = lambda: con.step(f"starting the reader engine ({config.reader.model}, vLLM)")
+    from serve.config import reader_config
+
+    for name, reader in pool.readers.items():  # each engine starts on its first prompt
+        model = reader_config(config, name).model
+        what = f"the reader engine ({model}, vLLM)" if not name else f"reader {name}'s engine ({model}, vLLM)"
+        reader.engine.on_start = lambda what=what: con.step(f"starting {what}")
     t = time.time()
 
     def on_stage(k: int, n: int, specs: list[str]) -> None:

@@ -19,6 +19,7 @@ def _run_pool(args, config, pool, selection, questions):
     goes to $EOR_HOME/logs/eor.log unless --verbose, so stdout carries only the command's
     result (`--json`: JSON alone); the engine is stopped before the result is printed."""
     from serve.cli.console import Console
+    from serve.builder import close_engines
     from serve.offline.reader_runs import ReaderRuns
 
     t = time.perf_counter()
@@ -27,7 +28,7 @@ def _run_pool(args, config, pool, selection, questions):
         try:
             scored = runs.run(questions, args.batch_size, progress=not args.no_progress, stream=con.out)
         finally:  # also when interrupted (Ctrl-C, SIGTERM): the engine's processes go down with it
-            pool.reader.engine.close()  # its shutdown messages go to the log too (a later NLI judge starts it again)
+            close_engines(pool)  # their shutdown messages go to the log too (a later NLI judge starts it again)
     if not scored:
         raise ValueError("the pool accepted none of the selected questions")
     seconds = runs.seconds().values()  # each reader's part: a question's cold seconds are their sum

@@ -62,6 +62,10 @@ class FakePool:
         self.loads = 0
 
     @property
+    def readers(self) -> dict:
+        return {"": self.reader}
+
+    @property
     def specs(self) -> list[str]:
         return list(self.config.specs)
 

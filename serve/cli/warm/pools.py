@@ -6,8 +6,10 @@ from typing import Any
 
 
 def close_engine(pool) -> None:
-    """Stop the pool's reader engine now (its worker processes), not at interpreter exit."""
-    pool.reader.engine.close()
+    """Stop the pool's reader engines now (their worker processes), not at interpreter exit."""
+    from serve.builder import close_engines
+
+    close_engines(pool)
 
 
 class OneShot:
