@@ -96,3 +96,9 @@ def make_pool(config: EorConfig, engine: ReaderEngine | None = None) -> Retrieve
     reader = make_reader(engine or make_engine(config), config)
     others = {name: make_reader(make_engine(config, reader=name), config) for name in used_readers(config) if name}
     return RetrieverPool(config.pool, make_sources(config, encoder), encoder, reader, others)
+
+
+def pool_reader_models(pool: RetrieverPool) -> dict[str, str]:
+    """The pool's readers, name -> model id ("": the default): what a voter is checked against
+    (voter/question_vote.py: choose_voter) and what `eor fit` records."""
+    return {name: reader.model_id for name, reader in pool.readers.items()}

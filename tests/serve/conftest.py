@@ -53,6 +53,7 @@ class FakePool:
                  fail_after: int | None = None):
         self.config = PoolConfig(specs=tuple(specs))
         self.reader = CachedReader(FakeEngine())
+        self.other_readers: dict = {}  # name -> reader, for members SPEC~NAME
         self.answers = answers
         self.fail_after = fail_after
         self.calls: list[list[str]] = []
@@ -64,6 +65,11 @@ class FakePool:
     @property
     def specs(self) -> list[str]:
         return list(self.config.specs)
+
+    @property
+    def readers(self) -> dict:
+        """The pool's readers by name, as RetrieverPool has them ("": the default); a test adds others."""
+        return {"": self.reader, **self.other_readers}
 
     def load(self) -> "FakePool":
         self.loads += 1
