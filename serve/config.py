@@ -343,6 +343,12 @@ def used_readers(config: EorConfig, specs=None) -> list[str]:
     return [n for n in reader_names(config) if n in named or n == DEFAULT_READER_NAME]
 
 
+def reader_models(config: EorConfig) -> dict[str, str]:
+    """The readers this system runs (the pool's, `used_readers`), name -> model, for the
+    voter's reader check (voter/question_vote.py: choose_voter)."""
+    return {name: reader_config(config, name).model for name in used_readers(config)}
+
+
 def generator_reader(config: EorConfig) -> VLLMConfig | None:
     """The generator's engine settings, or None when the reader's engine serves `Generate`."""
     model = config.generator.model or config.reader.model

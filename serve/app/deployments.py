@@ -28,7 +28,7 @@ from serve.app import metrics
 from serve.app.handles import RemoteEncoder, RemoteReader, RemoteSource, StageClock, working_for
 from serve.app.placement import THIN, Placed
 from serve.builder import make_service_sources, source_shapes
-from serve.config import config_from_dict
+from serve.config import config_from_dict, reader_models
 from serve.deadline import Deadline
 from serve.ensemble import VoteDeadline
 from serve.orchestrator import RoundInput
@@ -134,35 +134,34 @@ class Voter(Placed):
         self.settings = config_from_dict(settings)
         self.pool = list(self.settings.pool.specs)
         self.reader_client = RemoteReader(reader, timeout_s=self.settings.service.ask_deadline_s)
-        self.reader_model = self.settings.reader.model
+        self.readers = reader_models(self.settings)  # a voter naming another reader is refused (or its fallback runs)
         self.choice = None
         self._recent: dict[str, Any] = {}  # voter key -> (choice, its metrics): Asks under way keep theirs
         self._set_weights(None, self.settings.voter.weights)
 
     def _set_weights(self, weights: dict | None, path: str) -> None:
         from serve.paths import pushed_voter_path
-        from voter.question_vote import VoterChoice, choose_voter, metric_options
-        from voter.weights_io import SavedWeights, check_compatible, save_weights
+        from voter.question_vote import checked_choice, choose_voter
+        from voter.weights_io import SavedWeights, save_weights
 
         if weights:
             saved = SavedWeights.from_dict(weights)
-            check_compatible(saved, pool=self.pool)
-            choice = VoterChoice(saved, metric_options(saved), "pushed")
+            choice = checked_choice(saved, "pushed", self.pool, self.readers)
             choice.describe()  # everything that can fail, before it is kept
-            save_weights(pushed_voter_path(), saved)  # survives a restart
+            save_weights(pushed_voter_path(), saved)  # survives a restart (the file as pushed, fallback and all)
         elif path == "equal":
-            choice = choose_voter(self.pool, self.reader_model, equal=True,
+            choice = choose_voter(self.pool, self.readers, equal=True,
                                   metrics=",".join(self.settings.voter.metrics), pooling=self.settings.voter.pooling)
         else:
             try:
-                choice = choose_voter(self.pool, self.reader_model, weights=path or None,
+                choice = choose_voter(self.pool, self.readers, weights=path or None,
                                       fallback=str(pushed_voter_path()))
             except ValueError as exc:
                 if path:  # a voter file named in the config must load
                     raise
                 log.error("the last pushed voter (%s) does not fit this service: %s; using the shipped voter",
                           pushed_voter_path(), exc)
-                choice = choose_voter(self.pool, self.reader_model)
+                choice = choose_voter(self.pool, self.readers)
         for w in choice.warnings:
             log.warning("voter: %s", w)
         sims = self._built_metrics(choice)  # the metric models load now, not in the first Ask's vote

@@ -28,7 +28,7 @@ from serve.app.health import HealthChecks
 from serve.app.placement import Placed
 from serve.app.errors import DeadlineExceeded, FailedPrecondition, Unauthenticated, Unimplemented, status_of
 from serve.builder import source_shapes
-from serve.config import config_from_dict
+from serve.config import config_from_dict, reader_models
 from serve.app.wire import (AskSpec, ask_reply, parse_ask, parse_generate, parse_retrieve,
                         parse_weights, retrieve_reply)
 from serve.deadline import Deadline
@@ -242,7 +242,7 @@ class EorIngress(Placed, HealthChecks):
         """Pushed weights, checked against the pool (auth included). Applying them is the front's
         job: it holds the app and redeploys the Voter's user_config (serve/app/application.py). The front
         calls this as "CheckVoterWeights", a name no proxy routes (it is not in the proto)."""
-        saved = parse_weights(request, self.pool)
+        saved = parse_weights(request, self.pool, reader_models(self.settings))
         return eor_pb2.SetVoterWeightsReply(source="checked", retrievers=saved.kept_specs())
 
     async def _refuse_weights(self, request) -> eor_pb2.SetVoterWeightsReply:

@@ -152,6 +152,7 @@ def scores(answers: Sequence[str], golds: Sequence[Sequence[str]]) -> dict[str, 
 
 def report(args) -> dict[str, Any]:
     from serve.offline.evaluation import EOR, EOR_16, EOR_PRUNED, replay_ensembles
+    from serve.builder import pool_reader_models
     from serve.offline.reader_runs import ReaderRuns
     from voter.question_vote import build_metrics, choose_voter
 
@@ -160,7 +161,7 @@ def report(args) -> dict[str, Any]:
         raise SystemExit(f"the run log holds {len(fit)} fit and {len(held)} eval questions of this selection: "
                          "grow it first (bench/grow_runs.sh)")
     specs = list(pool.specs)
-    choice = choose_voter(specs, pool.reader.model_id, weights=args.voter)
+    choice = choose_voter(specs, pool_reader_models(pool), weights=args.voter)
     metrics = build_metrics(choice.options, pool.reader)
     seconds = ReaderRuns(config, pool, args.questions).seconds()
     calibration = None if args.calibration == "none" else args.calibration
