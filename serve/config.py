@@ -9,7 +9,7 @@ the service's bearer token is read from the environment variable named by `servi
 from __future__ import annotations
 
 import os
-from dataclasses import asdict, dataclass, field, fields, is_dataclass
+from dataclasses import asdict, dataclass, field, fields, is_dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -335,8 +335,6 @@ def reader_config(config: EorConfig, name: str) -> VLLMConfig:
         raise KeyError(f"reader {name!r} is not configured (config section readers: "
                        f"{', '.join(config.readers) or 'none'})")
     value = config.readers[name]
-    from dataclasses import replace
-
     return replace(config.reader, **({"model": value} if isinstance(value, str) else value))
 
 
@@ -380,19 +378,12 @@ class GeneratorReader:
 
         return reader_deployment(self.reader) if self.reader is not None else "Generator"
 
-    def describe(self) -> str:
-        """"<model> (Reader_1.5B's engine)" or "<model> (its own engine, Generator)"."""
-        how = f"{self.deployment}'s engine" if self.reader is not None else f"its own engine, {self.deployment}"
-        return f"{self.model} ({how})"
-
 
 def generator_reader(config: EorConfig) -> GeneratorReader:
     """Which engine serves `Generate`: the first served reader (`used_readers`) whose model is the
     generator's, so one model never gets two engines; else its own, with the settings of the
     configured reader of that model if there is one (its KV cache), else the default reader's."""
     model = generator_model(config)
-    from dataclasses import replace
-
     for name in used_readers(config):
         if reader_config(config, name).model == model:
             return GeneratorReader(model, name, reader_config(config, name))

@@ -64,4 +64,5 @@ def engines_line(settings) -> str:
     if settings.generator.model == GENERATOR_AUTO:
         why = "; generator.model auto: the strong reader" if gen.model == STRONG_READER else \
             f"; generator.model auto: {STRONG_READER} is not prepared (eor models prepare {STRONG_READER})"
-    return f"readers: {readers}; Generate: {gen.describe()}{why}"
+    how = f"{gen.deployment}'s engine" if gen.reader is not None else f"its own engine, {gen.deployment}"
+    return f"readers: {readers}; Generate: {gen.model} ({how}){why}"
