@@ -124,11 +124,13 @@ class AdaptiveFit:
 
 def fit_adaptive(scored: Sequence, specs: Sequence[str], metrics: Sequence[Any], metric_names: Sequence[str],
                  pooling: str, seconds: dict[str, dict[str, float]], round_overhead_s: float = 1.0,
-                 tolerance: float = 0.005, calibration: str | None = "platt") -> AdaptiveFit:
+                 tolerance: float = 0.005, calibration: str | None = "platt",
+                 costs: tuple[LatencyModel, dict[str, float]] | None = None) -> AdaptiveFit:
     """Layouts compared by 5-fold CV on the fit questions; the chosen one refitted on all of them.
     `calibration`: voter/calibration.py's method for P(right) (None: the raw P, as a v3 file).
-    `seconds`: reader name -> qid -> cold seconds of its run log (ReaderRuns.seconds)."""
-    latency, weights = measured_latency(scored, seconds, round_overhead_s)
+    `seconds`: reader name -> qid -> cold seconds of its run log (ReaderRuns.seconds); `costs`
+    (the latency model and each reader's cost per token) replaces what they measure."""
+    latency, weights = costs or measured_latency(scored, seconds, round_overhead_s)
     run = pool_run(scored, specs, metrics, equal_vote(specs, metric_names, pooling), weights)
     acc = {s: float(run.right[:, m].mean()) for m, s in enumerate(specs)}
     cost = {s: float(np.mean([run.cost(i, frozenset({s})) for i in range(len(run))])) for s in specs}
