@@ -603,8 +603,15 @@ def test_a_real_prometheus_reads_the_dashboard_and_fires_the_regression_alert(se
             stub.AskBatch(eor_pb2.AskBatchRequest(questions=[q, q + " again"]), timeout=60)
             time.sleep(2)
         dash = json.loads((repo / "deploy" / "grafana-dashboard.json").read_text())
-        # (an equal-weights voter gives no P(right): ray_eor_confidence stays empty until a confidence-aware one votes)
-        exprs = [t["expr"] for p in dash["panels"] for t in p["targets"] if "ray_eor_confidence" not in t["expr"]]
+        # a confidence-aware voter (the shipped one's rounds and answer scorer, voting on EM as this service
+        # does), so the confidence panels get their P(right) and an abstention
+        shipped = load_weights(SHIPPED_VOTER)
+        sure = dataclasses.replace(shipped, metrics=("em",), weights=VoterWeights.from_arrays(
+            [1.0], shipped.weights.retriever_weights, 0.1))
+        from serve.cli import push_weights
+        assert push_weights(service.address, save_weights(tmp_path / "sure.json", sure)) == 0
+        stub.Ask(eor_pb2.AskRequest(question="who painted the mona lisa", min_confidence=1.0), timeout=60)
+        exprs = [t["expr"] for p in dash["panels"] for t in p["targets"]]
         empty, deadline = exprs, time.time() + 90
         while empty and time.time() < deadline:
             stub.Ask(eor_pb2.AskRequest(question="who painted the mona lisa"), timeout=60)
