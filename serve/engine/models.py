@@ -171,8 +171,9 @@ def prepare_model(name: str, force: bool = False) -> Path:
         loaded = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name,
                                                       torch_dtype=torch.float32)
         tokenizer = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
-        fresh = AutoModelForCausalLM.from_config(loaded.config, torch_dtype=torch.float32)
-        missing, unexpected = fresh.load_state_dict(loaded.state_dict(), strict=False)
+        with torch.device("meta"):  # no second copy of the weights: the 1.5B's fp32 copy is 7.1 GB
+            fresh = AutoModelForCausalLM.from_config(loaded.config, torch_dtype=torch.float32)
+        missing, unexpected = fresh.load_state_dict(loaded.state_dict(), strict=False, assign=True)
         if unexpected or [m for m in missing if "lm_head" not in m]:
             raise RuntimeError(f"GGUF conversion mismatch: missing={missing} unexpected={unexpected}")
         if missing:  # tied embeddings: lm_head shares the input embedding
