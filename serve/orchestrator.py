@@ -1,7 +1,7 @@
 """The rounds of one Ask: the one orchestrator of `eor ask` (in-process) and the service.
 
 A round: each source its retrievers read is searched once per question, at the depth the
-question's whole plan needs (retrievers/pool.py: `pending_searches`), unless an earlier round
+question's whole plan needs (retrievers/groundwork.py: `pending_searches`), unless an earlier round
 did; then ONE call per retriever group that holds the round's specs (as soon as the searches
 its specs read are done: a slow source holds up only its readers), with an immutable
 `RoundInput` (the questions, the specs, each question's `Groundwork`: what its earlier rounds
@@ -19,7 +19,9 @@ import asyncio
 from dataclasses import dataclass, replace
 from typing import Any, Callable, Mapping, Protocol, Sequence
 
-from retrievers.pool import Groundwork, PoolConfig, RoundRun, pending_searches, search_depths, search_found
+from retrievers.pool import PoolConfig
+
+from retrievers.groundwork import Groundwork, RoundRun, pending_searches, search_depths, search_found
 from retrievers.spec import parse_spec
 from retrievers.types import Failure, Passage, QuestionResult
 from serve.deadline import Deadline

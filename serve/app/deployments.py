@@ -23,7 +23,7 @@ from typing import Any
 
 from ray import serve
 
-from retrievers.pool import RoundRun
+from retrievers.groundwork import RoundRun
 from retrievers.types import QuestionResult
 from serve.app import metrics
 from serve.app.handles import RemoteEncoder, RemoteReader, RemoteSource, StageClock, working_for

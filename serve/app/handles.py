@@ -28,7 +28,7 @@ from typing import Any, Iterator, Mapping, Sequence
 
 from ray import exceptions as ray_exceptions
 
-from retrievers.pool import Groundwork, RoundRun
+from retrievers.groundwork import Groundwork, RoundRun
 from retrievers.reader import Generation, PromptText, SamplingParams
 from retrievers.sources.base import PASSAGES
 from retrievers.types import ERROR, TIMEOUT, Candidate, Failure, Passage, QuestionResult

@@ -185,7 +185,7 @@ def test_a_failed_search_is_not_redone_by_later_stages_of_the_question(memo_enco
     """A source that failed (here, or in the service's orchestrator) is in what the round found:
     a later round's retrievers that read it fail at once, with the first error, and the source
     is not asked again (in the service: not waited out again by every actor)."""
-    from retrievers.pool import Groundwork
+    from retrievers.groundwork import Groundwork
 
     bad = FakeSource("SE", [], fail=TimeoutError("slow"))
     s = Setup(memo_encoder, se=bad)
@@ -468,7 +468,7 @@ def test_stages_of_one_question_share_searches_pk_and_reranking(memo_encoder):
     """A cascade's rounds, each given what the earlier ones found (immutable, never merged back
     into): each source searched once at the depth the whole plan needs, PK written once,
     chunks embedded once; the candidates are the ones a single run of the same specs gives."""
-    from retrievers.pool import Groundwork
+    from retrievers.groundwork import Groundwork
 
     stages = [["SE@1", "SE@1@CP"], ["SE@RR@10", "PK"], ["HB@RR@10", "Wiki@10"], ["SE@RR@10@CP", "HB@RR@10@CP"]]
     plan = [s for st in stages for s in st]
@@ -519,7 +519,7 @@ def test_every_answer_carries_the_readers_logprobs(memo_encoder):
 
 def test_pending_searches_is_the_one_rule_for_what_a_stage_still_searches():
     """Every home of searching (a pool run, the rounds of an Ask in-process and in the service) asks it."""
-    from retrievers.pool import Groundwork, pending_searches, search_found
+    from retrievers.groundwork import Groundwork, pending_searches, search_found
 
     p = Passage("w1", "t", "text", "Wiki")
     work = [Groundwork(),
@@ -538,7 +538,7 @@ def test_pending_searches_is_the_one_rule_for_what_a_stage_still_searches():
 
 
 def test_groundwork_plus_keeps_the_deeper_search_and_the_first_pk_and_order():
-    from retrievers.pool import Groundwork, PKDocument
+    from retrievers.groundwork import Groundwork, PKDocument
     from retrievers.types import ReaderTokens
 
     a, b = Passage("a", "", "a"), Passage("b", "", "b")

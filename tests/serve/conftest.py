@@ -15,7 +15,8 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 import pytest
 
 from retrievers.engine import ReaderEngine
-from retrievers.pool import Groundwork, PoolConfig, RoundRun
+from retrievers.pool import PoolConfig
+from retrievers.groundwork import Groundwork, RoundRun
 from retrievers.reader import CachedReader, PromptText, SamplingParams
 from retrievers.types import ERROR, TIMEOUT, Candidate, Failure, Context, Passage, QuestionResult
 from voter.normalize import normalize_answer

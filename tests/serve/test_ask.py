@@ -5,7 +5,7 @@ import math
 
 import pytest
 
-from retrievers.pool import Groundwork
+from retrievers.groundwork import Groundwork
 from serve.cli import main
 from voter.question_vote import equal_weights
 from tests.serve.conftest import FakePool

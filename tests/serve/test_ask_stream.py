@@ -8,7 +8,7 @@ import asyncio
 import grpc
 
 from protos import eor_pb2
-from retrievers.pool import Groundwork, RoundRun
+from retrievers.groundwork import Groundwork, RoundRun
 from serve.app.deployments import VoterPlan
 from retrievers.types import Candidate, Context, QuestionResult
 from tests.serve.test_reader_recovery import _Handle, _ingress

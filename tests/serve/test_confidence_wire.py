@@ -20,7 +20,7 @@ import pytest
 from protos import eor_pb2, eor_pb2_grpc
 from retrievers.spec import PAPER_POOL
 from retrievers.types import Candidate, Context, QuestionResult
-from retrievers.pool import Groundwork, RoundRun
+from retrievers.groundwork import Groundwork, RoundRun
 from serve.app.deployments import VoterPlan
 from serve.cli import main
 from tests.serve.conftest import FakePool

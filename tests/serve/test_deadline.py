@@ -12,7 +12,7 @@ import grpc
 import pytest
 
 from protos import eor_pb2
-from retrievers.pool import Groundwork, RoundRun
+from retrievers.groundwork import Groundwork, RoundRun
 from retrievers.types import Candidate, Context, QuestionResult
 from serve.app.deployments import VoterPlan
 from serve.app.grpc_service import REPLY_MARGIN_S, client_deadline

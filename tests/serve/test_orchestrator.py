@@ -8,7 +8,9 @@ import asyncio
 import math
 import time
 
-from retrievers.pool import Groundwork, PKDocument, PoolConfig, RetrieverPool, RoundRun
+from retrievers.pool import PoolConfig, RetrieverPool
+
+from retrievers.groundwork import Groundwork, PKDocument, RoundRun
 from retrievers.reader import CachedReader
 from retrievers.sources.base import PAGES, PASSAGES
 from retrievers.spec import parse_spec
