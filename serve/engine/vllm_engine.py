@@ -6,7 +6,7 @@ engine schedules them together; prefix caching on (shared context first pays onc
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Sequence
 
 from retrievers.engine import ReaderEngine
@@ -34,9 +34,10 @@ class VLLMConfig:
     cpu_threads: str = "auto"  # VLLM_CPU_OMP_THREADS_BIND; auto = all cores
     cpu_kv_cache_gib: float = 2.0  # VLLM_CPU_KVCACHE_SPACE: ~45k tokens of SmolLM2-135M in fp32
     seed: int = 0
-    # torch.compile or not: None = by the job (eor ask: eager; fit, eval, serve: compiled). Measured here
-    # (bench/engine_settings.py, Qwen bf16): compiled starts in 80 s vs 36 s eager, then prefills 1.38x and
-    # decodes 1.17x faster, so it pays back after ~160 s of eager engine work: a 20-question eval, not one ask.
+    # torch.compile or not: None = by the job (eor ask: eager; fit, eval: compiled; the service on CPU: eager
+    # at once, then compiled: `service_stages`). Measured here (bench/engine_settings.py, Qwen bf16): compiled
+    # starts in 80 s vs 36 s eager, then prefills 1.38x and decodes 1.17x faster, so it pays back after ~160 s
+    # of eager engine work: a 20-question eval, not one ask.
     enforce_eager: bool | None = None
     # a compiled engine on CPU loads the graph an earlier start compiled (vLLM 0.32 saves it but cannot read
     # it back: serve/engine/compile_cache.py); False: it compiles at every start, as vLLM alone does
@@ -58,6 +59,27 @@ def resolve_dtype(config: VLLMConfig) -> tuple[bool, str]:
     if config.dtype != "auto":
         return on_cpu, config.dtype
     return on_cpu, ("bfloat16" if cpu_has_bf16() else "float32") if on_cpu else "bfloat16"
+
+
+@dataclass(frozen=True)
+class EngineStages:
+    """The engines a service runs for one reader, in order: `first` answers as soon as it is up;
+    `then`, if any, starts in the background and takes over when it is up (and after a restart,
+    the same again)."""
+
+    first: VLLMConfig
+    then: VLLMConfig | None = None
+
+
+def service_stages(config: VLLMConfig) -> EngineStages:
+    """On CPU, by the job (`enforce_eager` None): eager at once, then compiled. The eager engine
+    starts in half the time (36 s vs 80 s), so the service is ready and a crashed reader answers
+    again that much sooner, and the compiled one's speed comes a minute later. A set
+    `enforce_eager` is that engine alone, one at a time (a machine short of memory for two); a GPU
+    build runs the compiled one alone (each engine reserves its share of GPU memory)."""
+    if config.enforce_eager is not None or not resolve_dtype(config)[0]:
+        return EngineStages(config)
+    return EngineStages(replace(config, enforce_eager=True), replace(config, enforce_eager=False))
 
 
 def engine_args(config: VLLMConfig, path: str, dtype: str, on_cpu: bool) -> dict:

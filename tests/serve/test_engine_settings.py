@@ -1,9 +1,21 @@
-"""vLLM's arguments for a reader's settings (serve/engine/vllm_engine.py: `engine_args`); no
-engine starts."""
+"""Which engines a service runs for a reader's settings, and vLLM's arguments for each
+(serve/engine/vllm_engine.py: `service_stages`, `engine_args`); no engine starts."""
 from __future__ import annotations
 
 from serve.engine.compile_cache import WORKER_EXTENSION
-from serve.engine.vllm_engine import VLLMConfig, engine_args
+from serve.engine.vllm_engine import EngineStages, VLLMConfig, engine_args, service_stages
+
+
+def test_by_the_job_a_cpu_service_runs_eager_then_compiled():
+    config = VLLMConfig(device="cpu")
+    assert service_stages(config) == EngineStages(VLLMConfig(device="cpu", enforce_eager=True),
+                                                  VLLMConfig(device="cpu", enforce_eager=False))
+
+
+def test_a_set_enforce_eager_or_a_gpu_runs_one_engine():
+    for config in (VLLMConfig(device="cpu", enforce_eager=True), VLLMConfig(device="cpu", enforce_eager=False),
+                   VLLMConfig(device="cuda")):
+        assert service_stages(config) == EngineStages(config)
 
 
 def test_only_a_compiled_cpu_engine_loads_the_compile_cache():
