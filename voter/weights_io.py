@@ -1,5 +1,14 @@
 """The voter file: everything the live ensemble needs, as one versioned JSON document.
 
+`eor-voter/5` is `eor-voter/4` (adaptive model and calibrator optional, as in /2 to /4) that names
+its readers: `readers` maps every reader its members name (`Wiki@10~1.5B`: reader "1.5B",
+retrievers/spec.py) to the model it was fitted with, the default reader under "" (the
+provenance's reader_model), and `fallback` optionally holds a complete single-reader voter (the
+body of a voter file whose members are all read by the default reader) that a system lacking one
+of those readers may run instead (voter/question_vote.py: choose_voter). A voter read by the
+default reader alone, without a fallback, is still written in its older format, so its id does
+not change; older files read as readers {"": provenance.reader_model}.
+
 `eor-voter/4` is `eor-voter/3` whose adaptive model has a calibrator (voter/calibration.py) and
 stop thresholds on the calibrated P; a new format, so that a service that cannot calibrate
 refuses it rather than reading those thresholds against the raw P.
@@ -26,8 +35,9 @@ import json
 from dataclasses import asdict, dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
+from retrievers.spec import DEFAULT_READER_NAME, split_reader
 from voter.adaptive import AdaptiveModel
 from voter.cascade import Cascade
 from voter.estimator import EoRVoter, VoterConfig
@@ -37,10 +47,16 @@ from voter.voting import VoterWeights
 # default reader, by `eor fit` (docs/benchmarks.md). Every entry point uses it by default.
 SHIPPED_VOTER = Path(__file__).resolve().parent / "data" / "voter.json"
 
+FORMAT_V5 = "eor-voter/5"  # naming readers besides the default one, or with a single-reader fallback
 FORMAT_V4 = "eor-voter/4"  # with an adaptive model and the calibrator of its P(right)
 FORMAT = "eor-voter/3"  # with an adaptive model
 FORMAT_V2 = "eor-voter/2"  # without one
-FORMATS = (FORMAT_V4, FORMAT, FORMAT_V2, "eor-voter-weights/1")
+FORMATS = (FORMAT_V5, FORMAT_V4, FORMAT, FORMAT_V2, "eor-voter-weights/1")
+
+
+def member_readers(pool: Sequence[str]) -> list[str]:
+    """The readers a pool's members name, the default ("") first, then in pool order."""
+    return list(dict.fromkeys([DEFAULT_READER_NAME, *(split_reader(s)[1] for s in pool)]))
 
 
 def _now() -> str:
@@ -75,8 +91,13 @@ class SavedWeights:
     cascade: Cascade | None = None  # None: the kept retrievers in one stage
     # the confidence-aware model: when set, its rounds are the stages and its scorer votes and stops
     adaptive: AdaptiveModel | None = None
+    # reader name -> model id, for the readers its members name that it knows ("": the default
+    # reader, always provenance.reader_model); others given are dropped
+    readers: Mapping[str, str] = field(default_factory=dict)
+    fallback: "SavedWeights | None" = None  # a single-reader voter to run where a reader is missing
 
     def __post_init__(self) -> None:
+        self._check_readers()
         if self.cascade is not None:
             kept = set(self.kept_specs())
             if set(self.cascade.specs) != kept:
@@ -89,8 +110,32 @@ class SavedWeights:
         if self.weights.n_metrics != len(self.metrics):
             raise ValueError(f"{self.weights.n_metrics} metric weights for metrics {list(self.metrics)}")
 
+    def _check_readers(self) -> None:
+        """Normalise `readers` (the default reader from the provenance, only readers the members
+        name, in their order) and check that a fallback is a single-reader voter."""
+        default = self.provenance.reader_model
+        given = dict(self.readers)
+        if not all(isinstance(n, str) and isinstance(m, str) for n, m in given.items()):
+            raise ValueError("readers must map reader names to model ids (strings)")
+        if given.get(DEFAULT_READER_NAME, default) != default:
+            raise ValueError(f"readers[''] is {given[DEFAULT_READER_NAME]!r}, but the voter was fitted with reader "
+                             f"{default!r} (provenance.reader_model)")
+        given[DEFAULT_READER_NAME] = default
+        object.__setattr__(self, "readers", {n: given[n] for n in member_readers(self.pool) if n in given})
+        fb = self.fallback
+        if fb is not None and (fb.fallback is not None or member_readers(fb.pool) != [DEFAULT_READER_NAME]):
+            raise ValueError("fallback: a single-reader voter (members read by the default reader, no fallback of "
+                             "its own)")
+
+    @property
+    def named_readers(self) -> list[str]:
+        """The readers its members name ("" : the default), whether or not it records their models."""
+        return member_readers(self.pool)
+
     @classmethod
-    def from_voter(cls, voter: EoRVoter, pool: Sequence[str], metrics: Sequence[str], provenance: Provenance) -> "SavedWeights":
+    def from_voter(cls, voter: EoRVoter, pool: Sequence[str], metrics: Sequence[str], provenance: Provenance,
+                   readers: Mapping[str, str] | None = None) -> "SavedWeights":
+        """`readers`: the models of the readers it was fitted with (the pool's, by name)."""
         w = voter._weights()
         return cls(
             pool=tuple(pool),
@@ -102,6 +147,7 @@ class SavedWeights:
             sim_threshold=float(voter.sim_threshold),
             dropped_vote=bool(voter.dropped_vote),
             upper_bound=float(voter.upper_bound),
+            readers=dict(readers or {}),
         )
 
     def kept_specs(self) -> list[str]:
@@ -146,14 +192,16 @@ class SavedWeights:
         if not self.fitted:
             return f"equal weights ({len(self.pool)} retrievers, no fit)"
         p = self.provenance
+        reader = ", ".join(f"{n} {m}" if n else m for n, m in self.readers.items())  # "M, 1.5B M15"
         stages = len(self.stages.stages)
         if self.adaptive is not None:
             n = len(self.stages.specs)
             kind = "confidence-aware, calibrated" if self.adaptive.calibrator is not None else "confidence-aware"
-            return (f"fitted voter {self.digest} (reader {p.reader_model}, {p.n_questions} questions; {kind}: "
+            return (f"fitted voter {self.digest} (reader {reader}, {p.n_questions} questions; {kind}: "
                     f"{n} of {len(self.pool)} retrievers in {stages} round{'s' * (stages > 1)})")
-        return (f"fitted voter {self.digest} (reader {p.reader_model}, {p.n_questions} questions; "
+        return (f"fitted voter {self.digest} (reader {reader}, {p.n_questions} questions; "
                 f"{len(self.kept_specs())} of {len(self.pool)} retrievers in {stages} stage{'s' * (stages > 1)})")
+
     def voter(self) -> EoRVoter:
         """A ready-to-vote EoRVoter carrying these weights."""
         return EoRVoter.from_weights(
@@ -165,9 +213,15 @@ class SavedWeights:
             upper_bound=self.upper_bound,
         )
 
+    @property
+    def records_readers(self) -> bool:
+        """Whether it needs the readers section (eor-voter/5): another reader, or a fallback."""
+        return list(self.readers) != [DEFAULT_READER_NAME] or self.fallback is not None
+
     def to_dict(self) -> dict[str, Any]:
         d = {
-            "format": FORMAT_V2 if self.adaptive is None else FORMAT if self.adaptive.calibrator is None else FORMAT_V4,
+            "format": FORMAT_V5 if self.records_readers else FORMAT_V2 if self.adaptive is None
+            else FORMAT if self.adaptive.calibrator is None else FORMAT_V4,
             "pool": list(self.pool),
             "metrics": list(self.metrics),
             "pooling": self.pooling,
@@ -185,6 +239,10 @@ class SavedWeights:
         }
         if self.adaptive is not None:
             d["adaptive"] = self.adaptive.to_dict(self.pool)
+        if self.records_readers:
+            d["readers"] = dict(self.readers)
+        if self.fallback is not None:
+            d["fallback"] = self.fallback.to_dict()
         return d
 
     @classmethod
@@ -240,7 +298,28 @@ class SavedWeights:
             upper_bound=float(d.get("upper_bound", 0.6)),
             cascade=Cascade.from_dict(cascade) if cascade is not None else None,
             adaptive=AdaptiveModel.from_dict(d["adaptive"], d["pool"]) if d.get("adaptive") is not None else None,
+            **cls._readers_from_dict(d),
         )
+
+    @classmethod
+    def _readers_from_dict(cls, d: dict[str, Any]) -> dict[str, Any]:
+        """An eor-voter/5 file's readers (every reader its members name, with its model) and
+        fallback; nothing for older formats (their readers: the provenance's reader alone)."""
+        if d["format"] != FORMAT_V5:
+            return {}
+        readers = d["readers"]
+        if not isinstance(readers, dict):
+            raise ValueError("readers must map reader names to model ids")
+        unknown = [n for n in member_readers(d["pool"]) if n and n not in readers]
+        if unknown:
+            raise ValueError(f"readers: no model recorded for reader(s) {unknown} its retrievers name")
+        fallback = None
+        if d.get("fallback") is not None:
+            try:
+                fallback = cls.from_dict(d["fallback"])
+            except ValueError as exc:
+                raise ValueError(f"fallback: {str(exc).removeprefix('malformed voter file: ')}") from None
+        return {"readers": readers, "fallback": fallback}
 
 
 def _differences(what: str, saved: Sequence[str], current: Sequence[str]) -> str | None:

@@ -13,6 +13,11 @@ to `OUT/latest/`, and with `--metrics-port` the latest scores are served as Prom
 gauges (`eor_bench_score{suite,system,metric}`). A failed round is logged and counted
 (`eor_bench_failures_total`); the next round runs on schedule.
 
+`--min-confidence 0.5` asks the deployed path at that bar and reports it twice from the same
+replies: `deployed` (always answers, as before) and `deployed, abstains below 0.5` (the answers
+whose P(right) is below 0.5 withheld, scored as the suite's paper scores a refusal), with its
+abstention rate; every other row is unchanged.
+
 Each round is compared with a baseline round on the same instances (`OUT/baseline` when an
 operator pinned one, else the first finished round; `--baseline DIR` names one, also for a
 single run): per system, instances lost and gained and a sign test, in `regression.json`
@@ -34,7 +39,7 @@ from typing import Any, Sequence
 
 from bench.common import DEFAULT_CORPUS, DEFAULT_QUESTIONS
 from bench.robust import query_level, rare, regression, runner, sure
-from bench.robust.client import DEPLOYED, EOR
+from bench.robust.client import DEPLOYED, EOR, abstaining
 from bench.robust.report import headline, write_report
 from bench.robust.store import ResultStore
 
@@ -54,6 +59,17 @@ def parse_duration(text: str) -> float:
     if secs <= 0:
         raise argparse.ArgumentTypeError("the duration must be positive")
     return secs
+
+
+def parse_min_confidence(text: str) -> float:
+    """A P(right) bar above 0 and at most 1 (0 is the deployed row itself)."""
+    try:
+        p = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a probability: {text!r}") from None
+    if not 0 < p <= 1:  # NaN fails too
+        raise argparse.ArgumentTypeError(f"must be above 0 and at most 1 (0 is the deployed row itself), got {text}")
+    return p
 
 
 def _csv(text: str) -> list[str]:
@@ -84,6 +100,9 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--judge", choices=sorted(sure.JUDGES), default="content",
                     help="SURE: the semantic-equivalence judge: 'content' BERTScore both ways (default), "
                          "'reader' the service's reader with SURE's entailment prompt")
+    ap.add_argument("--min-confidence", type=parse_min_confidence, default=None, metavar="P",
+                    help="also report the deployed path abstaining below P(right) P, from the same replies "
+                         "(default: off)")
     ap.add_argument("--every", type=parse_duration, default=None, help="re-run on this schedule (e.g. 6h)")
     ap.add_argument("--rounds", type=int, default=None, help="with --every: stop after this many rounds "
                     "(default: for ever)")
@@ -99,7 +118,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def make_suite(args: argparse.Namespace, items) -> Any:
-    kw: dict[str, Any] = {"items": items, "seed": args.seed, "retrievers": tuple(args.retrievers)}
+    kw: dict[str, Any] = {"items": items, "seed": args.seed, "retrievers": tuple(args.retrievers),
+                          "min_confidence": args.min_confidence}
     if args.suite == "sure":
         if args.perturbations:
             kw["types"] = tuple(args.perturbations)
@@ -152,7 +172,8 @@ def run_once(args: argparse.Namespace, client, out: Path, items, health: dict | 
     out.mkdir(parents=True, exist_ok=True)
     meta = {"suite": args.suite, "server": args.server, "seed": args.seed, "dataset": args.dataset,
             "questions_file": str(args.questions), "limit": args.limit, "batch": args.batch,
-            "retrievers": list(args.retrievers), "model": (health or {}).get("model", "")}
+            "retrievers": list(args.retrievers), "model": (health or {}).get("model", ""),
+            "min_confidence": args.min_confidence}
     manifest = out / "manifest.json"
     if manifest.exists():
         before = json.loads(manifest.read_text(encoding="utf-8"))
@@ -171,8 +192,12 @@ def run_once(args: argparse.Namespace, client, out: Path, items, health: dict | 
     paths = write_report(metrics, out, meta, plots=not args.no_plots)
     name, scores = headline(metrics)
     best = metrics.get("best_single")
+    withheld = metrics.get("abstention")
+    abstains = (f"{withheld['system']} {_fmt(scores.get(withheld['system']))} (abstains on {_fmt(withheld['rate'])}), "
+                if withheld else "")
     print(f"{args.suite}: {stats.ran} instances run, {stats.skipped} already done; {name}: "
-          f"deployed {_fmt(scores.get(DEPLOYED))}, EoR {_fmt(scores.get(EOR))}, best single {best} {_fmt(scores.get(best))}")
+          f"deployed {_fmt(scores.get(DEPLOYED))}, {abstains}EoR {_fmt(scores.get(EOR))}, "
+          f"best single {best} {_fmt(scores.get(best))}")
     print("reports: " + ", ".join(paths.values()))
     return metrics
 
@@ -183,11 +208,12 @@ def compare_with_baseline(args: argparse.Namespace, run: Path, baseline: Path | 
         return None
     module = SUITES[args.suite]
     before, now = ResultStore(baseline).records(), ResultStore(run).records()
-    drops = regression.compare(module.outcomes(before), module.outcomes(now), args.alpha)
+    bar = args.min_confidence
+    drops = regression.compare(module.outcomes(before, bar), module.outcomes(now, bar), args.alpha)
     doc = {"baseline": str(baseline), "alpha": args.alpha, "systems": {s: d.to_dict() for s, d in drops.items()},
            "confidence": regression.confidence_drop(before, now)}
     (run / "regression.json").write_text(json.dumps(doc, indent=2) + "\n", encoding="utf-8")
-    for s in [x for x in (DEPLOYED, EOR) if x in drops]:
+    for s in [x for x in (DEPLOYED, abstaining(bar) if bar else None, EOR) if x in drops]:
         d = drops[s]
         print(f"{s} vs baseline {baseline.name}: {d.lost} instances lost, {d.gained} gained of {d.paired} paired "
               f"({d.points:+.1f} pts), sign test p = {d.p_value:.3f}" + ("  REGRESSION" if d.regression else ""))
@@ -217,6 +243,9 @@ class Exporter:
         self.instances = Gauge("eor_bench_instances", "Instances in the latest round", ["suite"], registry=self.registry)
         self.reader = Gauge("eor_bench_reader_seconds", "Reader seconds the latest round cost", ["suite"],
                             registry=self.registry)
+        self.abstention = Gauge("eor_bench_abstention_rate", "Share of the deployed path's answers withheld in the "
+                                "latest round (P(right) below --min-confidence)", ["suite", "system"],
+                                registry=self.registry)
         self.failures = Counter("eor_bench_failures", "Rounds that failed", ["suite"], registry=self.registry)
         self.regression = Gauge("eor_bench_regression", "1 when the latest round is worse than the baseline round "
                                 "(paired sign test p < alpha), else 0", ["suite", "system"], registry=self.registry)
@@ -237,6 +266,9 @@ class Exporter:
         self.score.clear()
         for system, metric, value in SUITES[suite].gauges(metrics):
             self.score.labels(suite=suite, system=system, metric=metric).set(value)
+        self.abstention.clear()
+        if (metrics.get("abstention") or {}).get("rate") is not None:
+            self.abstention.labels(suite=suite, system=metrics["abstention"]["system"]).set(metrics["abstention"]["rate"])
         self.last.labels(suite=suite).set(time.time())
         self.instances.labels(suite=suite).set(metrics["instances"])
         self.reader.labels(suite=suite).set(metrics["cost"]["total"]["reader_s"])

@@ -16,7 +16,9 @@ Protocol, as the paper's §3-§5 maps onto this service:
   pid, or when it contains the gold passage's whole text (an SE page holds several records).
 - Generator (§5.3): closed-book = the ReFree retriever's answer; oracle = Ask with the gold
   passages as the documents (every retriever reads them through its own ops; PK and ReFree
-  ignore them); RAG (§5.4) = a plain Ask. All scored with Match, for EoR and each retriever.
+  ignore them); RAG (§5.4) = a plain Ask. All scored with Match, for EoR and each retriever;
+  Match credits no refusal, so the deployed path's abstention (`--min-confidence`, its second
+  row) is not a match.
 - Correlations (§5.4, Table 2): per perturbed sample, the change from its original query in
   Recall@5 (RET; the system's own source: Wiki, SE, or Any for mixed, HB and EoR), in
   closed-book Match (CB) and in the system's oracle Match (OR), each Pearson-correlated with
@@ -29,6 +31,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Hashable, Sequence
 
+from bench.robust import abstention
 from bench.robust.client import Hit
 from bench.robust.data import Item
 from bench.robust.qa import leaks_answer, match
@@ -42,6 +45,8 @@ KS = (1, 3, 5, 10, 20)
 CORR_K = 5  # the paper's end-to-end k
 REPEAT_REASON = "same query as variant"
 LEAK_REASON = "the rewrite names the answer"
+#: each answers field -> the deployed reply behind its `deployed` answer
+DEPLOYED_FIELDS = {"rag": "deployed", "oracle": "oracle_deployed"}
 
 #: label -> (registry name, kwargs)
 PERTURBATIONS: dict[str, tuple[str, dict]] = {
@@ -105,6 +110,7 @@ class QueryLevelSuite:
     sources: Sequence[str] = ()  # empty: every source the service has
     k: int = max(KS)
     perturber: Perturber | None = None
+    min_confidence: float | None = None  # the deployed path's second row abstains below this P(right)
     name: str = NAME
     _by_qid: dict[str, Item] = field(default_factory=dict, init=False)
 
@@ -160,8 +166,9 @@ class QueryLevelSuite:
         qs = [queries[n] for n in asked]
         hits = client.retrieve(qs, self.k, self.sources)
         readers = with_readers(self.retrievers)
-        rag = client.ask(qs, retrievers=readers)
-        oracle = client.ask(qs, documents=[list(items[n].gold) for n in asked], retrievers=readers)
+        bar = self.min_confidence or 0.0
+        rag = client.ask(qs, retrievers=readers, min_confidence=bar)
+        oracle = client.ask(qs, documents=[list(items[n].gold) for n in asked], retrievers=readers, min_confidence=bar)
         for j, n in enumerate(asked):
             it = items[n]
             gold = {d.id: d.text for d in it.gold}
@@ -173,6 +180,7 @@ class QueryLevelSuite:
                 "rag": rag[j].by_system(), "rag_missing": list(rag[j].missing),
                 "oracle": oracle[j].by_system(), "oracle_missing": list(oracle[j].missing),
                 **({"deployed": rag[j].deployed.to_dict()} if rag[j].deployed is not None else {}),
+                **({"oracle_deployed": oracle[j].deployed.to_dict()} if oracle[j].deployed is not None else {}),
                 "latency_s": rag[j].latency_s + oracle[j].latency_s,
                 "ask_reader_s": rag[j].reader_s + oracle[j].reader_s})
         return records
@@ -192,7 +200,7 @@ class QueryLevelSuite:
         return repeats
 
     def score(self, records: list[dict]) -> dict:
-        return score(records)
+        return score(records, self.min_confidence)
 
 
 # ---------------------------------------------------------------------------- metrics
@@ -231,10 +239,12 @@ def record_id(r: dict) -> str:
     return r.get("id") or f"{r['qid']}/{r['perturbation']}/{r['variant']}"
 
 
-def score(records: list[dict]) -> dict:
+def score(records: list[dict], min_confidence: float | None = None) -> dict:
+    """The paper's tables per system; with `min_confidence`, the deployed path's abstaining row too."""
     all_recs = [r for r in records if r.get("suite", NAME) == NAME]
     repeats = repeated_variants(all_recs)
-    records = [r for r in all_recs if r.get("kept", True) and record_id(r) not in repeats]
+    records = abstention.with_row([r for r in all_recs if r.get("kept", True) and record_id(r) not in repeats],
+                                  min_confidence, DEPLOYED_FIELDS)
     unchanged: dict[str, int] = {}
     repeated: dict[str, int] = {}
     for r in all_recs:
@@ -291,12 +301,13 @@ def score(records: list[dict]) -> dict:
     return {"suite": NAME, "perturbations": perts, "systems": list(systems), "sources": sources, "ks": list(KS),
             "by_perturbation": by_pert, "correlations": correlations, "mean_rag_perturbed": mean_rag,
             "best_single": best, "questions": len(originals), "instances": len(all_recs),
-            "unchanged": unchanged, "repeated": repeated, "cost": run_cost(all_recs)}
+            "unchanged": unchanged, "repeated": repeated, "cost": run_cost(all_recs),
+            "abstention": abstention.rate(records, min_confidence, lambda r: r["perturbation"])}
 
 
-def outcomes(records: list[dict]) -> dict[str, dict[str, bool]]:
+def outcomes(records: list[dict], min_confidence: float | None = None) -> dict[str, dict[str, bool]]:
     """Per perturbed query and system: RAG Match (the headline's unit)."""
-    recs = [r for r in records if r.get("suite", NAME) == NAME]
+    recs = abstention.with_row([r for r in records if r.get("suite", NAME) == NAME], min_confidence, DEPLOYED_FIELDS)
     repeats = repeated_variants(recs)
     out: dict[str, dict[str, bool]] = {}
     for r in recs:

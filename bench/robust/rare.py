@@ -17,7 +17,8 @@ AskBatch entry that scores EoR and every single retriever at once):
   original query. Ground-truth and lexically-different documents: robust iff correct.
   Lexically-similar, no answer: correct or a safe refusal when g(q, ∅) = 1, a safe refusal
   when g(q, ∅) = 0. Real retrieval: correct or a safe refusal. Correct = Match (RARE's first,
-  lexical stage; its LLM second stage is not used), refusal = `qa.is_refusal`.
+  lexical stage; its LLM second stage is not used), refusal = `qa.is_refusal`, or the deployed
+  path's abstention (`--min-confidence`: its second row, `bench.robust.abstention`).
 - Scores (Table 4): overall = mean over all q ∈ Q, d ∈ D; query = q' ∈ Q' with d_gt; document
   = the original q with d' ∈ {no_answer, back_translate}; real-retrieval = the original q with
   the service's own retrieval.
@@ -29,6 +30,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any, Hashable, Sequence
 
+from bench.robust import abstention
 from bench.robust.client import Doc
 from bench.robust.data import Item
 from bench.robust.qa import contains_answer, is_refusal, leaks_answer, match
@@ -56,10 +58,11 @@ SCORES = ("overall", "query", "document", "retrieval")
 LEAK_REASON = "the rewrite names the answer"
 
 
-def judge(answer: str, gold: Sequence[str], setting: str, closed_book_correct: bool) -> bool:
-    """RARE Table 3: is this answer robust for this document setting?"""
-    correct = match(answer, gold)
-    refused = not correct and is_refusal(answer)
+def judge(answer: str, gold: Sequence[str], setting: str, closed_book_correct: bool, abstained: bool = False) -> bool:
+    """RARE Table 3: is this answer robust for this document setting? An abstention (the
+    service withheld its answer as not sure) is a refusal: never correct, safe where one is."""
+    correct = not abstained and match(answer, gold)
+    refused = abstained or (not correct and is_refusal(answer))
     if setting in ("gt", "back_translate"):
         return correct
     if setting == "no_answer":
@@ -77,6 +80,7 @@ class RareSuite:
     doc_settings: Sequence[str] = DOC_SETTINGS
     retrievers: Sequence[str] = ()
     perturber: Perturber | None = None
+    min_confidence: float | None = None  # the deployed path's second row abstains below this P(right)
     name: str = NAME
     _by_qid: dict[str, Item] = field(default_factory=dict, init=False)
 
@@ -144,7 +148,7 @@ class RareSuite:
         if asked:
             replies = client.ask([queries[n] for n in asked],
                                  documents=[docs[n] for n in asked] if docs is not None else None,
-                                 retrievers=with_readers(self.retrievers))
+                                 retrievers=with_readers(self.retrievers), min_confidence=self.min_confidence or 0.0)
             results = dict(zip(asked, replies))
         records = []
         for n in todo:
@@ -159,7 +163,7 @@ class RareSuite:
         return records
 
     def score(self, records: list[dict]) -> dict:
-        return score(records)
+        return score(records, self.min_confidence)
 
 
 # ---------------------------------------------------------------------------- metrics
@@ -188,9 +192,10 @@ def _in_score(r: dict, which: str) -> bool:
     raise ValueError(which)
 
 
-def score(records: list[dict]) -> dict:
+def score(records: list[dict], min_confidence: float | None = None) -> dict:
+    """Table 4's scores per system; with `min_confidence`, the deployed path's abstaining row too."""
     all_recs = [r for r in records if r.get("suite", NAME) == NAME]
-    records = [r for r in all_recs if r.get("kept", True)]
+    records = abstention.with_row([r for r in all_recs if r.get("kept", True)], min_confidence)
     dropped: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
     for r in all_recs:
         if not r.get("kept", True):
@@ -204,7 +209,7 @@ def score(records: list[dict]) -> dict:
         for s, a in r.get("answers", {}).items():
             if s in r.get("missing", ()):
                 continue
-            judged[s].append((r, judge(a, r["gold"], r["variant"], cb[r["qid"]])))
+            judged[s].append((r, judge(a, r["gold"], r["variant"], cb[r["qid"]], abstention.abstained(r, s))))
     per_system = {}
     for s in systems:
         js = judged.get(s, [])
@@ -213,25 +218,28 @@ def score(records: list[dict]) -> dict:
         for q in sorted({r["perturbation"] for r, _ in js}):
             for d in DOC_SETTINGS:
                 grid[q][d] = _mean([ok for r, ok in js if r["perturbation"] == q and r["variant"] == d])
-        answers = [(r, r["answers"][s]) for r, _ in js]
+        answers = [(r, r["answers"][s], abstention.abstained(r, s)) for r, _ in js]
         per_system[s] = {**scores, "grid": dict(grid), "n": len(js),
-                         "correct": _mean([match(a, r["gold"]) for r, a in answers]),
-                         "refusal": _mean([is_refusal(a) and not match(a, r["gold"]) for r, a in answers])}
+                         "correct": _mean([not no and match(a, r["gold"]) for r, a, no in answers]),
+                         "refusal": _mean([no or (is_refusal(a) and not match(a, r["gold"])) for r, a, no in answers])}
     singles = [s for s in systems if is_single(s) and per_system[s]["overall"] is not None]
     best = max(singles, key=lambda s: (per_system[s]["overall"], s), default=None)
     return {"suite": NAME, "systems": list(systems), "per_system": per_system, "best_single": best,
             "questions": len({r["qid"] for r in all_recs}), "closed_book_correct": sum(cb.values()),
             "doc_blind": [s for s in DOC_BLIND if s in systems], "instances": len(all_recs),
             "dropped": {d: dict(v) for d, v in dropped.items()},
+            "abstention": abstention.rate(records, min_confidence, lambda r: r["variant"]),
             "cost": run_cost(all_recs)}
 
 
-def outcomes(records: list[dict]) -> dict[str, dict[str, bool]]:
+def outcomes(records: list[dict], min_confidence: float | None = None) -> dict[str, dict[str, bool]]:
     """Per kept instance and system: robust by RARE Table 3 (the overall score's unit)."""
-    records = [r for r in records if r.get("suite", NAME) == NAME and r.get("kept", True)]
+    records = abstention.with_row([r for r in records if r.get("suite", NAME) == NAME and r.get("kept", True)],
+                                  min_confidence)
     cb = closed_book(records)
-    return {r["id"]: {s: judge(a, r["gold"], r["variant"], cb[r["qid"]]) for s, a in r.get("answers", {}).items()
-                      if s not in r.get("missing", ())} for r in records if r["qid"] in cb}
+    return {r["id"]: {s: judge(a, r["gold"], r["variant"], cb[r["qid"]], abstention.abstained(r, s))
+                      for s, a in r.get("answers", {}).items() if s not in r.get("missing", ())}
+            for r in records if r["qid"] in cb}
 
 
 def gauges(metrics: dict) -> list[tuple[str, str, float]]:

@@ -11,7 +11,7 @@ import math
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from bench.robust.client import DEPLOYED, ENSEMBLES, EOR
+from bench.robust.client import DEPLOYED, EOR, is_ensemble
 
 SUITE_TITLES = {"sure": "SURE", "rare": "RARE", "query": "Query-level"}
 RADAR_TITLES = {"sure": "mean RR per spurious-feature category", "rare": "RARE robustness scores",
@@ -29,7 +29,12 @@ def lead(metrics: dict) -> str:
 
 
 def _bold(metrics: dict, system: str) -> str:
-    return f"**{system}**" if system in ENSEMBLES else _label(metrics, system)
+    return f"**{system}**" if is_ensemble(system) else _label(metrics, system)
+
+
+def _detailed(metrics: dict) -> list[str]:
+    """The systems a report details: every ensemble row the run scored, then the best single."""
+    return [s for s in metrics["systems"] if is_ensemble(s)] + [s for s in [metrics.get("best_single")] if s]
 
 
 def write_report(metrics: dict, out_dir: str | Path, meta: dict | None = None, plots: bool = True) -> dict[str, str]:
@@ -92,7 +97,7 @@ def _delta(a: float | None, b: float | None) -> str:
 def _row_best(values: dict[str, float | None], exclude: Sequence[str] = ()) -> str:
     """The best single system on one row ("SE@1 36.7", "+2 tied" when others score the same):
     the run-wide best single can lose a row that another retriever wins."""
-    scored = sorted(((v, s) for s, v in values.items() if s not in ENSEMBLES and s not in exclude and v is not None),
+    scored = sorted(((v, s) for s, v in values.items() if not is_ensemble(s) and s not in exclude and v is not None),
                     key=lambda vs: (-vs[0], vs[1]))
     if not scored:
         return "–"
@@ -119,6 +124,7 @@ def markdown(metrics: dict, meta: dict) -> str:
     if DEPLOYED in scores:
         parts.append(f"\n**{DEPLOYED}**: the question asked as production asks it (no retrievers named: the live "
                      f"voter's cascade); **{EOR}**: the vote over every retriever the run named.\n")
+    parts.append(_md_abstention(metrics))
     if metrics.get("doc_blind"):
         parts.append(f"\n† {', '.join(metrics['doc_blind'])} read no given document (the service leaves them "
                      "unchanged): their scores under document perturbations do not measure document robustness.\n")
@@ -139,6 +145,30 @@ def _md_cost(cost: dict) -> str:
             + _table(["perturbation", "instances", "asked", "reader s", "reader s / asked", "wall s / asked"], rows)
             + "\nReader seconds add up the reader waits of the retriever groups, which run in parallel, so they "
               "exceed wall time. Per-instance figures include the Generate time of dropped instances.\n")
+
+
+_HOW_SCORED = {"rare": "RARE's judge counts an abstention a safe refusal: robust on answer-deleted documents and "
+                        "real retrieval (Table 3), never correct",
+               "sure": "SURE's Y is Match and credits no refusal (its NO-RES scores 0): an abstention is Y = 0",
+               "query": "Match credits no refusal: an abstention is no match"}
+_GROUPED_BY = {"rare": "document setting", "sure": "subset", "query": "perturbation"}
+
+
+def _md_abstention(m: dict) -> str:
+    """The deployed path's abstaining row: what it is, how the suite scores it, how often it abstained."""
+    a = m.get("abstention")
+    if not a:
+        return ""
+    rows = [(g, t["asked"], t["abstained"], _pct(t["rate"])) for g, t in a["by"].items()]
+    rows.append(("**total**", a["asked"], a["abstained"], _pct(a["rate"])))
+    out = (f"\n**{a['system']}**: the same replies, the answer withheld where its P(right) is below "
+           f"{a['min_confidence']:g} (AskReply.abstained); {_HOW_SCORED[m['suite']]}.\n\n"
+           f"## Abstention of the deployed path below P(right) {a['min_confidence']:g}\n\n"
+           + _table([_GROUPED_BY[m["suite"]], "asked", "abstained", "rate"], rows))
+    if a["no_confidence"]:
+        out += (f"\n{a['no_confidence']} asked instances were recorded before the service reported a confidence: "
+                f"they are not in the {a['system']} row.\n")
+    return out
 
 
 def _md_deployed_cost(d: dict | None) -> str:
@@ -176,8 +206,8 @@ def _md_sure(m: dict) -> str:
                    "wrote both (SURE means two different LLMs), so the two rows measure one perturbation.\n")
     elif same:
         out.append(f"\nsource_llm and source_self gave the same document in {same} of {compared} instances.\n")
-    for sysname in (DEPLOYED, EOR, best):
-        if not sysname or sysname not in ps:
+    for sysname in _detailed(m):
+        if sysname not in ps:
             continue
         out.append(f"\n## {sysname}: LR / RR / WR per subset (SURE Table 2)\n\n")
         header = ["perturbation"] + [f"{sub} {x}" for sub in ("K-G", "K-N", "U-G", "U-N", "Total") for x in ("LR", "RR", "WR")]
@@ -205,8 +235,8 @@ def _md_rare(m: dict) -> str:
     out.append(_table(["system", "overall", "query", "document", "real retrieval", "correct", "refusal"], rows))
     for setting, reasons in m.get("dropped", {}).items():
         out.append(f"\nDropped {setting} documents: " + ", ".join(f"{n} {why}" for why, n in reasons.items()) + ".\n")
-    for sysname in (DEPLOYED, EOR, best):
-        if not sysname or sysname not in ps:
+    for sysname in _detailed(m):
+        if sysname not in ps:
             continue
         grid = ps[sysname]["grid"]
         settings = ["gt", "no_answer", "back_translate", "retrieval"]
@@ -239,9 +269,7 @@ def _md_query(m: dict) -> str:
                      _row_best(bp[p]["rag"])))
     out.append(_table(["perturbation", "closed-book", f"{top} oracle", f"{top} RAG", f"{best or 'best'} oracle",
                        f"{best or 'best'} RAG", f"{top} − best RAG (pts)", "best single RAG on this row"], rows))
-    for sysname in (DEPLOYED, EOR, best):
-        if not sysname or sysname not in m["systems"]:
-            continue
+    for sysname in _detailed(m):
         perts = m["perturbations"][1:]
         out.append(f"\n## {sysname}: Pearson r of per-sample deltas with RAG Match (paper Table 2)\n\n")
         out.append(_table(["module", *perts], [(mod, *(_num(m["correlations"][p].get(sysname, {}).get(mod))
@@ -290,7 +318,7 @@ def write_plots(metrics: dict, out: Path) -> dict[str, str]:
     if rows:
         fig, ax = plt.subplots(figsize=(7, 0.35 * len(rows) + 1.2))
         systems = [s for s, _ in rows]
-        colors = ["tab:red" if s == lead(metrics) else "tab:orange" if s in ENSEMBLES else "tab:blue" if s == best else
+        colors = ["tab:red" if s == lead(metrics) else "tab:orange" if is_ensemble(s) else "tab:blue" if s == best else
                   "lightgrey" if s in metrics.get("doc_blind", ()) else "tab:grey" for s in systems]
         ax.barh([_label(metrics, s) for s in systems], [v for _, v in rows], color=colors)
         ax.invert_yaxis()

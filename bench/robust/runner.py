@@ -17,7 +17,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Hashable, Mapping, Protocol, Sequence
 
-from bench.robust.client import DEPLOYED, ENSEMBLES, EOR
+from bench.robust.client import DEPLOYED, EOR, is_ensemble
 from bench.robust.store import Instance, ResultStore
 
 #: a perturbation as the suites name it: label -> (registry name, constructor kwargs)
@@ -94,17 +94,18 @@ def run_suite(suite: Suite, client: Any, store: ResultStore, batch_size: int = 8
 
 
 def systems_of(answer_maps: Sequence[Mapping[str, Any]]) -> list[str]:
-    """Every system the records answer for, the ensembles first (the deployed path, then EoR
-    over the named retrievers), the retrievers in the order they first appear."""
+    """Every system the records answer for, the ensembles first (the deployed path, then its
+    abstaining row, then EoR over the named retrievers), the retrievers in the order they first appear."""
     seen: dict[str, None] = {}
     for m in answer_maps:
         seen.update(dict.fromkeys(m))
     head = [DEPLOYED] if DEPLOYED in seen else []
-    return head + [EOR] + [s for s in seen if s not in (DEPLOYED, EOR)]
+    head += sorted(s for s in seen if is_ensemble(s) and s not in (DEPLOYED, EOR))
+    return head + [EOR] + [s for s in seen if not is_ensemble(s)]
 
 
 def is_single(system: str) -> bool:
-    return system not in ENSEMBLES
+    return not is_ensemble(system)
 
 
 def reply_fields(r: Any) -> dict:

@@ -25,6 +25,9 @@ Protocol, as the paper's §3 maps onto this service:
   C == 0, LR = share of C == 1 (right -> wrong), WR = share of C == -1, per subset (K-G, K-N,
   U-G, U-N) and in total, for EoR's voted answer and every single retriever.
 - Figure 4's radar: the total RR of the perturbations of one category, averaged.
+- Refusals: Y is Match alone, so SURE credits none (its reader's "NO-RES" scores 0 like a wrong
+  answer, in the Unknown and Noise subsets too); the deployed path's abstaining row
+  (`--min-confidence`) is scored the same way: an abstention is Y = 0.
 
 PK and ReFree do not read grounding documents (the service leaves them unchanged), so their
 RR is 1 by construction: they are reported but never chosen as the "best single retriever".
@@ -35,6 +38,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any, Callable, Hashable, Mapping, Sequence
 
+from bench.robust import abstention
 from bench.robust.client import Doc
 from bench.robust.data import Item
 from bench.robust.perturb.textutil import same_words
@@ -108,6 +112,7 @@ class SureSuite:
     perturber: Perturber | None = None
     preserve: Preserve = content_preserve
     nli: str = "rewrites"  # one of NLI_MODES
+    min_confidence: float | None = None  # the deployed path's second row abstains below this P(right)
     name: str = NAME
     _by_qid: dict[str, Item] = field(default_factory=dict, init=False)
 
@@ -172,7 +177,7 @@ class SureSuite:
         if asked:
             replies = client.ask([items[n].question for n in asked],
                                  documents=[[Doc(texts[n], docs[n].title, docs[n].id, docs[n].source)] for n in asked],
-                                 retrievers=with_readers(self.retrievers))
+                                 retrievers=with_readers(self.retrievers), min_confidence=self.min_confidence or 0.0)
             results = dict(zip(asked, replies))
         records = []
         for n in todo:
@@ -183,7 +188,7 @@ class SureSuite:
         return records
 
     def score(self, records: list[dict]) -> dict:
-        return score(records, self.types)
+        return score(records, self.types, self.min_confidence)
 
 
 # ---------------------------------------------------------------------------- metrics
@@ -224,8 +229,14 @@ def same_source_docs(records: list[dict]) -> tuple[int, int]:
     return sum(docs["source_llm"][k] == docs["source_self"][k] for k in both), len(both)
 
 
-def score(records: list[dict], types: Sequence[str] | None = None) -> dict:
-    records = [r for r in records if r.get("suite", NAME) == NAME]
+def subset(r: dict, known: Mapping[str, bool]) -> str:
+    """K-G, K-N, U-G or U-N: the question Known closed-book or not, the document Golden or Noise."""
+    return ("K-" if known[r["qid"]] else "U-") + ("G" if r["variant"] == "golden" else "N")
+
+
+def score(records: list[dict], types: Sequence[str] | None = None, min_confidence: float | None = None) -> dict:
+    """LR/RR/WR per system; with `min_confidence`, the deployed path's abstaining row too."""
+    records = abstention.with_row([r for r in records if r.get("suite", NAME) == NAME], min_confidence)
     types = list(types) if types is not None else sorted({r["perturbation"] for r in records} - {"original"})
     known = known_by_qid(records)
     orig = {(r["qid"], r["variant"]): r for r in records if r["perturbation"] == "original"}
@@ -242,7 +253,7 @@ def score(records: list[dict], types: Sequence[str] | None = None) -> dict:
                 o = orig.get((r["qid"], r["variant"]))
                 if not r["kept"] or o is None or r["qid"] not in known or not (_answered(r, s) and _answered(o, s)):
                     continue
-                sub = ("K-" if known[r["qid"]] else "U-") + ("G" if r["variant"] == "golden" else "N")
+                sub = subset(r, known)
                 pair = (match(o["answers"][s], r["gold"]), match(r["answers"][s], r["gold"]))
                 pairs[sub].append(pair)
                 pairs["Total"].append(pair)
@@ -261,13 +272,15 @@ def score(records: list[dict], types: Sequence[str] | None = None) -> dict:
         "known": sum(known.values()), "unknown": sum(not v for v in known.values()),
         "best_single": best, "doc_blind": [s for s in DOC_BLIND if s in systems],
         "instances": len(records), "cost": run_cost(records), "same_source_docs": same_source_docs(records),
+        "abstention": abstention.rate([r for r in records if r["qid"] in known], min_confidence,
+                                      lambda r: subset(r, known)),
     }
 
 
-def outcomes(records: list[dict]) -> dict[str, dict[str, bool]]:
+def outcomes(records: list[dict], min_confidence: float | None = None) -> dict[str, dict[str, bool]]:
     """Per perturbed instance and system, the headline's unit: robust (C = 0, as right or as
     wrong as on the original document). What a round is compared with its baseline by."""
-    records = [r for r in records if r.get("suite", NAME) == NAME]
+    records = abstention.with_row([r for r in records if r.get("suite", NAME) == NAME], min_confidence)
     known = known_by_qid(records)
     orig = {(r["qid"], r["variant"]): r for r in records if r["perturbation"] == "original"}
     out: dict[str, dict[str, bool]] = {}

@@ -52,7 +52,8 @@ class PerturbOnlyClient:
                  starts: Sequence[str] = ()) -> list[str]:
         return self.client.generate(prompts, max_tokens=max_tokens, temperature=temperature, starts=starts)
 
-    def ask(self, questions: Sequence[str], documents=None, retrievers: Sequence[str] = ()) -> list[AskResult]:
+    def ask(self, questions: Sequence[str], documents=None, retrievers: Sequence[str] = (),
+            min_confidence: float = 0.0) -> list[AskResult]:
         return [AskResult(question=q, answer="", retriever="", answers={}) for q in questions]
 
     def retrieve(self, questions: Sequence[str], k: int, sources: Sequence[str] = ()) -> list[dict]:

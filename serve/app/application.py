@@ -4,7 +4,9 @@
     app_builder(args)          -> for `serve run deploy/serve.yaml` (args: config / settings)
     LocalService(settings)     -> `eor serve`: a local Ray (127.0.0.1), the app, the gRPC front
 
-Deployments (one replica each here; KubeRay scales them): Reader (vLLM), one Source_<name> per
+Deployments (one replica each here; KubeRay scales them): Reader (vLLM, the default reader), one
+Reader_<name> per other reader a pool member names (`Wiki@10~1.5B`: Reader_1.5B, its own engine),
+Generator (only when no served reader runs the generator's model), one Source_<name> per
 configured knowledge source (index.sources: Source_Wiki, encoder + faiss, also the @RR encoder;
 Source_SE, Lucene), one RetrieverGroup per group of specs (service.retriever_actors), Voter
 (weights in user_config), EorIngress.
@@ -59,10 +61,12 @@ def _pin_version(deployment: Any, version: str) -> Any:
 def build_app(settings: EorConfig, voter_config: dict | None = None):
     """The application; `voter_config` (the Voter's user_config) defaults to the settings'
     weights file, or equal weights."""
+    from retrievers.spec import DEFAULT_READER_NAME
     from serve.app.deployments import RetrieverGroup, Source, Voter
     from serve.app.ingress import EorIngress
-    from serve.app.placement import actor_options, source_deployment
+    from serve.app.placement import actor_options, reader_deployment, source_deployment
     from serve.app.reader import Reader
+    from serve.config import generator_reader, reader_config, used_readers
 
     d = settings.to_dict()
     version = hashlib.sha256(json.dumps(d, sort_keys=True).encode()).hexdigest()[:16]
@@ -76,22 +80,30 @@ def build_app(settings: EorConfig, voter_config: dict | None = None):
     def pin(dep: Any, name: str, base: dict | None = None) -> Any:  # named, placed, versioned
         return _pin_version(dep.options(name=name, ray_actor_options=actor_options(placed, name, base)), version)
 
-    reader = pin(Reader, "Reader", reader_opts).bind(d)
-    from dataclasses import asdict
-
-    from serve.config import generator_reader
-
-    own = generator_reader(settings)  # None: the reader's engine serves Generate too
-    generator = reader if own is None else pin(Reader, "Generator", reader_opts).bind({**d, "reader": asdict(own)})
+    readers = {}  # every reader a pool member names, its own engine and deployment ("": the default)
+    for name in used_readers(settings):
+        own = _with_reader(d, reader_config(settings, name))
+        readers[name] = pin(Reader, reader_deployment(name), reader_opts).bind(own)
+    reader, others = readers[DEFAULT_READER_NAME], {n: h for n, h in readers.items() if n}
+    gen = generator_reader(settings)  # a served reader of its model serves Generate, else its own engine
+    generator = readers[gen.reader] if gen.reader is not None else \
+        pin(Reader, gen.deployment, reader_opts).bind(_with_reader(d, gen.settings))
     sources = {name: pin(Source, source_deployment(name)).bind(d, name) for name in settings.index.sources}
     group_specs = actor_groups(settings)
-    groups = [pin(RetrieverGroup, f"Retrievers_{i}").bind(d, list(g), sources, reader)
+    groups = [pin(RetrieverGroup, f"Retrievers_{i}").bind(d, list(g), sources, reader, others)
               for i, g in enumerate(group_specs)]
     if voter_config is None:
         voter_config = {"weights_file": settings.voter.weights} if settings.voter.weights else {}
-    voter = pin(Voter.options(user_config=voter_config), "Voter").bind(d, reader)
+    voter = pin(Voter.options(user_config=voter_config), "Voter").bind(d, reader)  # NLI: the default reader
     return pin(EorIngress, INGRESS).bind(d, groups, [list(g) for g in group_specs], voter, reader,
-                                         sources, generator)
+                                         sources, generator, others)
+
+
+def _with_reader(settings: dict, engine: Any) -> dict:
+    """The settings a Reader deployment gets: its own engine settings (VLLMConfig) as `reader`."""
+    from dataclasses import asdict
+
+    return {**settings, "reader": asdict(engine)}
 
 
 def app_builder(args: dict[str, Any]):

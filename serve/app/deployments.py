@@ -6,7 +6,8 @@
   configured one's `encode()` is the @RR encoder.
 - `RetrieverGroup`: a thin actor (no torch) running the ordinary `RetrieverPool` over its
   specs (one, or the whole pool: `service.retriever_actors`) with remote sources, encoder and
-  reader (serve/app/handles.py): one `run(RoundInput) -> RoundRun` per round of an Ask.
+  readers (serve/app/handles.py; a member `SPEC~NAME` reads with the Reader_<NAME> deployment):
+  one `run(RoundInput) -> RoundRun` per round of an Ask.
 - `Voter`: the EoR voter; its weights come from `user_config` (live updates, no restart).
 
 Every deployment takes the application settings as a plain dict (EorConfig.to_dict()).
@@ -28,7 +29,7 @@ from serve.app import metrics
 from serve.app.handles import RemoteEncoder, RemoteReader, RemoteSource, StageClock, working_for
 from serve.app.placement import THIN, Placed
 from serve.builder import make_service_sources, source_shapes
-from serve.config import config_from_dict
+from serve.config import config_from_dict, reader_models, used_readers
 from serve.deadline import Deadline
 from serve.ensemble import VoteDeadline
 from serve.orchestrator import RoundInput
@@ -77,8 +78,10 @@ GROUP_CONCURRENCY = 32  # Asks one retriever actor runs at once (each a thread w
 class RetrieverGroup(Placed):
     """A few retriever specs in one thin actor, run by the ordinary staged RetrieverPool."""
 
-    def __init__(self, settings: dict, specs: list[str], handles: dict[str, Any], reader: Any):
-        """`handles`: name -> Source deployment, in the configured order."""
+    def __init__(self, settings: dict, specs: list[str], handles: dict[str, Any], reader: Any,
+                 readers: dict[str, Any] | None = None):
+        """`handles`: name -> Source deployment, in the configured order; `reader`: the default
+        reader's deployment, `readers`: the other readers' (Reader_<name>) by the name specs give."""
         from retrievers.pool import RetrieverPool
 
         s = config_from_dict(settings)
@@ -88,9 +91,11 @@ class RetrieverGroup(Placed):
         self.specs = list(specs)
         self.config = replace(s.pool, specs=tuple(specs))
         encoder = RemoteEncoder(next(iter(handles.values())), t) if handles else None
-        reader_client = RemoteReader(reader, timeout_s=t)  # the Reader formats, deduplicates and caches
-        self._pools = {0: RetrieverPool(self.config, sources, encoder, reader_client)}
-        self._make = lambda k: RetrieverPool(replace(self.config, default_k=k), sources, encoder, reader_client)
+        # the Readers format, deduplicate and cache; each of this group's members reads with its own
+        default = RemoteReader(reader, timeout_s=t)
+        others = {name: RemoteReader((readers or {})[name], timeout_s=t) for name in used_readers(s, specs) if name}
+        self._pools = {0: RetrieverPool(self.config, sources, encoder, default, others)}
+        self._make = lambda k: RetrieverPool(replace(self.config, default_k=k), sources, encoder, default, others)
         # one thread per ongoing request: asyncio's default executor has min(32, cores + 4), and with
         # one actor for the whole pool every concurrent Ask's stage runs here
         self._threads = ThreadPoolExecutor(max_workers=GROUP_CONCURRENCY, thread_name_prefix="retrievers")
@@ -134,35 +139,34 @@ class Voter(Placed):
         self.settings = config_from_dict(settings)
         self.pool = list(self.settings.pool.specs)
         self.reader_client = RemoteReader(reader, timeout_s=self.settings.service.ask_deadline_s)
-        self.reader_model = self.settings.reader.model
+        self.readers = reader_models(self.settings)  # a voter naming another reader is refused (or its fallback runs)
         self.choice = None
         self._recent: dict[str, Any] = {}  # voter key -> (choice, its metrics): Asks under way keep theirs
         self._set_weights(None, self.settings.voter.weights)
 
     def _set_weights(self, weights: dict | None, path: str) -> None:
         from serve.paths import pushed_voter_path
-        from voter.question_vote import VoterChoice, choose_voter, metric_options
-        from voter.weights_io import SavedWeights, check_compatible, save_weights
+        from voter.question_vote import checked_choice, choose_voter
+        from voter.weights_io import SavedWeights, save_weights
 
         if weights:
             saved = SavedWeights.from_dict(weights)
-            check_compatible(saved, pool=self.pool)
-            choice = VoterChoice(saved, metric_options(saved), "pushed")
+            choice = checked_choice(saved, "pushed", self.pool, self.readers)
             choice.describe()  # everything that can fail, before it is kept
-            save_weights(pushed_voter_path(), saved)  # survives a restart
+            save_weights(pushed_voter_path(), saved)  # survives a restart (the file as pushed, fallback and all)
         elif path == "equal":
-            choice = choose_voter(self.pool, self.reader_model, equal=True,
+            choice = choose_voter(self.pool, self.readers, equal=True,
                                   metrics=",".join(self.settings.voter.metrics), pooling=self.settings.voter.pooling)
         else:
             try:
-                choice = choose_voter(self.pool, self.reader_model, weights=path or None,
+                choice = choose_voter(self.pool, self.readers, weights=path or None,
                                       fallback=str(pushed_voter_path()))
             except ValueError as exc:
                 if path:  # a voter file named in the config must load
                     raise
                 log.error("the last pushed voter (%s) does not fit this service: %s; using the shipped voter",
                           pushed_voter_path(), exc)
-                choice = choose_voter(self.pool, self.reader_model)
+                choice = choose_voter(self.pool, self.readers)
         for w in choice.warnings:
             log.warning("voter: %s", w)
         sims = self._built_metrics(choice)  # the metric models load now, not in the first Ask's vote

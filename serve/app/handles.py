@@ -9,7 +9,7 @@ ordinary `RetrieverPool` runs while the heavy parts live once elsewhere:
 
 - `RemoteSource`  -> a source deployment's `search(queries, k)` (Wiki: faiss; SE: Lucene/HTTP; ...)
 - `RemoteEncoder` -> the first source deployment's `encode(texts)` (the @RR reranker)
-- `RemoteReader`  -> the reader deployment: typed prompts (`PromptText`) go as they are; the
+- `RemoteReader`  -> a reader deployment (one per served reader): typed prompts (`PromptText`) go as they are; the
   Reader formats them (it holds the tokenizer and chat template), deduplicates, caches and
   counts their tokens: one cache and dedup layer, on the reader's side.
 
@@ -191,8 +191,8 @@ class RemoteEncoder:
 
 
 class RemoteReader:
-    """A `PromptReader` whose calls go to the shared reader deployment, under the request's
-    deadline: the pool's and the voter's reader in a thin actor."""
+    """A `PromptReader` whose calls go to a reader deployment, under the request's deadline: the
+    pool's readers and the voter's in a thin actor."""
 
     def __init__(self, handle: Any, model_id: str = "remote-reader", timeout_s: float | None = None):
         self.handle = handle

@@ -1,4 +1,4 @@
-"""Health: the reader's counters, which parts answer a ping, where each deployment runs, and
+"""Health: every reader's counters, which parts answer a ping, where each deployment runs, and
 which voter is live. A mixin of the ingress (serve/app/ingress.py), which owns the handles;
 grpc.health.v1 probes use `serving` (no pings: a probe has ~1 s)."""
 from __future__ import annotations
@@ -11,53 +11,71 @@ from serve.app.handles import bounded
 from serve.app.placement import placements, source_deployment
 from serve.deadline import Deadline
 
+STATS_S = 10.0  # the longest Health waits for a reader's counters
+
 
 class HealthChecks:
-    """Needs the ingress's `reader`, `voter`, `generator`, `sources`, `groups` and `pool`."""
+    """Needs the ingress's `reader`, `readers` (deployment name -> handle, the default reader's
+    first), `voter`, `generator`, `sources`, `groups` and `pool`."""
 
     async def _health(self, request, pings: bool = True) -> eor_pb2.HealthReply:
         """`pings`: also ping every retriever actor and source (up to 2 s when one hangs);
         grpc.health.v1 probes skip them (a probe has ~1 s, and a degraded part is no reason
-        to take the pod out)."""
+        to take the pod out). Any reader down or silent: NOT_SERVING, its own line in `detail`."""
         reply = eor_pb2.HealthReply(retrievers=self.pool)
-        try:
-            st = await asyncio.wait_for(self._stats(), 10.0)
-        except Exception as exc:
-            reply.status = eor_pb2.HealthReply.NOT_SERVING
-            reply.detail = f"reader not answering: {type(exc).__name__}"
+        stats = await self._reader_stats()
+        reply.readers.extend(stats.values())
+        default = next(iter(stats.values()))
+        down = [(name, r.down) for name, r in stats.items() if r.down]
+        reply.status = eor_pb2.HealthReply.NOT_SERVING if down else eor_pb2.HealthReply.SERVING
+        reply.detail = "; ".join(why if name == default.deployment else f"{name}: {why}" for name, why in down)
+        reply.model = default.model
+        reply.reader_prompts = default.prompts
+        reply.reader_cache_hits = default.cache_hits
+        reply.reader_engine_calls = default.engine_calls
+        reply.reader_engine_prompts = default.engine_prompts
+        reply.reader_mean_batch = default.engine_prompts / default.engine_calls if default.engine_calls else 0.0
+        reply.reader_prompt_tokens = default.prompt_tokens
+        reply.reader_generated_tokens = default.generated_tokens
+        reply.reader_cached_tokens = default.cached_tokens
+        reply.reader_in_flight = default.in_flight
+        if not default.model:  # the default reader did not answer: nothing can be read
             return reply
-        reply.status = eor_pb2.HealthReply.SERVING
-        if st.get("down"):
-            reply.status = eor_pb2.HealthReply.NOT_SERVING
-            reply.detail = st["down"]
-        reply.model = st["model"]
-        reply.reader_prompts = st["prompts"]
-        reply.reader_cache_hits = st["cache_hits"]
-        reply.reader_engine_calls = st["engine_calls"]
-        reply.reader_engine_prompts = st["engine_prompts"]
-        reply.reader_mean_batch = st["mean_batch"]
-        reply.reader_prompt_tokens = st["prompt_tokens"]
-        reply.reader_generated_tokens = st["generated_tokens"]
-        reply.reader_cached_tokens = st.get("cached_tokens", 0)
-        reply.reader_in_flight = st.get("in_flight", 0)
         if pings:
             reply.unavailable.extend(await self._unavailable())
             reply.placement.extend(await placements(self._parts()))
         if reply.unavailable and reply.status == eor_pb2.HealthReply.SERVING:
             reply.detail = "degraded: not answering: " + ", ".join(reply.unavailable)
         try:
-            reply.voter = await asyncio.wait_for(self.voter.weights_source.remote(), 10.0)
-            reply.generator_model = st["model"] if self.generator is self.reader else \
-                await asyncio.wait_for(self.generator.model_id.remote(), 10.0)
+            reply.voter = await asyncio.wait_for(self.voter.weights_source.remote(), STATS_S)
+            shared = next((name for name, h in self.readers.items() if h is self.generator), None)
+            reply.generator_model = stats[shared].model if shared else \
+                await asyncio.wait_for(self.generator.model_id.remote(), STATS_S)
         except Exception as exc:
             reply.status = eor_pb2.HealthReply.NOT_SERVING
             reply.detail = f"voter or generator not answering: {type(exc).__name__}"
         return reply
 
+    async def _reader_stats(self) -> dict[str, eor_pb2.ReaderHealth]:
+        """Each reader deployment's counters (Reader.stats), asked at once; one that does not
+        answer within STATS_S is `down` with why."""
+        async def one(name: str, handle: Any) -> eor_pb2.ReaderHealth:
+            try:
+                st = await asyncio.wait_for(self._stats(handle), STATS_S)
+            except Exception as exc:
+                return eor_pb2.ReaderHealth(deployment=name, down=f"reader not answering: {type(exc).__name__}")
+            return eor_pb2.ReaderHealth(
+                deployment=name, model=st["model"], prompts=st["prompts"], cache_hits=st["cache_hits"],
+                engine_calls=st["engine_calls"], engine_prompts=st["engine_prompts"],
+                prompt_tokens=st["prompt_tokens"], generated_tokens=st["generated_tokens"],
+                cached_tokens=st.get("cached_tokens", 0), in_flight=st.get("in_flight", 0), down=st.get("down") or "")
+        found = await asyncio.gather(*[one(name, h) for name, h in self.readers.items()])
+        return {r.deployment: r for r in found}
+
     def _parts(self) -> list[tuple[str, Any]]:
         """Every deployment by name, for Health's placement (one line each)."""
-        parts = [("Reader", self.reader), ("Voter", self.voter)]
-        parts += [("Generator", self.generator)] if self.generator is not self.reader else []
+        parts = [*self.readers.items(), ("Voter", self.voter)]
+        parts += [("Generator", self.generator)] if all(h is not self.generator for h in self.readers.values()) else []
         parts += [(source_deployment(name), h) for name, h in self.sources.items()]
         parts += [(f"Retrievers_{i} ({', '.join(specs)})", h) for i, (specs, h) in enumerate(self.groups)]
         return parts
@@ -80,5 +98,6 @@ class HealthChecks:
         reply = await self._health(eor_pb2.HealthRequest(), pings=False)
         return reply.status == eor_pb2.HealthReply.SERVING, reply.detail
 
-    async def _stats(self) -> dict:
-        return await self.reader.stats.remote()
+    @staticmethod
+    async def _stats(handle: Any) -> dict:
+        return await handle.stats.remote()

@@ -25,10 +25,10 @@ from retrievers.reader import SamplingParams
 from serve.app import metrics
 from serve.app.handles import ServiceCrew, bounded
 from serve.app.health import HealthChecks
-from serve.app.placement import Placed
+from serve.app.placement import Placed, reader_deployment
 from serve.app.errors import DeadlineExceeded, FailedPrecondition, Unauthenticated, Unimplemented, status_of
 from serve.builder import source_shapes
-from serve.config import config_from_dict
+from serve.config import config_from_dict, reader_models
 from serve.app.wire import (AskSpec, ask_reply, parse_ask, parse_generate, parse_retrieve,
                         parse_weights, retrieve_reply)
 from serve.deadline import Deadline
@@ -41,7 +41,9 @@ OK = grpc.StatusCode.OK
 @serve.deployment(ray_actor_options={"num_cpus": 0}, max_ongoing_requests=256)
 class EorIngress(Placed, HealthChecks):
     def __init__(self, settings: dict, groups: list, group_specs: list, voter: Any, reader: Any,
-                 sources: dict | None = None, generator: Any = None):
+                 sources: dict | None = None, generator: Any = None, readers: dict | None = None):
+        """`reader`: the default reader's deployment; `readers`: the other served readers' by name
+        (Health); `generator`: the deployment behind Generate (default: the reader)."""
         self.settings = config_from_dict(settings)
         self.sources = dict(sources or {})  # name -> source deployment (Retrieve)
         self.shapes = source_shapes(self.settings)  # what each source's hits are (search depths)
@@ -50,6 +52,7 @@ class EorIngress(Placed, HealthChecks):
         self.groups = list(zip([tuple(g) for g in group_specs], groups))
         self.voter = voter
         self.reader = reader
+        self.readers = {reader_deployment(""): reader, **{reader_deployment(n): h for n, h in (readers or {}).items()}}
         self.generator = generator if generator is not None else reader  # Generate's model
         self.token = os.environ.get(self.limits.token_env, "") if self.limits.token_env else ""
         metrics.start_retriever_counters(self.pool)  # errors and timeouts read 0 before the first
@@ -242,7 +245,7 @@ class EorIngress(Placed, HealthChecks):
         """Pushed weights, checked against the pool (auth included). Applying them is the front's
         job: it holds the app and redeploys the Voter's user_config (serve/app/application.py). The front
         calls this as "CheckVoterWeights", a name no proxy routes (it is not in the proto)."""
-        saved = parse_weights(request, self.pool)
+        saved = parse_weights(request, self.pool, reader_models(self.settings))
         return eor_pb2.SetVoterWeightsReply(source="checked", retrievers=saved.kept_specs())
 
     async def _refuse_weights(self, request) -> eor_pb2.SetVoterWeightsReply:

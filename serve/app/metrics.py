@@ -2,7 +2,9 @@
 
 Every actor records into Ray's per-node metrics agent, which Prometheus scrapes at
 `http://<node>:<metrics_export_port>/metrics` (`eor serve` prints the address). Ray prefixes
-the names with `ray_`: `ray_eor_stage_seconds_bucket{stage="retrieve"}` etc. Outside a Ray
+the names with `ray_`: `ray_eor_stage_seconds_bucket{stage="retrieve"}` etc. Ray Serve adds the
+recording deployment as the `deployment` label, so each reader's series are its own:
+`ray_eor_reader_prompts{deployment="Reader_1.5B"}` beside `{deployment="Reader"}`. Outside a Ray
 worker (plain unit tests) the recorders do nothing.
 """
 from __future__ import annotations

@@ -6,6 +6,7 @@ what) and, for Health, the node each deployment's replica answers from.
       ray_address: 10.0.0.1:6379          # a running cluster (empty: Ray on this machine)
       placement:                          # deployment -> Ray resources it needs on its node
         Reader: {eor_reader: 1}
+        Reader_1.5B: {eor_reader: 1}        # a reader a pool member names (`Wiki@10~1.5B`)
         Retrievers: {eor_retrievers: 0.01}  # every retriever actor (Retrievers_0, _1, ...)
 """
 from __future__ import annotations
@@ -14,8 +15,15 @@ from typing import Any, Iterable
 
 THIN = {"num_cpus": 0}  # every deployment but the engines' work: the reader's threads are its own
 # the deployments `service.placement` may name ("Retrievers": every retriever actor), besides one
-# Source_<name> per configured knowledge source (`deployment_names`)
+# Reader_<name> per configured reader other than the default and one Source_<name> per configured
+# knowledge source (`deployment_names`)
 DEPLOYMENTS = ("Reader", "Generator", "Retrievers", "Voter", "EorIngress")
+
+
+def reader_deployment(name: str) -> str:
+    """The deployment serving the reader `name`: "Reader" for the default one (""), Reader_<name>
+    for one of the config's `readers` (Reader_1.5B)."""
+    return f"Reader_{name}" if name else "Reader"
 
 
 def source_deployment(name: str) -> str:
@@ -23,9 +31,11 @@ def source_deployment(name: str) -> str:
     return f"Source_{name}"
 
 
-def deployment_names(sources: Iterable[str]) -> tuple[str, ...]:
-    """Every deployment name `service.placement` may use, for the configured sources."""
-    return DEPLOYMENTS[:2] + tuple(source_deployment(s) for s in sources) + DEPLOYMENTS[2:]
+def deployment_names(sources: Iterable[str], readers: Iterable[str] = ()) -> tuple[str, ...]:
+    """Every deployment name `service.placement` may use, for the configured sources and readers
+    (the names besides the default reader)."""
+    return (DEPLOYMENTS[:1] + tuple(reader_deployment(r) for r in readers if r) + DEPLOYMENTS[1:2]
+            + tuple(source_deployment(s) for s in sources) + DEPLOYMENTS[2:])
 
 
 def actor_options(placement: dict[str, dict[str, float]], deployment: str, base: dict | None = None) -> dict:

@@ -1,5 +1,6 @@
 """The `Reader` deployment: ONE reader engine (vLLM's AsyncLLM, loaded inside this actor)
-behind the disk cache. Prompts arrive typed (`PromptText`, formatted here with the model's
+behind the disk cache; one deployment per served reader (Reader, Reader_1.5B, ...: each its
+own engine, KV cache, prefix cache and cache keys), built from the settings' `reader`. Prompts arrive typed (`PromptText`, formatted here with the model's
 chat template; `generate_counted` also returns their token counts and log-probabilities);
 every distinct uncached prompt is one engine request that joins the running batch
 (continuous batching, across retrievers and questions); a prompt already in flight is

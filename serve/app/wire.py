@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import dataclass
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 from protos import eor_pb2
 from retrievers.types import Passage, QuestionResult
@@ -252,9 +252,12 @@ def ask_reply(result: QuestionResult, vote: Any, missing: Sequence[str], latency
 MAX_WEIGHTS_CHARS = 1_000_000
 
 
-def parse_weights(request: Any, pool: Sequence[str]) -> Any:
-    """A pushed weights file (SetVoterWeights), parsed and checked against the live pool."""
-    from voter.weights_io import SavedWeights, check_compatible
+def parse_weights(request: Any, pool: Sequence[str], readers: Mapping[str, str]) -> Any:
+    """A pushed weights file (SetVoterWeights), parsed and checked against the live pool and its
+    readers (name -> model): the voter the service would run, its single-reader fallback if a
+    reader it names is missing (voter/question_vote.py: checked_choice)."""
+    from voter.question_vote import checked_choice
+    from voter.weights_io import SavedWeights
 
     if isinstance(request, BadRequest):
         raise InvalidArgument(request.message)
@@ -264,8 +267,7 @@ def parse_weights(request: Any, pool: Sequence[str]) -> Any:
     if len(text) > MAX_WEIGHTS_CHARS:
         raise InvalidArgument(f"weights_json too long: {len(text)} characters (limit {MAX_WEIGHTS_CHARS})")
     try:
-        saved = SavedWeights.from_dict(json.loads(text))
-        check_compatible(saved, pool=pool)
+        saved = checked_choice(SavedWeights.from_dict(json.loads(text)), "pushed", pool, readers).saved
     except (ValueError, KeyError, TypeError) as exc:
         raise InvalidArgument(f"weights refused: {type(exc).__name__}: {exc}"[:2000]) from None
     return saved

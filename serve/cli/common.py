@@ -91,6 +91,7 @@ def print_result(result: QuestionResult, vote: "Vote | None" = None) -> None:
 def voter_choice(args, pool, con=None, config=None):
     """The voter for this command (voter/question_vote.py: choose_voter): the flags, else the config's
     `voter:` section; warnings go to stderr."""
+    from serve.builder import pool_reader_models
     from voter.question_vote import choose_voter
 
     vc = config.voter if config is not None else None
@@ -98,7 +99,7 @@ def voter_choice(args, pool, con=None, config=None):
     equal = getattr(args, "equal_weights", False) or weights == "equal"
     metrics = args.metrics or (",".join(vc.metrics) if vc and equal else None)
     pooling = args.pooling or (vc.pooling if vc else None) or "mean"
-    choice = choose_voter(pool.specs, pool.reader.model_id, weights=None if equal else weights,
+    choice = choose_voter(pool.specs, pool_reader_models(pool), weights=None if equal else weights,
                           equal=equal, metrics=metrics, nli_model=args.nli_model, pooling=pooling)
     for w in choice.warnings:
         if con is not None:

@@ -14,7 +14,7 @@ def cmd_eval(args) -> int:
     from serve.offline.dataset import select_questions
     import math
 
-    from serve.offline.evaluation import (confidence_report, evaluate, format_confidence, format_table,
+    from serve.offline.evaluation import (confidence_report, evaluate, format_confidence, format_table, per_system,
                                           replay_ensembles, report_dict)
     from serve.paths import eor_home
     from serve.offline.plots import cost_accuracy_plot, reliability_plot, rwr_heatmap, safe_name, weights_plot
@@ -48,10 +48,12 @@ def cmd_eval(args) -> int:
     doc = report_dict(reports, saved, source, plots, selection.describe())
     doc["voter"] = choice.describe()
     doc["reader"] = pool.reader.model_id
+    doc["readers"] = {name: r.model_id for name, r in pool.readers.items()}
     doc["pool_seconds_per_question"] = args.seconds_per_question
     doc["confidence"] = sure
-    said = [a for a in runs.answers["EoR"] if a]
-    doc["words_per_answer"] = round(sum(len(a.split()) for a in said) / len(said), 2) if said else None
+    systems = per_system(scored, runs, pool.specs)  # words per answer and tokens per reader of each system
+    doc["words_per_answer"] = systems["EoR"]["words_per_answer"]
+    doc["systems"] = systems
     mean_rounds = sum((k + 1) * rate for k, rate in enumerate(runs.stop_rate))
     doc["cascade"] = {"stages": runs.stages, "mean_rounds": round(mean_rounds, 4), "thresholds": [None if not math.isfinite(t) else t
                                                             for t in saved.stages.thresholds],
@@ -71,6 +73,9 @@ def cmd_eval(args) -> int:
             f"{'inf' if not math.isfinite(p['scale']) else format(p['scale'], 'g')}: {p['match']:.3f}, "
             f"{p['computed_tokens']:.0f}" for p in runs.sweep))
         print(format_confidence(sure))
+        print("words per answer, reader tokens computed per question (by reader): " + "; ".join(
+            f"{n} {systems[n]['words_per_answer']}, {systems[n]['tokens_by_reader']}"
+            for n in ("EoR", "EoR pruned", "EoR-16 equal") if n in systems))
         print(f"plots and eval.json in {out_dir}")
     return 0
 

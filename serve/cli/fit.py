@@ -105,7 +105,7 @@ def _fit_adaptive(args, config, pool, selection, scored, metrics, saved):
 
 
 def cmd_fit(args) -> int:
-    from serve.builder import make_pool
+    from serve.builder import make_pool, pool_reader_models
     from serve.offline.dataset import qids_digest, select_questions
     from serve.offline.fitting import FitConfig, fit_weights, format_report
     from voter.estimator import VoterConfig
@@ -127,7 +127,8 @@ def cmd_fit(args) -> int:
              "qids_sha256": qids_digest([q for q, _ in scored]), "seconds": {"pool": round(pool_s, 3)}}
     metrics = build_metrics(fit_config.metrics, pool.reader)
     report = fit_weights(scored, pool.specs, metrics, fit_config,
-                         Path(selection.path).name, pool.reader.model_id, extra)  # a name, not this machine's path
+                         Path(selection.path).name, pool.reader.model_id, extra,  # a name, not this machine's path
+                         readers=pool_reader_models(pool))
     saved = report.saved
     adaptive = args.adaptive if args.adaptive is not None else len(scored) >= MIN_ADAPTIVE_QUESTIONS
     if adaptive and len(scored) < MIN_ADAPTIVE_QUESTIONS:

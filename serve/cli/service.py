@@ -29,7 +29,8 @@ def cmd_serve(args) -> int:
     layout = f"service.retriever_actors: {actor_layout(settings)}"
     print(f"starting Ray and the eor application ({len(settings.pool.specs)} retrievers in {n_actors} "
           f"actor{'s' if n_actors != 1 else ''}, {layout}; "
-          f"the reader loads its model first)...", file=sys.stderr)
+          f"the readers load their models first)...", file=sys.stderr)
+    print(engines_line(settings), file=sys.stderr)
     service = LocalService(settings).start()
     stop_on_sigterm()  # main() did too; the service's own startup may have reset it
     try:
@@ -47,3 +48,21 @@ def cmd_serve(args) -> int:
         service.stop()
     return 0
 
+
+
+def engines_line(settings) -> str:
+    """Which model each engine runs: "readers: Reader qwen2.5-coder-0.5b, Reader_1.5B
+    qwen2.5-coder-1.5b; Generate: qwen2.5-coder-1.5b (Reader_1.5B's engine)"; with generator.model
+    "auto", why Generate got its model."""
+    from serve.app.placement import reader_deployment
+    from serve.config import GENERATOR_AUTO, generator_reader, reader_config, used_readers
+    from serve.engine.models import STRONG_READER
+
+    readers = ", ".join(f"{reader_deployment(n)} {reader_config(settings, n).model}" for n in used_readers(settings))
+    gen = generator_reader(settings)
+    why = ""
+    if settings.generator.model == GENERATOR_AUTO:
+        why = "; generator.model auto: the strong reader" if gen.model == STRONG_READER else \
+            f"; generator.model auto: {STRONG_READER} is not prepared (eor models prepare {STRONG_READER})"
+    how = f"{gen.deployment}'s engine" if gen.reader is not None else f"its own engine, {gen.deployment}"
+    return f"readers: {readers}; Generate: {gen.model} ({how}){why}"

@@ -34,14 +34,35 @@ def cmd_status(args) -> int:
     warm = warm_status(WarmPlace.of_home())
     address = serving_address(config)
     doc = {"warm_reader": warm, "serve": {"address": f"{config.service.host}:{config.service.port}",
-                                          "serving": address is not None}}
+                                          "serving": address is not None, **(engines(address) if address else {})}}
     if args.json:
         print(json.dumps(doc, indent=2))
         return 0
     print(describe(warm))
-    svc = doc["serve"]
-    print(f"eor serve: {'serving at ' + svc['address'] if svc['serving'] else 'none at ' + svc['address']}")
+    print(describe_serve(doc["serve"]))
     return 0
+
+
+def engines(address: str) -> dict:
+    """The running service's reader deployments and Generate's model, from its Health ({} when it
+    does not answer in time)."""
+    from protos.client import EorClient
+
+    try:
+        with EorClient(address, timeout_s=2.0) as client:
+            h = client.health(timeout_s=2.0)
+    except Exception:  # it stopped since it answered, or is busy: the status line says serving
+        return {}
+    return {"readers": [{"deployment": r.deployment, "model": r.model, "prompts": r.prompts} for r in h.readers],
+            "generator_model": h.generator_model}
+
+
+def describe_serve(svc: dict) -> str:
+    if not svc["serving"]:
+        return f"eor serve: none at {svc['address']}"
+    readers = ", ".join(f"{r['deployment']} {r['model']} ({r['prompts']} prompts)" for r in svc.get("readers", ()))
+    about = f"; readers: {readers}; Generate: {svc['generator_model']}" if readers else ""
+    return f"eor serve: serving at {svc['address']}{about}"
 
 
 def describe(warm: dict) -> str:

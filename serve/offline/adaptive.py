@@ -124,11 +124,13 @@ class AdaptiveFit:
 
 def fit_adaptive(scored: Sequence, specs: Sequence[str], metrics: Sequence[Any], metric_names: Sequence[str],
                  pooling: str, seconds: dict[str, dict[str, float]], round_overhead_s: float = 1.0,
-                 tolerance: float = 0.005, calibration: str | None = "platt") -> AdaptiveFit:
+                 tolerance: float = 0.005, calibration: str | None = "platt",
+                 costs: tuple[LatencyModel, dict[str, float]] | None = None) -> AdaptiveFit:
     """Layouts compared by 5-fold CV on the fit questions; the chosen one refitted on all of them.
     `calibration`: voter/calibration.py's method for P(right) (None: the raw P, as a v3 file).
-    `seconds`: reader name -> qid -> cold seconds of its run log (ReaderRuns.seconds)."""
-    latency, weights = measured_latency(scored, seconds, round_overhead_s)
+    `seconds`: reader name -> qid -> cold seconds of its run log (ReaderRuns.seconds); `costs`
+    (the latency model and each reader's cost per token) replaces what they measure."""
+    latency, weights = costs or measured_latency(scored, seconds, round_overhead_s)
     run = pool_run(scored, specs, metrics, equal_vote(specs, metric_names, pooling), weights)
     acc = {s: float(run.right[:, m].mean()) for m, s in enumerate(specs)}
     cost = {s: float(np.mean([run.cost(i, frozenset({s})) for i in range(len(run))])) for s in specs}
@@ -152,6 +154,7 @@ def scores(answers: Sequence[str], golds: Sequence[Sequence[str]]) -> dict[str, 
 
 def report(args) -> dict[str, Any]:
     from serve.offline.evaluation import EOR, EOR_16, EOR_PRUNED, replay_ensembles
+    from serve.builder import pool_reader_models
     from serve.offline.reader_runs import ReaderRuns
     from voter.question_vote import build_metrics, choose_voter
 
@@ -160,7 +163,7 @@ def report(args) -> dict[str, Any]:
         raise SystemExit(f"the run log holds {len(fit)} fit and {len(held)} eval questions of this selection: "
                          "grow it first (bench/grow_runs.sh)")
     specs = list(pool.specs)
-    choice = choose_voter(specs, pool.reader.model_id, weights=args.voter)
+    choice = choose_voter(specs, pool_reader_models(pool), weights=args.voter)
     metrics = build_metrics(choice.options, pool.reader)
     seconds = ReaderRuns(config, pool, args.questions).seconds()
     calibration = None if args.calibration == "none" else args.calibration

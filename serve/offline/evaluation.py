@@ -195,6 +195,28 @@ class EnsembleRuns:
     sweep: list[dict[str, float]]  # thresholds x scale: Match and computed tokens per question
     confidence: list[float | None] | None = None  # EoR's P(right) per question; None: the voter gives none
     confidence_kind: str = "none"  # "calibrated", "raw" or "none" (SavedWeights.confidence_kind)
+    ran: dict[str, list[set[str]]] = field(default_factory=dict)  # ensemble -> the members each question ran
+
+
+def per_system(scored: Scored, runs: EnsembleRuns, pool: Sequence[str]) -> dict[str, dict[str, Any]]:
+    """Each system's mean words per answer (Match is a substring test: longer answers are
+    rewarded) and mean reader tokens computed per question by each reader ("" the default)."""
+    from serve.offline.reader_runs import members_by_reader
+
+    results = [r for _, r in scored]
+    ran = {**runs.ran, **{s: [{s}] * len(results) for s in pool}}
+    grid = answer_grid(results, list(pool))
+    answers = {**runs.answers, **{s: [row[m] or "" for row in grid] for m, s in enumerate(pool)}}
+    out = {}
+    for name, said in answers.items():
+        words = [len(a.split()) for a in said if a]
+        by_reader: dict[str, float] = {}
+        for i, r in enumerate(results):
+            for reader, members in members_by_reader(sorted(ran.get(name, [set(pool)] * len(results))[i])).items():
+                by_reader[reader] = by_reader.get(reader, 0.0) + r.reader_tokens(set(members)).computed / len(results)
+        out[name] = {"words_per_answer": round(float(np.mean(words)), 2) if words else None,
+                     "tokens_by_reader": {k: round(v, 1) for k, v in by_reader.items()}}
+    return out
 
 
 SWEEP_SCALES = (0.0, 0.25, 0.5, 0.75, 1.0, 1.5, 2.0, 4.0, math.inf)
@@ -232,8 +254,9 @@ def replay_confident(scored: Scored, saved: SavedWeights, metrics: Sequence[Any]
     stop = out.stop
     rates = [float((stop == k).mean()) for k in range(len(model.layout))]
     confidence = [float(c) if w >= 0 else None for c, w in zip(out.confidence, out.picked)]
+    ran = {EOR: [upto[k] for k in out.stop], EOR_PRUNED: [upto[-1]] * len(results), EOR_16: [set(pool)] * len(results)}
     return EnsembleRuns(answers, tokens, rates, [list(r) for r in model.layout], sweep, confidence,
-                        saved.confidence_kind)
+                        saved.confidence_kind, ran)
 
 
 def equal_weights_voter(saved: SavedWeights):
@@ -275,7 +298,8 @@ def replay_ensembles(scored: Scored, saved: SavedWeights, metrics: Sequence[Any]
         ok = np.mean([match(trace.answers[i][k], g) for i, (k, g) in enumerate(zip(st, golds))]) if golds else 0.0
         sweep.append({"scale": scale, "match": float(ok), "computed_tokens": cost})
     rates = [float((stop == k).mean()) for k in range(len(stages))]
-    return EnsembleRuns(answers, tokens, rates, stages, sweep)
+    ran = {EOR: [upto[k] for k in stop], EOR_PRUNED: [upto[-1]] * len(results), EOR_16: [set(pool)] * len(results)}
+    return EnsembleRuns(answers, tokens, rates, stages, sweep, ran=ran)
 
 
 def confidence_report(scored: Scored, runs: EnsembleRuns, best_single: str) -> dict[str, Any]:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
@@ -59,10 +59,12 @@ class FitReport:
 
 
 def fit_weights(scored: Scored, pool: Sequence[str], metrics: Sequence[PairSimilarity], config: FitConfig,
-                questions_file: str, reader_model: str, extra: dict[str, Any] | None = None) -> FitReport:
+                questions_file: str, reader_model: str, extra: dict[str, Any] | None = None,
+                readers: Mapping[str, str] | None = None) -> FitReport:
     """Fit omega_s, omega_r on `scored` and package them with provenance.
 
-    `extra` goes into the provenance (selection, seeds, time spent running the pool)."""
+    `extra` goes into the provenance (selection, seeds, time spent running the pool); `readers`
+    (the pool's, name -> model id) into the voter file, which names the readers it needs."""
     if not scored:
         raise ValueError("no questions to fit on")
     pool = list(pool)
@@ -81,7 +83,7 @@ def fit_weights(scored: Scored, pool: Sequence[str], metrics: Sequence[PairSimil
         extra={**(extra or {}), "correctness": CORRECTNESS, "nli_backend": config.metrics.nli_backend,
                "voter": {"n_restarts": config.voter.n_restarts, "seed": config.voter.seed}, "seconds": seconds},
     )
-    saved = SavedWeights.from_voter(voter, pool, config.metrics.names, prov)
+    saved = SavedWeights.from_voter(voter, pool, config.metrics.names, prov, readers)
     results = [r for _, r in scored]
     saved = saved.with_cascade(fit_cascade(voter, X, pool, results, saved.kept_specs(), config))
     base = equal_weights(pool, config.metrics.names, config.voter.pooling, config.voter.upper_bound,

@@ -58,21 +58,30 @@ def frontier(args) -> dict[str, Any]:
         raise SystemExit(f"both readers' run logs hold {len(scored)} fit questions: grow them first (bench/grow_runs.sh)")
     names = config.voter.metrics
     metrics = build_metrics(MetricOptions.parse(",".join(names)), pool.reader)
+    costs = None
+    if args.tokens_per_s or args.reader_cost:  # e.g. measured on an idle machine, where the logs' seconds were not
+        from serve.offline.adaptive import LatencyModel, measured_latency
+
+        measured, ratio = measured_latency(scored, runs.seconds(), args.round_overhead)
+        costs = (LatencyModel(args.round_overhead, args.tokens_per_s or measured.tokens_per_s),
+                 {**ratio, "": 1.0, **({args.reader: args.reader_cost} if args.reader_cost else {})})
     doc = compare(scored, runs.seconds(), pools, metrics, names, config.voter.pooling, args.round_overhead,
-                  args.tolerance, None if args.calibration == "none" else args.calibration)
+                  args.tolerance, None if args.calibration == "none" else args.calibration, costs)
     return {**doc, "reader": args.reader, "models": {r or "default": pool.readers[r].model_id for r in pool.readers}}
 
 
 def compare(scored: Sequence, seconds: dict[str, dict[str, float]], pools: dict[str, list[str]],
             metrics: Sequence[Any], names: Sequence[str], pooling: str, round_overhead_s: float = 1.0,
-            tolerance: float = 0.005, calibration: str | None = "platt") -> dict[str, Any]:
+            tolerance: float = 0.005, calibration: str | None = "platt",
+            costs: Any = None) -> dict[str, Any]:
     """Each pool's rounds fitted as `eor fit` fits them, on the same questions; its chosen layout,
     every candidate layout (the frontier) and its best single member, by CV on `scored`."""
     from serve.offline.adaptive import fit_adaptive
 
     out: dict[str, Any] = {"fit_questions": len(scored), "tolerance": tolerance, "systems": {}}
     for name, specs in pools.items():
-        fitted = fit_adaptive(scored, specs, metrics, names, pooling, seconds, round_overhead_s, tolerance, calibration)
+        fitted = fit_adaptive(scored, specs, metrics, names, pooling, seconds, round_overhead_s, tolerance, calibration,
+                              costs)
         best = max(specs, key=lambda s: (fitted.accuracy[s], -specs.index(s)))
         out["systems"][name] = {"chosen": _point(fitted.chosen), "layouts": [_point(f) for f in fitted.layouts],
                                 "best_single": best, "best_single_match": round(fitted.accuracy[best], 4),
@@ -123,6 +132,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--tolerance", type=float, default=0.005)
     ap.add_argument("--round-overhead", type=float, default=1.0)
     ap.add_argument("--calibration", choices=("platt", "isotonic", "none"), default="platt")
+    ap.add_argument("--tokens-per-s", type=float, help="the default reader's tokens per second (default: the run logs')")
+    ap.add_argument("--reader-cost", type=float, help="the strong reader's cost per token over the default's "
+                    "(default: the run logs'; 2.4 measured with the gold passage, issue 33)")
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--out", type=Path)
     ap.add_argument("--plot", type=Path)

@@ -13,7 +13,7 @@ from dataclasses import replace
 from typing import Any, Sequence, TextIO
 
 from retrievers.pool import RetrieverPool
-from retrievers.spec import DEFAULT_READER_NAME, parse_spec, split_reader, with_reader
+from retrievers.spec import DEFAULT_READER_NAME, parse_spec, with_reader
 from retrievers.types import Candidate, Context, QuestionResult
 from serve.offline.dataset import Question
 from serve.offline.runlog import DEFAULT_BATCH_SIZE, RunLog, run_log_for, run_questions
@@ -33,9 +33,7 @@ def reader_pools(pool: RetrieverPool) -> dict[str, RetrieverPool]:
     groups = members_by_reader(pool.specs)
     if set(groups) == {DEFAULT_READER_NAME}:
         return {DEFAULT_READER_NAME: pool}
-    return {name: RetrieverPool(replace(pool.config, specs=tuple(split_reader(s)[0] for s in members)),
-                                pool.sources, pool.reranker, pool.readers[name])
-            for name, members in groups.items()}
+    return {name: pool.part(name) for name in groups}
 
 
 def _member(name: str, reader: str) -> str:

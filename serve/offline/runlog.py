@@ -29,6 +29,7 @@ from serve.offline.results_io import result_from_record, result_to_record
 log = logging.getLogger(__name__)
 
 DEFAULT_BATCH_SIZE = 4
+COLD_SHARE = 0.9  # a batch whose engine generated fewer of its prompts than this was mostly cached
 
 
 class Pool(Protocol):
@@ -36,6 +37,9 @@ class Pool(Protocol):
 
     @property
     def specs(self) -> list[str]: ...
+
+    @property
+    def reader(self) -> Any: ...  # a CachedReader: its `stats` count prompts asked and generated
 
     def load(self) -> Any: ...
 
@@ -99,22 +103,27 @@ class RunLog:
         return done
 
     def seconds(self) -> dict[str, float]:
-        """qid -> wall seconds the pool spent on it (its batch's time shared equally; cold
-        questions only: a question answered from the reader cache costs less)."""
+        """qid -> wall seconds the pool spent on it (its batch's time shared equally), for the
+        questions whose batch the engine read cold: a batch the reader cache answered (`cold`,
+        the share of its prompts the engine generated, below COLD_SHARE) took less than its
+        tokens cost, and would flatter the reader's speed. Lines written before `cold` was
+        recorded count as cold."""
         out: dict[str, float] = {}
         if self.path.exists():
             with self.path.open(encoding="utf-8") as f:
                 for line in f:
                     try:
                         rec = json.loads(line)
-                        if "seconds" in rec:
+                        if "seconds" in rec and float(rec.get("cold", 1.0)) >= COLD_SHARE:
                             out[rec["qid"]] = float(rec["seconds"])
                     except (json.JSONDecodeError, KeyError, TypeError, ValueError):
                         continue
         return out
 
-    def append(self, items: Sequence[tuple[Question, QuestionResult]], seconds: float | None = None) -> None:
-        """`seconds`: wall time of the batch, recorded per question."""
+    def append(self, items: Sequence[tuple[Question, QuestionResult]], seconds: float | None = None,
+               cold: float | None = None) -> None:
+        """`seconds`: wall time of the batch, recorded per question; `cold`: the share of the
+        batch's prompts the engine generated (the rest came from the reader cache)."""
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._write_meta()
         torn = False  # a torn last line (crash mid-write) must not swallow the next record
@@ -126,6 +135,8 @@ class RunLog:
             if torn:
                 f.write("\n")
             per = {"seconds": round(seconds / len(items), 3)} if seconds is not None and items else {}
+            if per and cold is not None:
+                per["cold"] = round(cold, 3)
             for q, r in items:
                 f.write(json.dumps({"qid": q.qid, **per, "result": result_to_record(r)}, ensure_ascii=False) + "\n")
             f.flush()
@@ -140,6 +151,17 @@ def run_log_for(config: Any, pool: Any, questions_file: str | Path) -> RunLog:
     key = RunKey.create(questions_file, pool.reader.model_id, pool.specs,
                         {"pool": pool_config, "index": asdict(config.index)})
     return RunLog(key)
+
+
+def _reader_counts(pool: Pool) -> tuple[int, int]:
+    """(prompts asked, prompts the engine generated) of the pool's reader so far."""
+    return pool.reader.stats.prompts, pool.reader.stats.engine_prompts
+
+
+def _cold_share(before: tuple[int, int], after: tuple[int, int]) -> float | None:
+    """The share of the prompts asked between the two counts that the engine generated."""
+    asked = after[0] - before[0]
+    return (after[1] - before[1]) / asked if asked else None
 
 
 def _batches(items: Sequence[Question], size: int) -> Iterator[list[Question]]:
@@ -176,10 +198,11 @@ def run_questions(pool: Pool, questions: Sequence[Question], runlog: RunLog,
         try:
             for batch in _batches(todo, batch_size):
                 t = time.perf_counter()
+                before = _reader_counts(pool)
                 results = pool.run([q.question for q in batch])
                 if len(results) != len(batch):
                     raise RuntimeError(f"pool returned {len(results)} results for {len(batch)} questions")
-                runlog.append(list(zip(batch, results)), time.perf_counter() - t)
+                runlog.append(list(zip(batch, results)), time.perf_counter() - t, _cold_share(before, _reader_counts(pool)))
                 done.update({q.qid: r for q, r in zip(batch, results)})
                 bar.update(len(batch))
         finally:

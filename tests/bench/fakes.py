@@ -5,6 +5,7 @@ from __future__ import annotations
 import random
 import re
 from collections import Counter
+from dataclasses import replace
 from typing import Sequence
 
 from bench.robust.client import AskResult, Deployed, Doc, Hit
@@ -55,6 +56,13 @@ def _cascade(answers: dict[str, str], degraded: bool = False) -> Deployed:
     return Deployed(_vote(answers), "fake cascade", tuple(answers), 2, 900, 1.0, 0.5, 0.6)
 
 
+def _at_bar(d: Deployed, min_confidence: float) -> Deployed:
+    """As the service replies at `min_confidence`: below it "not sure", the answer in `guess`."""
+    if min_confidence > 0 and (d.confidence is None or d.confidence < min_confidence):
+        return replace(d, answer="", abstained=True, guess=d.answer, min_confidence=min_confidence)
+    return replace(d, min_confidence=min_confidence)
+
+
 class FakeClient:
     """Deterministic answers that depend on the question and the documents, like a reader:
 
@@ -63,7 +71,8 @@ class FakeClient:
       documents (it retrieves) it is right unless the query is shouted (upper case).
     - SE@1: like Wiki@10 but an HTML-wrapped document confuses it.
     - EoR: the most common answer (ties: pool order).
-    - deployed (production's path): Wiki@10 and SE@1 when they agree, else the vote over the pool.
+    - deployed (production's path): Wiki@10 and SE@1 when they agree, else the vote over the pool;
+      at a `min_confidence` above its P(right) it abstains. `bars`: the bar of every Ask.
     """
 
     def __init__(self, items: Sequence[Item] = ITEMS, fail_on_ask: int | None = None, degraded: bool = False):
@@ -71,6 +80,7 @@ class FakeClient:
         self.items = {it.question: it for it in items}
         self.asked: list[tuple[str, tuple[str, ...] | None]] = []
         self.ask_calls = 0
+        self.bars: list[float] = []
         self.generate_seconds = 0.0
         self.fail_on_ask = fail_on_ask
 
@@ -78,8 +88,9 @@ class FakeClient:
         base = re.sub(r" x\d+$", "", q).lower()
         return self.items[base], q != q.lower() or base != q
 
-    def ask(self, questions, documents=None, retrievers=(), deployed=True):
+    def ask(self, questions, documents=None, retrievers=(), deployed=True, min_confidence=0.0):
         self.ask_calls += 1
+        self.bars.append(min_confidence)
         if self.fail_on_ask is not None and self.ask_calls >= self.fail_on_ask:
             raise KeyboardInterrupt("interrupted")
         out = []
@@ -100,7 +111,7 @@ class FakeClient:
             full = dict(ans)
             ans = {s: a for s, a in ans.items() if not retrievers or s in retrievers}
             out.append(AskResult(question=q, answer=_vote(ans), retriever="", answers=ans, reader_s=0.5, latency_s=1.0,
-                                 deployed=_cascade(full, self.degraded) if deployed else None))
+                                 deployed=_at_bar(_cascade(full, self.degraded), min_confidence) if deployed else None))
         return out
 
     def retrieve(self, questions, k, sources=()):

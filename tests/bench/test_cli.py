@@ -152,19 +152,27 @@ def test_full_run_resumes_and_writes_reports(tmp_path, data_files, fake_service,
     assert "0 instances run, 15 already done" in capsys.readouterr().out
 
 
-def test_continuous_mode_rounds_and_gauges(tmp_path, data_files, fake_service, monkeypatch):
-    from prometheus_client import generate_latest
-
+@pytest.fixture
+def rare_every_hour(data_files, fake_service, monkeypatch, tmp_path):
+    """RARE's perturbations as the fakes (shout, drop the answer, "rewrite"); the continuous
+    mode's arguments for OUT = tmp_path, plus any given."""
     from bench.robust import rare
 
     monkeypatch.setitem(rare.QUERY_PERTURBATIONS, "shout", ("shout", {}))
     monkeypatch.setitem(rare.DOC_PERTURBATIONS, "no_answer", ("drop_answer", {}))
     monkeypatch.setitem(rare.DOC_PERTURBATIONS, "back_translate", ("generated", {}))
     q, c = data_files
-    args = cli.build_parser().parse_args(
+    return lambda *extra: cli.build_parser().parse_args(
         ["rare", "--server", "127.0.0.1:1", "--questions", str(q), "--corpus", str(c), "--dataset", "toy",
-         "--limit", "2", "--perturbations", "shout", "--out", str(tmp_path), "--every", "1h", "--metrics-port", "0",
-         "--quiet", "--no-plots"])
+         "--perturbations", "shout", "--out", str(tmp_path), "--every", "1h", "--metrics-port", "0",
+         "--quiet", "--no-plots", *extra])
+
+
+def test_continuous_mode_rounds_and_gauges(tmp_path, data_files, fake_service, rare_every_hour):
+    from prometheus_client import generate_latest
+
+    q, c = data_files
+    args = rare_every_hour("--limit", "2")
     slept = []
     exporter = cli.run_forever(args, load_items(str(q), str(c), "toy", 2), rounds=2, sleep=slept.append)
     assert len(slept) == 1 and slept[0] > 3500
@@ -212,6 +220,41 @@ def test_each_round_is_compared_with_the_baseline_and_a_real_drop_is_exported(tm
     assert confidence[1]["drop"] > 0.25 and confidence[1]["current"] == pytest.approx(0.3)  # the degraded voter
     assert f'eor_bench_confidence_drop{{suite="query"}} {confidence[1]["drop"]}' in text
     assert "REGRESSION" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("bad", ["0", "1.5", "-0.2", "nan", "sure"])
+def test_min_confidence_must_be_a_probability_above_zero(tmp_path, bad, capsys):
+    with pytest.raises(SystemExit):
+        cli.main(["rare", "--server", "127.0.0.1:1", "--out", str(tmp_path), "--min-confidence", bad])
+    err = capsys.readouterr().err
+    assert "--min-confidence" in err and ("at most 1" in err or "not a probability" in err)
+    assert cli.parse_min_confidence("1") == 1.0 and cli.build_parser().parse_args(
+        ["rare", "--server", "x:1", "--out", "o"]).min_confidence is None  # off by default
+
+
+def test_min_confidence_adds_the_abstaining_row_to_reports_gauges_and_the_regression(tmp_path, data_files,
+                                                                                   fake_service, rare_every_hour,
+                                                                                   capsys):
+    from prometheus_client import generate_latest
+
+    q, c = data_files
+    args = rare_every_hour("--limit", "4", "--min-confidence", "0.7")
+    exporter = cli.run_forever(args, load_items(str(q), str(c), "toy", 4), rounds=2, sleep=lambda s: None)
+    assert all(set(client.bars) == {0.7} for client in fake_service)
+    row = "deployed, abstains below 0.7"
+    report = json.loads((tmp_path / "latest" / "report.json").read_text())
+    m = report["metrics"]
+    assert report["meta"]["min_confidence"] == 0.7 and m["systems"][:3] == ["deployed", row, "EoR"]
+    assert m["abstention"]["rate"] == pytest.approx(12 / 32) and m["per_system"][row]["overall"] > m["per_system"]["deployed"]["overall"]
+    md = (tmp_path / "latest" / "report.md").read_text()
+    assert f"| **{row}** |" in md and "## Abstention of the deployed path below P(right) 0.7" in md
+    assert "| no_answer | 8 | 8 | 100.0 |" in md and "a safe refusal" in md
+    assert f"{row} " in capsys.readouterr().out
+    regression = json.loads((sorted((tmp_path / "runs").iterdir())[1] / "regression.json").read_text())
+    assert regression["systems"][row]["paired"] == 32
+    text = generate_latest(exporter.registry).decode()
+    assert f'eor_bench_abstention_rate{{suite="rare",system="{row}"}} 0.375' in text
+    assert f'eor_bench_score{{metric="overall",suite="rare",system="{row}"}}' in text
 
 
 def test_continuous_mode_survives_a_failed_round(tmp_path, data_files, monkeypatch, capsys):

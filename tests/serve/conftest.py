@@ -53,6 +53,7 @@ class FakePool:
                  fail_after: int | None = None):
         self.config = PoolConfig(specs=tuple(specs))
         self.reader = CachedReader(FakeEngine())
+        self.other_readers: dict = {}  # name -> reader, for members SPEC~NAME
         self.answers = answers
         self.fail_after = fail_after
         self.calls: list[list[str]] = []
@@ -62,12 +63,23 @@ class FakePool:
         self.loads = 0
 
     @property
-    def readers(self) -> dict:
-        return {"": self.reader}
-
-    @property
     def specs(self) -> list[str]:
         return list(self.config.specs)
+
+    @property
+    def readers(self) -> dict:
+        """The pool's readers by name, as RetrieverPool has them ("": the default); a test adds others."""
+        return {"": self.reader, **self.other_readers}
+
+    def part(self, reader: str) -> "FakePool":
+        """As RetrieverPool.part: the members `reader` reads, as plain specs, it their default reader."""
+        from retrievers.spec import parse_spec, split_reader, with_reader
+
+        specs = [split_reader(s)[0] for s in self.specs if parse_spec(s).reader == reader]
+        part = FakePool(specs, lambda q: {split_reader(k)[0]: v for k, v in self.answers(q).items()
+                                          if parse_spec(k).reader == reader}, self.fail_after)
+        part.reader = self.readers[reader]
+        return part
 
     def load(self) -> "FakePool":
         self.loads += 1

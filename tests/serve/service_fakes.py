@@ -5,13 +5,18 @@ service.sources_factory); other configured sources (the toy) are built from thei
 Hooks in the question text: "slow-se" makes the SE search sleep SLOW_S seconds (a retriever
 missing its deadline); "crash-se" makes it raise (a broken source); "closedbook": ReFree's
 answer leaves out the question's last word (so a voter trusting it alone is wrong).
+
+`make_model_engine`: an engine per reader model (two readers, two engines), each logging the
+prompts it is sent under $EOR_HOME, so a test sees which engine read what.
 """
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import re
 import time
+from pathlib import Path
 from typing import Sequence
 
 import numpy as np
@@ -31,8 +36,10 @@ class FakeServiceEngine(ReaderEngine):
 
     model_id = "fake-service-reader"
 
-    def __init__(self) -> None:
+    def __init__(self, model_id: str = "", log: Path | None = None) -> None:
         self.delay = float(os.environ.get("EOR_FAKE_ENGINE_DELAY", "0"))
+        self.model_id = model_id or self.model_id
+        self.log = log  # a JSON line per prompt sent (append)
 
     def format(self, prompt: PromptText) -> str:
         return f"{prompt.body}\n{prompt.cue}{prompt.start}"
@@ -59,6 +66,9 @@ class FakeServiceEngine(ReaderEngine):
         """Counted like vLLM's requests: words for tokens; a prompt's first half "hits the prefix cache"."""
         if self.delay:
             time.sleep(self.delay)
+        if self.log is not None:
+            with self.log.open("a") as f:
+                f.writelines(json.dumps(p) + "\n" for p in prompts)
         outs = []
         for p in prompts:
             text = self.respond(p)
@@ -103,6 +113,28 @@ class FakeEncoder:
 
 def make_engine(config) -> FakeServiceEngine:
     return FakeServiceEngine()
+
+
+def engine_log(model: str) -> Path:
+    """Where the engine of `model` (make_model_engine) logs its prompts."""
+    return Path(os.environ["EOR_HOME"]) / "fake-engines" / f"{model}.jsonl"
+
+
+def make_model_engine(config) -> FakeServiceEngine:
+    """An engine whose model_id is its reader's model (`config.reader`: the reader this engine
+    serves), logging each prompt to `engine_log(model)`; every engine start adds a line to
+    `engine_log("starts")`."""
+    model = config.reader.model
+    engine_log(model).parent.mkdir(parents=True, exist_ok=True)
+    with engine_log("starts").open("a") as f:
+        f.write(json.dumps(model) + "\n")
+    return FakeServiceEngine(model, engine_log(model))
+
+
+def logged(model: str) -> list[str]:
+    """The lines `engine_log(model)` holds (prompts, or the starts' models)."""
+    path = engine_log(model)
+    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
 
 
 def make_sources(config):

@@ -85,6 +85,10 @@ def test_eval_numbers_by_hand_and_plots(qfile, tmp_path, eor_home, use_pool, cap
     assert pngs == {"rwr_a.png", "rwr_b.png", "rwr_all.png", "retriever_weights.png", "match_vs_tokens.png"}
     assert doc["cascade"]["stop_rate"] == [1.0] and doc["cascade"]["stages"] == [SPECS]
     assert doc["cascade"]["mean_rounds"] == 1.0
+    # words per answer of every system ("in 1990" is two); one reader: every token is the default's
+    words = {k: v["words_per_answer"] for k, v in doc["systems"].items()}
+    assert words["ReFree"] == 1.0 and words["SE@1"] == pytest.approx(7 / 6, abs=0.01) and words["Wiki@10"] == pytest.approx(1.0)
+    assert set(doc["systems"]["EoR"]["tokens_by_reader"]) == {""} and doc["readers"] == {"": "fake-reader"}
     for name in pngs:
         assert (out_dir / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert json.loads((out_dir / "eval.json").read_text())["datasets"]["a"]["oracle"] == 0.75

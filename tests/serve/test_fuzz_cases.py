@@ -18,7 +18,7 @@ PARSE = {
     "AskBatch": (eor_pb2.AskBatchRequest, lambda r: parse_ask(r, POOL, LIMITS, batch=True)),
     "Generate": (eor_pb2.GenerateRequest, lambda r: parse_generate(r, LIMITS)),
     "Retrieve": (eor_pb2.RetrieveRequest, lambda r: parse_retrieve(r, ("Wiki", "SE"), LIMITS)),
-    "SetVoterWeights": (eor_pb2.SetVoterWeightsRequest, lambda r: parse_weights(r, POOL)),
+    "SetVoterWeights": (eor_pb2.SetVoterWeightsRequest, lambda r: parse_weights(r, POOL, {"": "fake-reader"})),
 }
 
 

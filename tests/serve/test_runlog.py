@@ -89,3 +89,19 @@ def test_records_keep_logprobs_and_passage_scores():
     assert back.candidates[0].confidence == pytest.approx(-0.255)
     assert back.candidates[0].context.passages[0].score == pytest.approx(0.73125)
     assert back.candidates[1].logprobs is None  # records from before log-probabilities: unknown, not zero
+
+
+def test_a_batch_the_reader_cache_answered_gives_no_seconds(tmp_path):
+    """The fit reads the reader's speed from the run log's seconds: a batch answered from the
+    reader cache took less than its tokens cost, so it is recorded as such and left out."""
+    from serve.offline.runlog import _cold_share
+
+    log = RunLog(key(), tmp_path)
+    qs = questions(3)
+    empty = [result_from_record({"question": q.question, "candidates": []}) for q in qs]
+    log.append([(qs[0], empty[0])], 4.0, cold=1.0)
+    log.append([(qs[1], empty[1])], 0.5, cold=0.0)
+    log.append([(qs[2], empty[2])], 3.0)  # written before `cold` was recorded: counts as cold
+    assert log.seconds() == {"q0": 4.0, "q2": 3.0}
+    assert [json.loads(x).get("cold") for x in log.path.read_text().splitlines()] == [1.0, 0.0, None]
+    assert _cold_share((10, 4), (20, 13)) == 0.9 and _cold_share((10, 4), (10, 4)) is None

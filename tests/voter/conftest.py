@@ -24,3 +24,19 @@ def logprob_scorer(pool, weight: float = 5.0, intercept: float = 2.5):
     coef[names.index("mean_logprob")] = weight
     return AnswerScorer.from_dict({"features": list(names), "mean": [0.0] * len(names), "scale": [1.0] * len(names),
                                    "coef": coef, "intercept": intercept}, names)
+
+
+SMALL, STRONG = "qwen2.5-coder-0.5b:q05:bfloat16", "qwen2.5-coder-1.5b:q15:bfloat16"  # engine model ids
+ONE_READER_POOL = ("Wiki@10", "SE@1", "PK")
+TWO_READER_POOL = ("Wiki@10", "SE@1", "Wiki@10~1.5B", "PK")
+
+
+def reader_voter(pool=TWO_READER_POOL, readers=None, fallback=None, reader_model: str = SMALL):
+    """A fitted (equal-weight) voter over `pool`, recording `readers` (default: the two readers)."""
+    from voter.question_vote import equal_weights
+    from voter.weights_io import Provenance, SavedWeights
+
+    base = equal_weights(list(pool), ["em"])
+    return SavedWeights(base.pool, base.metrics, base.pooling, base.threshold, base.weights,
+                        Provenance("q.jsonl", 30, reader_model, 0.5),
+                        readers={"": reader_model, "1.5B": STRONG} if readers is None else readers, fallback=fallback)

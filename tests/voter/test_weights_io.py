@@ -1,4 +1,5 @@
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -104,3 +105,53 @@ def test_anything_that_is_not_a_voter_is_a_clear_value_error(tmp_path, text):
     with pytest.raises(ValueError) as e:
         load_weights(tmp_path / "v.json")
     assert "v.json" in str(e.value)
+
+
+def test_a_voter_naming_two_readers_is_v5_and_round_trips_with_its_fallback(tmp_path):
+    from tests.voter.conftest import ONE_READER_POOL, SMALL, STRONG, reader_voter
+    from voter.weights_io import FORMAT_V5
+
+    fallback = reader_voter(ONE_READER_POOL, readers={})
+    saved = reader_voter(fallback=fallback)
+    assert saved.readers == {"": SMALL, "1.5B": STRONG} and saved.named_readers == ["", "1.5B"]
+    path = save_weights(tmp_path / "v5.json", saved)
+    raw = json.loads(path.read_text())
+    assert raw["format"] == FORMAT_V5 and raw["readers"] == {"": SMALL, "1.5B": STRONG}
+    assert raw["fallback"]["format"] == FORMAT_V2 and raw["fallback"]["pool"] == list(ONE_READER_POOL)
+    back = load_weights(path)
+    assert back == saved and back.digest == saved.digest and back.fallback == fallback
+    assert "1.5B qwen2.5-coder-1.5b" in back.describe()
+    no_fallback = reader_voter()  # another reader alone makes it v5 too
+    assert no_fallback.to_dict()["format"] == FORMAT_V5 and "fallback" not in no_fallback.to_dict()
+    one = reader_voter(ONE_READER_POOL, readers={}, fallback=None)
+    assert one.to_dict()["format"] == FORMAT_V2 and "readers" not in one.to_dict()  # its old format: same id
+
+
+def test_older_files_name_their_one_reader():
+    from voter.weights_io import SHIPPED_VOTER
+
+    v2 = load_weights(Path(__file__).parent / "data" / "voter-v2-8b3d50282f43.json")
+    assert v2.readers == {"": v2.provenance.reader_model} and v2.digest == "8b3d50282f43" and v2.fallback is None
+    shipped = load_weights(SHIPPED_VOTER)  # eor-voter/3
+    assert shipped.readers == {"": shipped.provenance.reader_model} and shipped.named_readers == [""]
+
+
+def test_a_v5_file_must_record_every_reader_and_a_fallback_must_read_with_one(tmp_path):
+    from tests.voter.conftest import ONE_READER_POOL, TWO_READER_POOL, reader_voter
+
+    d = reader_voter().to_dict()
+    d["readers"].pop("1.5B")
+    with pytest.raises(ValueError, match=r"no model recorded for reader\(s\) \['1.5B'\]"):
+        SavedWeights.from_dict(d)
+    d = reader_voter().to_dict()
+    d["readers"][""] = "another-reader"
+    with pytest.raises(ValueError, match="provenance.reader_model"):
+        SavedWeights.from_dict(d)
+    d = reader_voter(fallback=reader_voter(ONE_READER_POOL, readers={})).to_dict()
+    d["fallback"]["pool"] = list(TWO_READER_POOL)
+    d["fallback"]["weights"] = reader_voter().to_dict()["weights"]
+    with pytest.raises(ValueError, match="malformed voter file: fallback: a single-reader voter"):
+        SavedWeights.from_dict(d)
+    d["fallback"] = {"format": "eor-voter/2"}
+    with pytest.raises(ValueError, match="^malformed voter file: fallback: KeyError: .weights.$"):
+        SavedWeights.from_dict(d)

@@ -1,0 +1,84 @@
+"""The voter names the readers it needs (voter/weights_io.py, eor-voter/5): `eor fit` records the
+pool's, and `eor ask` and the service refuse a voter naming a reader they lack, in one line, or
+run its single-reader fallback and say so (voter/question_vote.py: choose_voter)."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from retrievers.pool import PoolConfig
+from retrievers.reader import CachedReader
+from serve.cli import main
+from serve.config import EorConfig, VoterSelection, reader_models
+from tests.serve.conftest import FakeEngine, FakePool, write_questions
+from tests.voter.conftest import ONE_READER_POOL, TWO_READER_POOL, reader_voter
+from voter.weights_io import FORMAT_V5, load_weights, save_weights
+
+STRONG_ID = "qwen2.5-coder-1.5b:qwen2.5-coder-1.5b:float32"  # what the 1.5B engine calls itself
+
+
+def two_reader_pool(specs=TWO_READER_POOL) -> FakePool:
+    pool = FakePool(specs, lambda q: {s: ("paris" if s.startswith("Wiki") else "lyon") for s in specs})
+    strong = FakeEngine()
+    strong.model_id = STRONG_ID
+    pool.other_readers["1.5B"] = CachedReader(strong)
+    return pool
+
+
+def test_fit_records_the_pools_readers_and_ask_refuses_it_without_them(tmp_path, eor_home, use_pool, capsys):
+    qfile = write_questions(tmp_path / "q.jsonl", [
+        {"qid": f"t{i}", "dataset": "toy", "question": f"capital {i}?", "answers": ["paris"]} for i in range(6)])
+    use_pool(two_reader_pool())
+    out = tmp_path / "v.json"
+    rc = main(["fit", "--questions", str(qfile), "--split", "all", "--metrics", "em", "--out", str(out),
+               "--no-progress"])
+    assert rc == 0, capsys.readouterr().err
+    doc = json.loads(out.read_text())
+    assert doc["format"] == FORMAT_V5 and doc["readers"] == {"": "fake-reader", "1.5B": STRONG_ID}
+    assert load_weights(out).readers == {"": "fake-reader", "1.5B": STRONG_ID}
+    capsys.readouterr()
+    use_pool(FakePool(ONE_READER_POOL, lambda q: dict.fromkeys(ONE_READER_POOL, "paris")))  # no 1.5B
+    assert main(["ask", "--weights", str(out), "capital?"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and err.startswith("eor: error: voter ")
+    assert "this system does not run reader 1.5B (qwen2.5-coder-1.5b)" in err
+
+
+def test_the_service_checks_the_configured_readers_and_runs_the_fallback(tmp_path, eor_home):
+    from serve.app.deployments import Voter
+
+    fallback = reader_voter(ONE_READER_POOL, readers={})
+    path = save_weights(tmp_path / "v.json", reader_voter(fallback=fallback))
+    one = EorConfig(pool=PoolConfig(specs=ONE_READER_POOL), voter=VoterSelection(weights=str(path)))
+    assert reader_models(one) == {"": "qwen2.5-coder-0.5b"}  # the pool names no other reader: none runs
+    v = Voter.func_or_class(one.to_dict(), None)
+    assert v.choice.saved == fallback and v.choice.source == f"{path}, single-reader fallback"
+    two = EorConfig(pool=PoolConfig(specs=TWO_READER_POOL), readers={"1.5B": "qwen2.5-coder-3b"},
+                    voter=VoterSelection(weights=str(save_weights(tmp_path / "plain.json", reader_voter()))))
+    assert reader_models(two) == {"": "qwen2.5-coder-0.5b", "1.5B": "qwen2.5-coder-3b"}
+    with pytest.raises(ValueError, match="reader 1.5B is qwen2.5-coder-3b here, the voter was fitted with "
+                                         "qwen2.5-coder-1.5b"):
+        Voter.func_or_class(two.to_dict(), None)
+    right = EorConfig(pool=PoolConfig(specs=TWO_READER_POOL), voter=VoterSelection(weights=str(path)))
+    assert Voter.func_or_class(right.to_dict(), None).choice.saved == reader_voter(fallback=fallback)
+
+
+def test_a_pushed_voter_is_checked_against_the_services_readers(tmp_path, eor_home):
+    from protos import eor_pb2
+    from serve.app.deployments import Voter
+    from serve.app.wire import InvalidArgument, parse_weights
+    from serve.paths import pushed_voter_path
+
+    one = EorConfig(pool=PoolConfig(specs=ONE_READER_POOL), voter=VoterSelection(weights="equal", metrics=("em",)))
+    fallback = reader_voter(ONE_READER_POOL, readers={})
+    pushed = reader_voter(fallback=fallback)
+    request = eor_pb2.SetVoterWeightsRequest(weights_json=json.dumps(pushed.to_dict()))
+    assert parse_weights(request, ONE_READER_POOL, reader_models(one)) == fallback
+    plain = eor_pb2.SetVoterWeightsRequest(weights_json=json.dumps(reader_voter().to_dict()))
+    with pytest.raises(InvalidArgument, match="this system does not run reader 1.5B"):
+        parse_weights(plain, ONE_READER_POOL, reader_models(one))
+    v = Voter.func_or_class(one.to_dict(), None)
+    v.reconfigure({"weights": pushed.to_dict()})
+    assert v.choice.saved == fallback and v.choice.source == "pushed, single-reader fallback"
+    assert load_weights(pushed_voter_path()) == pushed  # what was pushed is kept, fallback and all
