@@ -157,13 +157,17 @@ class Reader(Placed):
     finishes what it holds and stops. Both run at once while the compiled one starts: twice
     the engine's memory, and the CPU shared."""
 
-    def __init__(self, settings: dict):
+    def __init__(self, settings: dict, lazy: bool = False):
+        """`lazy`: the engine starts on the first request, not here (the Generator: an engine
+        only the bench's Generate uses should not hold memory and start time in every service)."""
         self.settings = config_from_dict(settings)
         from serve.builder import make_reader
 
         self.stages = service_stages(self.settings.reader)
         self.serving: VLLMConfig = self.stages.first  # the settings of the engine answering now
-        self.counting = CountingEngine(self._new_engine(self.stages.first))
+        self.counting = CountingEngine(self._new_engine(self.stages.first, start=not lazy))
+        self.started = not lazy
+        self._starting: asyncio.Lock | None = None  # made on the event loop, by the first request
         self.reader: CachedReader = make_reader(self.counting, self.settings)
         self.batcher = _batcher(self._run, self.settings)
         self.down: str | None = None  # why the engine is down; None: serving
@@ -173,11 +177,29 @@ class Reader(Placed):
         self._restart_lock = threading.Lock()
         self._in_flight: dict[str, asyncio.Future] = {}  # cache key -> its engine request
         self._waiters: dict[str, int] = {}  # cache key -> calls awaiting it
-        self._upgrade()
+        if self.started:
+            self._upgrade()
 
-    def _new_engine(self, reader: VLLMConfig) -> ReaderEngine:
-        """An engine of these settings, started (vLLM starts here, inside this actor)."""
-        return make_engine(replace(self.settings, reader=reader), continuous=True).load()
+    def _new_engine(self, reader: VLLMConfig, start: bool = True) -> ReaderEngine:
+        """An engine of these settings, started unless `start` is False (vLLM starts here, inside this actor)."""
+        engine = make_engine(replace(self.settings, reader=reader), continuous=True)
+        return engine.load() if start else engine
+
+    async def _start_lazily(self) -> None:
+        """A lazy Reader's first request starts its engine, off the event loop (Health's stats
+        still answer meanwhile); the requests that arrive meanwhile wait for it."""
+        if self.started:
+            return
+        if self._starting is None:
+            self._starting = asyncio.Lock()
+        async with self._starting:
+            if not self.started:
+                t = time.monotonic()
+                await asyncio.to_thread(self.counting.load)
+                self.started = True
+                log.warning("the %s engine started on its first request (%.0f s)", _kind(self.serving),
+                            time.monotonic() - t)
+                self._upgrade()
 
     def _upgrade(self) -> None:
         """Start the next stage's engine on its own thread, if the stages have one."""
@@ -271,6 +293,7 @@ class Reader(Placed):
         return self.reader.counted(texts, params, await self._complete(texts, params))
 
     async def _complete(self, texts: list[str], params: SamplingParams) -> list[Generation]:
+        await self._start_lazily()
         if self.counting.continuous:
             return await self._generate_continuous(texts, params)
         return await self.batcher.submit(texts, params)
@@ -337,7 +360,8 @@ class Reader(Placed):
                 "mean_batch": c.batch_prompts / c.batches if c.batches else 0.0,
                 "prompt_tokens": c.prompt_tokens, "generated_tokens": c.generated_tokens,
                 "cached_tokens": c.cached_tokens, "down": down, "restarts": self.restarts,
-                "in_flight": c.in_flight, "engine": _kind(self.serving), "upgrades": self.upgrades}
+                "in_flight": c.in_flight, "upgrades": self.upgrades,
+                "engine": _kind(self.serving) if self.started else "not started (starts on the first request)"}
 
     async def model_id(self) -> str:
         return self.reader.model_id

@@ -202,3 +202,18 @@ def test_a_set_enforce_eager_is_that_engine_alone_also_after_a_restart(stages, e
     kind = "eager" if eager else "compiled"
     assert asyncio.run(scenario()) == [f"{kind}:y"]
     assert [e.kind for e in stages] == [kind, kind] and reader.upgrades == 0
+
+
+def test_a_lazy_reader_starts_its_engine_on_the_first_request(stages):
+    """The Generator (only Generate uses it) holds no engine until a Generate comes; Health's
+    stats say so meanwhile; the first request starts it eager, then the compiled one follows."""
+    from serve.app.reader import Reader
+
+    settings = config_from_dict({"cache": {"enabled": False}, "reader": {"device": "cpu", "enforce_eager": True},
+                                 "service": {"engine_factory": f"{__name__}:make_stage_engine"}})
+    r = Reader.func_or_class(settings.to_dict(), lazy=True)
+    assert len(stages) == 1 and not stages[0].loaded
+    assert "not started" in asyncio.run(r.stats())["engine"]
+    assert asyncio.run(r.generate([PromptText("q")], PARAMS)) == ["eager:q"]
+    assert stages[0].loaded and asyncio.run(r.stats())["engine"] == "eager"
+    assert asyncio.run(r.generate([PromptText("p")], PARAMS)) == ["eager:p"] and len(stages) == 1
