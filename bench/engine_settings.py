@@ -7,6 +7,10 @@ counts, so tokens per second compare across settings. Match of the answers is re
 a faster dtype that changes answers is no free win.
 
     python -m bench.engine_settings --model qwen2.5-coder-0.5b --n 16 --settings dtype=float32 dtype=bfloat16
+
+Settings run in the order given, so `dtype=bfloat16 dtype=bfloat16` times a compiled start without
+and then with the compile cache the first one left (serve/engine/compile_cache.py); `--logs DIR`
+keeps each child's log (vLLM's timings with VLLM_LOGGING_LEVEL=INFO).
 """
 from __future__ import annotations
 
@@ -15,6 +19,7 @@ import json
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 from bench.common import DEFAULT_CORPUS, DEFAULT_QUESTIONS, read_corpus, read_questions
 
@@ -55,19 +60,23 @@ def main(argv: list[str] | None = None) -> list[dict]:
     ap.add_argument("--n", type=int, default=16)
     ap.add_argument("--settings", nargs="+", default=["dtype=float32", "dtype=bfloat16"],
                     help="VLLMConfig field=value, comma-joined for several fields")
+    ap.add_argument("--logs", help="keep each setting's standard error here, as <i>.log")
     ap.add_argument("--child", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.child:
         print("RESULT " + json.dumps(_one(args.model, args.n, json.loads(args.child))), flush=True)
         return []
     results = []
-    for s in args.settings:
+    for i, s in enumerate(args.settings):
         import yaml
 
         setting = {k: yaml.safe_load(v) for k, v in (kv.split("=", 1) for kv in s.split(","))}
         proc = subprocess.run([sys.executable, "-m", "bench.engine_settings", "--model", args.model,
                                "--n", str(args.n), "--child", json.dumps(setting)],
                               capture_output=True, text=True)
+        if args.logs:
+            Path(args.logs).mkdir(parents=True, exist_ok=True)
+            (Path(args.logs) / f"{i}.log").write_text(proc.stderr)
         line = [x for x in proc.stdout.splitlines() if x.startswith("RESULT ")]
         results.append(json.loads(line[-1][7:]) if line else {"setting": setting, "error": proc.stderr[-2000:]})
         print(json.dumps(results[-1]), flush=True)

@@ -1,6 +1,7 @@
 """What this CPU can do fast, for the choices models make at load time (one home for the check)."""
 from __future__ import annotations
 
+import hashlib
 import os
 from functools import lru_cache
 from pathlib import Path
@@ -9,13 +10,28 @@ BF16_ENV = "EOR_CPU_BF16"  # "0": act as a CPU without bf16 hardware (fp32 reade
 
 
 @lru_cache(maxsize=1)
+def cpu_flags() -> frozenset[str]:
+    """The CPU's feature flags as /proc/cpuinfo lists them (none where it cannot be read)."""
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return frozenset()
+    line = next((x for x in text.splitlines() if x.startswith(("flags", "Features"))), "")
+    return frozenset(line.partition(":")[2].split())
+
+
 def cpu_flags_have_bf16() -> bool:
     """AVX512-BF16 or AMX in /proc/cpuinfo."""
-    try:
-        flags = Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return False
-    return "avx512_bf16" in flags or "amx_bf16" in flags
+    return bool({"avx512_bf16", "amx_bf16"} & cpu_flags())
+
+
+def cpu_signature() -> str:
+    """Which machine code compiled here may run: torch's kernel choice (ATEN_CPU_CAPABILITY, as
+    the emulation of a CPU class sets it) and a short hash of the CPU's flags. Machines with the
+    same signature run each other's compiled code."""
+    capability = os.environ.get("ATEN_CPU_CAPABILITY", "").strip().lower() or "native"
+    digest = hashlib.sha256(" ".join(sorted(cpu_flags())).encode()).hexdigest()[:10]
+    return f"{capability}-{digest}"
 
 
 def cpu_has_bf16() -> bool:

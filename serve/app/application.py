@@ -87,7 +87,7 @@ def build_app(settings: EorConfig, voter_config: dict | None = None):
     reader, others = readers[DEFAULT_READER_NAME], {n: h for n, h in readers.items() if n}
     gen = generator_reader(settings)  # a served reader of its model serves Generate, else its own engine
     generator = readers[gen.reader] if gen.reader is not None else \
-        pin(Reader, gen.deployment, reader_opts).bind(_with_reader(d, gen.settings))
+        pin(Reader, gen.deployment, reader_opts).bind(_with_reader(d, gen.settings), lazy=True)  # on first Generate
     sources = {name: pin(Source, source_deployment(name)).bind(d, name) for name in settings.index.sources}
     group_specs = actor_groups(settings)
     groups = [pin(RetrieverGroup, f"Retrievers_{i}").bind(d, list(g), sources, reader, others)

@@ -7,7 +7,8 @@ every distinct uncached prompt is one engine request that joins the running batc
 awaited, not sent twice; a cancelled call aborts the requests only it waited for. An engine
 that runs batches instead (`continuous = False`: test fakes) gets concurrent calls merged
 into one batch per SamplingParams (serve/app/batching.py). A dead engine is reported and
-restarted here.
+restarted here; on CPU the engine starts eager and a compiled one takes over when it is up
+(serve/engine/vllm_engine.py, `service_stages`).
 """
 from __future__ import annotations
 
@@ -15,6 +16,8 @@ import asyncio
 import logging
 import threading
 import time
+from collections import Counter
+from dataclasses import replace
 from typing import Sequence
 
 from ray import serve
@@ -27,6 +30,7 @@ from serve.app.errors import ReaderUnavailable, engine_died, engine_down, one_li
 from serve.app.placement import THIN, Placed
 from serve.builder import make_engine
 from serve.config import EorConfig, config_from_dict
+from serve.engine.vllm_engine import VLLMConfig, service_stages
 
 log = logging.getLogger(__name__)
 
@@ -43,6 +47,32 @@ class CountingEngine(ReaderEngine):
         self.batches = 0
         self.batch_prompts = 0
         self.in_flight = 0  # requests in the engine now (a batch engine: its batch)
+        self._lock = threading.Lock()  # the engine a request takes, against `swap` on another thread
+        self._busy: Counter[ReaderEngine] = Counter()  # requests (batches) each engine has now
+
+    def swap(self, engine: ReaderEngine) -> ReaderEngine:
+        """Send every later request to `engine`; the engine it replaces (requests already in
+        it finish there: `idle` says when)."""
+        with self._lock:
+            old, self.engine = self.engine, engine
+        return old
+
+    def idle(self, engine: ReaderEngine) -> bool:
+        """No request is in `engine` (once swapped out, none comes back)."""
+        with self._lock:
+            return self._busy[engine] == 0
+
+    def _take(self) -> ReaderEngine:
+        with self._lock:
+            engine = self.engine
+            self._busy[engine] += 1
+        return engine
+
+    def _give_back(self, engine: ReaderEngine) -> None:
+        with self._lock:
+            self._busy[engine] -= 1
+            if not self._busy[engine]:
+                del self._busy[engine]
 
     @property
     def continuous(self) -> bool:
@@ -83,9 +113,11 @@ class CountingEngine(ReaderEngine):
     def generate(self, prompts: Sequence[str], params: SamplingParams) -> list[Generation]:
         self.in_flight += len(prompts)  # a batch engine: the batch is what is in it now
         metrics.set_gauge("eor_reader_in_flight", self.in_flight)
+        engine = self._take()
         try:
-            outs = [Generation.of(o) for o in self.engine.generate(prompts, params)]
+            outs = [Generation.of(o) for o in engine.generate(prompts, params)]
         finally:
+            self._give_back(engine)
             self.in_flight -= len(prompts)
             metrics.set_gauge("eor_reader_in_flight", self.in_flight)
         self.batches += 1
@@ -103,9 +135,11 @@ class CountingEngine(ReaderEngine):
         metrics.observe("eor_reader_batch_size", self.in_flight)
         self.batches += 1
         self.batch_prompts += self.in_flight
+        engine = self._take()
         try:
-            out = await self.engine.agenerate(prompt, params)
+            out = await engine.agenerate(prompt, params)
         finally:
+            self._give_back(engine)
             self.in_flight -= 1
             metrics.set_gauge("eor_reader_in_flight", self.in_flight)
         self._record(out)
@@ -117,40 +151,109 @@ class Reader(Placed):
     """The shared reader engine. A dead engine (EngineDeadError: its core or worker process
     died) is noticed on the call that fails: that call and every call until the engine is
     back get ReaderUnavailable, `stats()` reports it (Health turns NOT_SERVING), and a new
-    engine starts in this replica, with no operator."""
+    engine starts in this replica, with no operator. The engines run in `service_stages`
+    order, at the start and after each restart: on CPU an eager engine answers first, and a
+    compiled one, started on a thread beside it, takes over when it is up; the eager one
+    finishes what it holds and stops. Both run at once while the compiled one starts: twice
+    the engine's memory, and the CPU shared."""
 
-    def __init__(self, settings: dict):
+    def __init__(self, settings: dict, lazy: bool = False):
+        """`lazy`: the engine starts on the first request, not here (the Generator: an engine
+        only the bench's Generate uses should not hold memory and start time in every service)."""
         self.settings = config_from_dict(settings)
         from serve.builder import make_reader
 
-        self.counting = CountingEngine(self._new_engine())
+        self.stages = service_stages(self.settings.reader)
+        self.serving: VLLMConfig = self.stages.first  # the settings of the engine answering now
+        self.counting = CountingEngine(self._new_engine(self.stages.first, start=not lazy))
+        self.started = not lazy
+        self._starting: asyncio.Lock | None = None  # made on the event loop, by the first request
         self.reader: CachedReader = make_reader(self.counting, self.settings)
         self.batcher = _batcher(self._run, self.settings)
         self.down: str | None = None  # why the engine is down; None: serving
         self.restarts = 0
+        self.upgrades = 0  # times a compiled engine took over
+        self._epoch = 0  # counts engine deaths: a compiled engine started before the last one is stale
         self._restart_lock = threading.Lock()
         self._in_flight: dict[str, asyncio.Future] = {}  # cache key -> its engine request
         self._waiters: dict[str, int] = {}  # cache key -> calls awaiting it
+        if self.started:
+            self._upgrade()
 
-    def _new_engine(self) -> ReaderEngine:
-        return make_engine(self.settings, continuous=True).load()  # vLLM starts here, inside this actor
+    def _new_engine(self, reader: VLLMConfig, start: bool = True) -> ReaderEngine:
+        """An engine of these settings, started unless `start` is False (vLLM starts here, inside this actor)."""
+        engine = make_engine(replace(self.settings, reader=reader), continuous=True)
+        return engine.load() if start else engine
+
+    async def _start_lazily(self) -> None:
+        """A lazy Reader's first request starts its engine, off the event loop (Health's stats
+        still answer meanwhile); the requests that arrive meanwhile wait for it."""
+        if self.started:
+            return
+        if self._starting is None:
+            self._starting = asyncio.Lock()
+        async with self._starting:
+            if not self.started:
+                t = time.monotonic()
+                await asyncio.to_thread(self.counting.load)
+                self.started = True
+                log.warning("the %s engine started on its first request (%.0f s)", _kind(self.serving),
+                            time.monotonic() - t)
+                self._upgrade()
+
+    def _upgrade(self) -> None:
+        """Start the next stage's engine on its own thread, if the stages have one."""
+        if self.stages.then is not None:
+            threading.Thread(target=self._take_over, args=(self.stages.then, self._epoch),
+                             name="engine-upgrade", daemon=True).start()
+
+    def _take_over(self, then: VLLMConfig, epoch: int) -> None:
+        """Start `then`'s engine; unless an engine died meanwhile (its restart starts its own),
+        send every later request to it, then stop the one it replaced once that is idle."""
+        t = time.monotonic()
+        try:
+            engine = self._new_engine(then)
+        except Exception as exc:
+            log.warning("the %s reader engine did not start (%s); the %s one goes on answering",
+                        _kind(then), one_line(exc), _kind(self.serving))
+            return
+        with self._restart_lock:
+            current = epoch == self._epoch and self.down is None
+            if current:
+                old, self.serving = self.counting.swap(engine), then
+                self.upgrades += 1
+        if not current:
+            engine.close()
+            return
+        log.warning("the %s reader engine answers from now on (started in %.0f s beside the %s one)",
+                    _kind(then), time.monotonic() - t, _kind(self.stages.first))
+        while not self.counting.idle(old):
+            time.sleep(0.2)
+        old.close()
 
     def _restart(self, old: ReaderEngine) -> None:
         """Replace the dead engine (runs on its own thread; calls meanwhile get ReaderUnavailable)."""
+        t = time.monotonic()
         try:
             old.close()
         except Exception:  # the old engine is dead: closing it is best effort
             log.warning("closing the dead reader engine failed", exc_info=True)
+        closed = time.monotonic()
         while True:
             try:
-                self.counting.engine = self._new_engine()
+                engine = self._new_engine(self.stages.first)
                 break
             except Exception as exc:
                 log.error("reader engine restart failed (%s); trying again in 10 s", one_line(exc))
                 time.sleep(10)
+        self.counting.swap(engine)  # the dead one holds no request that can still finish
+        self.serving = self.stages.first
         self.restarts += 1
         self.down = None
-        log.warning("reader engine restarted (%d restarts)", self.restarts)
+        log.warning("reader engine restarted in %.0f s (%d restarts; closing the dead one %.0f s, starting "
+                    "the %s one %.0f s)", time.monotonic() - t, self.restarts, closed - t,
+                    _kind(self.stages.first), time.monotonic() - closed)
+        self._upgrade()
 
     def _mark_down(self, exc: BaseException) -> str:
         """Record why the engine is down and start its replacement (once); the message."""
@@ -158,6 +261,7 @@ class Reader(Placed):
             if self.down is not None:
                 return self.down
             self.down = why = engine_down(exc)
+            self._epoch += 1
             log.error("%s", why, exc_info=exc)  # the log keeps vLLM's own error and its traceback
             threading.Thread(target=self._restart, args=(self.counting.engine,), name="engine-restart",
                              daemon=True).start()
@@ -189,6 +293,7 @@ class Reader(Placed):
         return self.reader.counted(texts, params, await self._complete(texts, params))
 
     async def _complete(self, texts: list[str], params: SamplingParams) -> list[Generation]:
+        await self._start_lazily()
         if self.counting.continuous:
             return await self._generate_continuous(texts, params)
         return await self.batcher.submit(texts, params)
@@ -255,10 +360,15 @@ class Reader(Placed):
                 "mean_batch": c.batch_prompts / c.batches if c.batches else 0.0,
                 "prompt_tokens": c.prompt_tokens, "generated_tokens": c.generated_tokens,
                 "cached_tokens": c.cached_tokens, "down": down, "restarts": self.restarts,
-                "in_flight": c.in_flight}
+                "in_flight": c.in_flight, "upgrades": self.upgrades,
+                "engine": _kind(self.serving) if self.started else "not started (starts on the first request)"}
 
     async def model_id(self) -> str:
         return self.reader.model_id
+
+
+def _kind(settings: VLLMConfig) -> str:
+    return "eager" if settings.enforce_eager else "compiled"
 
 
 def _batcher(fn, s: EorConfig):

@@ -6,13 +6,14 @@ engine schedules them together; prefix caching on (shared context first pays onc
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Sequence
 
 from retrievers.engine import ReaderEngine
 from retrievers.hardware import cpu_has_bf16
 from retrievers.reader import Generation, PromptText, SamplingParams, clean_logprobs
 from retrievers.types import ReaderTokens
+from serve.engine.compile_cache import WORKER_EXTENSION, cache_root
 from serve.engine.models import DEFAULT_READER, is_chat_model, resolve_model
 
 
@@ -33,10 +34,14 @@ class VLLMConfig:
     cpu_threads: str = "auto"  # VLLM_CPU_OMP_THREADS_BIND; auto = all cores
     cpu_kv_cache_gib: float = 2.0  # VLLM_CPU_KVCACHE_SPACE: ~45k tokens of SmolLM2-135M in fp32
     seed: int = 0
-    # torch.compile or not: None = by the job (eor ask: eager; fit, eval, serve: compiled). Measured here
-    # (bench/engine_settings.py, Qwen bf16): compiled starts in 80 s vs 36 s eager, then prefills 1.38x and
-    # decodes 1.17x faster, so it pays back after ~160 s of eager engine work: a 20-question eval, not one ask.
+    # torch.compile or not: None = by the job (eor ask: eager; fit, eval: compiled; the service on CPU: eager
+    # at once, then compiled: `service_stages`). Measured here (bench/engine_settings.py, Qwen bf16): compiled
+    # starts in 80 s vs 36 s eager, then prefills 1.38x and decodes 1.17x faster, so it pays back after ~160 s
+    # of eager engine work: a 20-question eval, not one ask.
     enforce_eager: bool | None = None
+    # a compiled engine on CPU loads the graph an earlier start compiled (vLLM 0.32 saves it but cannot read
+    # it back: serve/engine/compile_cache.py); False: it compiles at every start, as vLLM alone does
+    compile_cache: bool = True
 
 
 def _cpu_build() -> bool:
@@ -54,6 +59,38 @@ def resolve_dtype(config: VLLMConfig) -> tuple[bool, str]:
     if config.dtype != "auto":
         return on_cpu, config.dtype
     return on_cpu, ("bfloat16" if cpu_has_bf16() else "float32") if on_cpu else "bfloat16"
+
+
+@dataclass(frozen=True)
+class EngineStages:
+    """The engines a service runs for one reader, in order: `first` answers as soon as it is up;
+    `then`, if any, starts in the background and takes over when it is up (and after a restart,
+    the same again)."""
+
+    first: VLLMConfig
+    then: VLLMConfig | None = None
+
+
+def service_stages(config: VLLMConfig) -> EngineStages:
+    """On CPU, by the job (`enforce_eager` None): eager at once, then compiled. The eager engine
+    starts in half the time (36 s vs 80 s), so the service is ready and a crashed reader answers
+    again that much sooner, and the compiled one's speed comes a minute later. A set
+    `enforce_eager` is that engine alone, one at a time (a machine short of memory for two); a GPU
+    build runs the compiled one alone (each engine reserves its share of GPU memory)."""
+    if config.enforce_eager is not None or not resolve_dtype(config)[0]:
+        return EngineStages(config)
+    return EngineStages(replace(config, enforce_eager=True), replace(config, enforce_eager=False))
+
+
+def engine_args(config: VLLMConfig, path: str, dtype: str, on_cpu: bool) -> dict:
+    """vLLM's engine arguments for a config (its model at `path`, in `dtype`)."""
+    args = dict(model=path, dtype=dtype, max_model_len=config.max_model_len,
+                gpu_memory_utilization=config.gpu_memory_utilization,
+                enable_prefix_caching=config.enable_prefix_caching,
+                seed=config.seed, enforce_eager=bool(config.enforce_eager))
+    if on_cpu and config.compile_cache and not config.enforce_eager:
+        args["worker_extension_cls"] = WORKER_EXTENSION  # loads the compile cache (compile_cache.py)
+    return args
 
 
 class VLLMEngine(ReaderEngine):
@@ -86,14 +123,12 @@ class VLLMEngine(ReaderEngine):
             os.environ.setdefault("VLLM_CPU_NUM_OF_RESERVED_CPU", "0")
             if not _KV_CACHE_FROM_CALLER:  # each engine its own budget (vLLM reads it as the engine starts)
                 os.environ["VLLM_CPU_KVCACHE_SPACE"] = f"{self.config.cpu_kv_cache_gib:g}"
+            os.environ["VLLM_CACHE_ROOT"] = str(cache_root())  # its compile cache: one per CPU kind
         self._llm = self._start()
         return self
 
     def _engine_kwargs(self) -> dict:
-        return dict(model=str(self.path), dtype=self.dtype, max_model_len=self.config.max_model_len,
-                    gpu_memory_utilization=self.config.gpu_memory_utilization,
-                    enable_prefix_caching=self.config.enable_prefix_caching,
-                    seed=self.config.seed, enforce_eager=bool(self.config.enforce_eager))
+        return engine_args(self.config, str(self.path), self.dtype, self.on_cpu)
 
     def _start(self):
         from vllm import LLM

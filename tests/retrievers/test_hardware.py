@@ -32,3 +32,11 @@ def test_reader_and_encoder_follow_the_override(monkeypatch):
     assert resolve_dtype(VLLMConfig(device="cpu", dtype="bfloat16")) == (True, "bfloat16")  # explicit wins
     monkeypatch.setenv(hardware.BF16_ENV, "1")
     assert resolve_dtype(VLLMConfig(device="cpu")) == (True, "bfloat16")
+
+
+def test_the_cpu_signature_names_torchs_kernel_choice(monkeypatch):
+    monkeypatch.delenv("ATEN_CPU_CAPABILITY", raising=False)
+    native = hardware.cpu_signature()
+    assert native.startswith("native-") and hardware.cpu_signature() == native
+    monkeypatch.setenv("ATEN_CPU_CAPABILITY", "AVX2")
+    assert hardware.cpu_signature() == "avx2-" + native.split("-", 1)[1]

@@ -13,7 +13,7 @@ from retrievers.engine import ReaderEngine
 from retrievers.reader import Generation, PromptText, SamplingParams
 from retrievers.types import ReaderTokens
 from serve.config import config_from_dict
-from tests.serve.test_reader_recovery import EngineDeadError
+from tests.serve.test_reader_recovery import ONE_ENGINE, EngineDeadError
 
 
 class SlowEngine(ReaderEngine):
@@ -58,7 +58,7 @@ def reader(tmp_path):
     from serve.app.reader import Reader
 
     SlowEngine.delay, SlowEngine.die = 0.05, False
-    settings = config_from_dict({"cache": {"path": str(tmp_path / "cache.sqlite")},
+    settings = config_from_dict({"cache": {"path": str(tmp_path / "cache.sqlite")}, "reader": ONE_ENGINE,
                                  "service": {"engine_factory": f"{__name__}:make_slow_engine"}})
     return Reader.func_or_class(settings.to_dict())
 

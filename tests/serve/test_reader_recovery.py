@@ -17,6 +17,9 @@ from serve.config import config_from_dict
 
 from vllm.v1.engine.exceptions import EngineDeadError as VLLMEngineDeadError  # noqa: E402
 
+# one engine at a time (no compiled engine taking over: tests/serve/test_reader_stages.py tests that)
+ONE_ENGINE = {"enforce_eager": True}
+
 
 class EngineDeadError(VLLMEngineDeadError):
     """vLLM's own error (what its LLM raises once the engine core is gone), with our message."""
@@ -57,7 +60,7 @@ def make_dying_engine(config):
 def test_a_dead_engine_is_reported_and_restarted():
     from serve.app.reader import Reader, ReaderUnavailable
 
-    settings = config_from_dict({"cache": {"enabled": False}, "service": {
+    settings = config_from_dict({"cache": {"enabled": False}, "reader": ONE_ENGINE, "service": {
         "engine_factory": f"{__name__}:make_dying_engine", "reader_batch_wait_s": 0.0}})
     reader = Reader.func_or_class(settings.to_dict())
     params = SamplingParams(max_tokens=4)
@@ -104,7 +107,7 @@ def make_idle_death_engine(config):
 def test_an_engine_that_dies_while_idle_is_reported_by_stats_and_restarted():
     from serve.app.reader import Reader
 
-    settings = config_from_dict({"cache": {"enabled": False}, "service": {
+    settings = config_from_dict({"cache": {"enabled": False}, "reader": ONE_ENGINE, "service": {
         "engine_factory": f"{__name__}:make_idle_death_engine", "reader_batch_wait_s": 0.0}})
     reader = Reader.func_or_class(settings.to_dict())
 

@@ -1,0 +1,65 @@
+"""torch.compile's cache for the reader on CPU: where it lives, and the fix that lets vLLM 0.32 read it.
+
+vLLM 0.32 saves a compiled engine's graph after every compiled start (torch's AOT artifact, under
+VLLM_CACHE_ROOT/torch_compile_cache/torch_aot_compile/<hash>/rank_0_0/model) and tries to load it
+at the next start, but on CPU the load always fails and the model is compiled again: its loader
+(vllm/compilation/decorators.py:285-341, `_try_load_aot_compiled_fn`) calls `finalize_loading` on
+the loaded artifact, which only vLLM's own backend's artifacts have, and the CPU platform compiles
+with stock inductor instead (`DYNAMO_TRACE_ONCE`, vllm/platforms/cpu.py:356-377). The Reader's log
+says so at each start: "Compiling model again due to a load failure ..., reason: 'function' object
+has no attribute 'finalize_loading'". A stock inductor artifact is whole once deserialized (later
+vLLM calls `finalize_loading` only where it exists), so `install` gives such an artifact a
+`finalize_loading` that does nothing, in vLLM's worker process (serve/engine/vllm_worker.py).
+
+vLLM's cache key leaves the CPU out (on CPU its "system" factor is empty: torch's
+`CacheBase.get_system`), while the artifact holds machine code for the CPU it was compiled on; so
+the cache lives in one folder per CPU kind (`cache_root`).
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, Callable
+
+from retrievers.hardware import cpu_signature
+from serve.paths import eor_home
+
+WORKER_EXTENSION = "serve.engine.vllm_worker.CompileCacheLoader"  # vLLM's `worker_extension_cls`
+_CALLER_ROOT = os.environ.get("VLLM_CACHE_ROOT", "")  # as the caller set it, before any engine
+
+
+def cache_root() -> Path:
+    """vLLM's cache folder for engines on this CPU: the caller's VLLM_CACHE_ROOT (or
+    $EOR_HOME/cache/vllm, kept with the models it was compiled for), one folder per CPU kind."""
+    base = Path(_CALLER_ROOT) if _CALLER_ROOT else eor_home() / "cache" / "vllm"
+    folder = f"cpu-{cpu_signature()}"
+    return base if base.name == folder else base / folder  # a child of an engine's process inherits it
+
+
+def _nothing_to_finalize(vllm_config: Any) -> None:
+    """A stock inductor artifact is ready once deserialized."""
+
+
+def finalizable(loaded: Any) -> Any:
+    """A function torch loaded from an AOT artifact, its compiled part given a do-nothing
+    `finalize_loading` if it has none (what vLLM 0.32's loader calls)."""
+    compiled = loaded._artifacts.compiled_fn
+    if not hasattr(compiled, "finalize_loading"):
+        compiled.finalize_loading = _nothing_to_finalize
+    return loaded
+
+
+def install() -> None:
+    """Make `torch.compiler.load_compiled_function` return `finalizable` functions (in this
+    process; once)."""
+    import torch.compiler
+
+    load: Callable[..., Any] = torch.compiler.load_compiled_function
+    if getattr(load, "finalizable", False):
+        return
+
+    def load_finalizable(*args: Any, **kwargs: Any) -> Any:
+        return finalizable(load(*args, **kwargs))
+
+    load_finalizable.finalizable = True  # type: ignore[attr-defined]
+    torch.compiler.load_compiled_function = load_finalizable

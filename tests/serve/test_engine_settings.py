@@ -1,0 +1,35 @@
+"""Which engines a service runs for a reader's settings, and vLLM's arguments for each
+(serve/engine/vllm_engine.py: `service_stages`, `engine_args`); no engine starts."""
+from __future__ import annotations
+
+from serve.engine.compile_cache import WORKER_EXTENSION
+from serve.engine.vllm_engine import EngineStages, VLLMConfig, engine_args, service_stages
+
+
+def test_by_the_job_a_cpu_service_runs_eager_then_compiled():
+    config = VLLMConfig(device="cpu")
+    assert service_stages(config) == EngineStages(VLLMConfig(device="cpu", enforce_eager=True),
+                                                  VLLMConfig(device="cpu", enforce_eager=False))
+
+
+def test_a_set_enforce_eager_or_a_gpu_runs_one_engine():
+    for config in (VLLMConfig(device="cpu", enforce_eager=True), VLLMConfig(device="cpu", enforce_eager=False),
+                   VLLMConfig(device="cuda")):
+        assert service_stages(config) == EngineStages(config)
+
+
+def test_only_a_compiled_cpu_engine_loads_the_compile_cache():
+    def extension(config, on_cpu=True):
+        return engine_args(config, "/m", "bfloat16", on_cpu).get("worker_extension_cls")
+
+    assert extension(VLLMConfig(enforce_eager=False)) == WORKER_EXTENSION
+    assert extension(VLLMConfig()) == WORKER_EXTENSION  # None: compiled (fit, eval)
+    assert extension(VLLMConfig(enforce_eager=True)) is None
+    assert extension(VLLMConfig(enforce_eager=False, compile_cache=False)) is None
+    assert extension(VLLMConfig(enforce_eager=False), on_cpu=False) is None
+
+
+def test_engine_args_carry_the_settings():
+    args = engine_args(VLLMConfig(enforce_eager=True, max_model_len=2048, seed=3), "/m", "float32", True)
+    assert args == dict(model="/m", dtype="float32", max_model_len=2048, gpu_memory_utilization=0.2,
+                        enable_prefix_caching=True, seed=3, enforce_eager=True)
