@@ -304,11 +304,15 @@ def main(argv: list[str] | None = None) -> int:
     from serve.cli.common import _quiet_logs
 
     _quiet_logs()
-    doc = report(args)
+    return emit(report(args), args, format_report)
+
+
+def emit(doc: dict[str, Any], args: Any, text: Any) -> int:
+    """A report's JSON to `args.out` (if given), and to stdout as JSON (`args.json`) or as `text(doc)`."""
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(json.dumps(doc, indent=2) + "\n")
-    print(json.dumps(doc, indent=2) if args.json else format_report(doc))
+    print(json.dumps(doc, indent=2) if args.json else text(doc))
     return 0
 
 

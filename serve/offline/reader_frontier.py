@@ -13,7 +13,6 @@ EOR_MODELS="qwen2.5-coder-0.5b qwen2.5-coder-1.5b" EOR_SPLITS=fit); it never sta
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 from typing import Any, Sequence
@@ -142,14 +141,12 @@ def main(argv: list[str] | None = None) -> int:
     from serve.cli.common import _quiet_logs
 
     _quiet_logs()
+    from serve.offline.adaptive import emit
+
     doc = frontier(args)
-    if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps(doc, indent=2) + "\n")
     if args.plot:
         frontier_plot(doc, args.plot)
-    print(json.dumps(doc, indent=2) if args.json else format_frontier(doc))
-    return 0
+    return emit(doc, args, format_frontier)
 
 
 if __name__ == "__main__":
