@@ -160,7 +160,8 @@ def test_each_member_reads_with_its_own_readers_deployment_when_served(tmp_path,
 
     monkeypatch.setenv("EOR_HOME", str(tmp_path))
     settings = config_from_dict({
-        "reader": {"model": "small"}, "readers": {"1.5B": "strong"}, "generator": {"model": "strong"},
+        "reader": {"model": "small", "enforce_eager": True},  # one engine per reader (no eager-then-compiled stages)
+        "readers": {"1.5B": "strong"}, "generator": {"model": "strong"},
         "pool": {"specs": PAIRED}, "voter": {"weights": "equal", "metrics": ["em"]},
         "service": {"port": 0, "metrics_port": 0, "retriever_actors": "one", "ask_deadline_s": 60.0,
                     "engine_factory": f"{FAKES}:make_model_engine", "sources_factory": f"{FAKES}:make_sources"}})
