@@ -135,6 +135,16 @@ def with_reader(spec: str, reader: str) -> str:
     return f"{base}{READER_MARK}{reader}" if reader else base
 
 
+def by_reader(specs: Iterable[str]) -> dict[str, list[str]]:
+    """reader name -> the members it reads, in the given order; the default reader ("") first when
+    it reads any. The one grouping of a pool by reader (the pool's parts, the fit's costs, the
+    scorer's reader features, the engines to start)."""
+    out: dict[str, list[str]] = {}
+    for s in specs:
+        out.setdefault(parse_spec(s).reader, []).append(s)
+    return dict(sorted(out.items(), key=lambda kv: kv[0] != DEFAULT_READER_NAME))
+
+
 def check_reader_name(reader: str, where: str = "") -> str:
     """A reader's name in a spec (letters, digits, '.', '_', '-'; e.g. `1.5B`)."""
     if not isinstance(reader, str) or not READER_NAME.match(reader):

@@ -340,9 +340,9 @@ def reader_config(config: EorConfig, name: str) -> VLLMConfig:
 
 def used_readers(config: EorConfig, specs=None) -> list[str]:
     """The readers the pool's members (or `specs`) name, the default first: the engines to start."""
-    from retrievers.spec import parse_spec
+    from retrievers.spec import by_reader
 
-    named = {parse_spec(s).reader for s in (config.pool.specs if specs is None else specs)}
+    named = by_reader(config.pool.specs if specs is None else specs)
     return [n for n in reader_names(config) if n in named or n == DEFAULT_READER_NAME]
 
 

@@ -21,7 +21,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from retrievers.spec import parse_spec
+from retrievers.spec import by_reader, parse_spec
 from voter.cascade import greedy_thresholds, stop_stages
 from voter.normalize import normalize_answer
 
@@ -42,7 +42,7 @@ class RoundView:
 
 def other_readers(pool: Sequence[str]) -> list[str]:
     """The readers besides the default that the pool's members name (`Wiki@10~1.5B`), in pool order."""
-    return list(dict.fromkeys(r for r in (parse_spec(s).reader for s in pool) if r))
+    return [r for r in by_reader(pool) if r]
 
 
 def feature_names(pool: Sequence[str]) -> tuple[str, ...]:

@@ -55,10 +55,10 @@ def finished(args) -> tuple[Any, list, list]:
 def weighted_tokens(result: Any, specs: Sequence[str], weights: dict[str, float] | None = None) -> float:
     """Reader tokens computed by `specs`, each reader's in the default reader's tokens (`weights`:
     reader name -> its seconds per token over the default reader's; None or missing: 1)."""
-    from serve.offline.reader_runs import members_by_reader
+    from retrievers.spec import by_reader
 
     return float(sum((weights or {}).get(r, 1.0) * result.reader_tokens(set(ms)).computed
-                     for r, ms in members_by_reader(specs).items()))
+                     for r, ms in by_reader(specs).items()))
 
 
 def pool_run(scored: Sequence, pool: Sequence[str], metrics: Sequence[Any], vote,
@@ -80,9 +80,9 @@ def pool_run(scored: Sequence, pool: Sequence[str], metrics: Sequence[Any], vote
 def reader_speeds(scored: Sequence, seconds: dict[str, dict[str, float]]) -> dict[str, float]:
     """reader name -> reader tokens its members computed per second on this machine, from its run
     log's cold seconds (serve/offline/reader_runs.py: ReaderRuns.seconds); readers without any: absent."""
-    from serve.offline.reader_runs import members_by_reader
+    from retrievers.spec import by_reader
 
-    members = members_by_reader([c.retriever for c in scored[0][1].candidates]) if scored else {}
+    members = by_reader([c.retriever for c in scored[0][1].candidates]) if scored else {}
     out = {}
     for reader, secs in seconds.items():
         mine = set(members.get(reader, ()))

@@ -201,21 +201,22 @@ class EnsembleRuns:
 def per_system(scored: Scored, runs: EnsembleRuns, pool: Sequence[str]) -> dict[str, dict[str, Any]]:
     """Each system's mean words per answer (Match is a substring test: longer answers are
     rewarded) and mean reader tokens computed per question by each reader ("" the default)."""
-    from serve.offline.reader_runs import members_by_reader
+    from retrievers.spec import by_reader
 
     results = [r for _, r in scored]
     ran = {**runs.ran, **{s: [{s}] * len(results) for s in pool}}
+    everything = [set(pool)] * len(results)  # a system that records no members ran the whole pool
     grid = answer_grid(results, list(pool))
     answers = {**runs.answers, **{s: [row[m] or "" for row in grid] for m, s in enumerate(pool)}}
     out = {}
     for name, said in answers.items():
         words = [len(a.split()) for a in said if a]
-        by_reader: dict[str, float] = {}
+        tokens: dict[str, float] = {}  # reader name -> mean tokens computed per question
         for i, r in enumerate(results):
-            for reader, members in members_by_reader(sorted(ran.get(name, [set(pool)] * len(results))[i])).items():
-                by_reader[reader] = by_reader.get(reader, 0.0) + r.reader_tokens(set(members)).computed / len(results)
+            for reader, members in by_reader(sorted(ran.get(name, everything)[i])).items():
+                tokens[reader] = tokens.get(reader, 0.0) + r.reader_tokens(set(members)).computed / len(results)
         out[name] = {"words_per_answer": round(float(np.mean(words)), 2) if words else None,
-                     "tokens_by_reader": {k: round(v, 1) for k, v in by_reader.items()}}
+                     "tokens_by_reader": {k: round(v, 1) for k, v in tokens.items()}}
     return out
 
 

@@ -13,31 +13,19 @@ from dataclasses import replace
 from typing import Any, Sequence, TextIO
 
 from retrievers.pool import RetrieverPool
-from retrievers.spec import DEFAULT_READER_NAME, parse_spec, with_reader
+from retrievers.spec import DEFAULT_READER_NAME, by_reader, with_reader
 from retrievers.types import Candidate, Context, QuestionResult
 from serve.offline.dataset import Question
 from serve.offline.runlog import DEFAULT_BATCH_SIZE, RunLog, run_log_for, run_questions
 
 
-def members_by_reader(specs: Sequence[str]) -> dict[str, list[str]]:
-    """reader name -> the members it reads, in pool order (the default reader first if it reads any)."""
-    out: dict[str, list[str]] = {}
-    for s in specs:
-        out.setdefault(parse_spec(s).reader, []).append(s)
-    return dict(sorted(out.items(), key=lambda kv: kv[0] != DEFAULT_READER_NAME))
-
-
 def reader_pools(pool: RetrieverPool) -> dict[str, RetrieverPool]:
     """reader name -> the pool of its members as plain specs, read by that reader as its default.
     A pool read by its default reader alone is its own only part."""
-    groups = members_by_reader(pool.specs)
+    groups = by_reader(pool.specs)
     if set(groups) == {DEFAULT_READER_NAME}:
         return {DEFAULT_READER_NAME: pool}
     return {name: pool.part(name) for name in groups}
-
-
-def _member(name: str, reader: str) -> str:
-    return with_reader(name, reader) if reader else name
 
 
 def renamed(result: QuestionResult, reader: str) -> QuestionResult:
@@ -47,12 +35,12 @@ def renamed(result: QuestionResult, reader: str) -> QuestionResult:
         return result
 
     def cand(c: Candidate) -> Candidate:
-        return replace(c, retriever=_member(c.retriever, reader),
-                       context=Context(_member(c.context.spec, reader), c.context.passages, c.context.document),
-                       shared=tuple(_member(s, reader) for s in c.shared),
-                       cached_from=None if c.cached_from is None else _member(c.cached_from, reader))
+        return replace(c, retriever=with_reader(c.retriever, reader),
+                       context=Context(with_reader(c.context.spec, reader), c.context.passages, c.context.document),
+                       shared=tuple(with_reader(s, reader) for s in c.shared),
+                       cached_from=None if c.cached_from is None else with_reader(c.cached_from, reader))
     return QuestionResult(result.question, tuple(cand(c) for c in result.candidates),
-                          {_member(k, reader): t for k, t in result.shared_tokens.items()})
+                          {with_reader(k, reader): t for k, t in result.shared_tokens.items()})
 
 
 def joined_result(parts: dict[str, QuestionResult], order: Sequence[str]) -> QuestionResult:

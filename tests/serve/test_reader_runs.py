@@ -13,7 +13,8 @@ from retrievers.reader import CachedReader
 from retrievers.types import QuestionResult, ReaderTokens
 from serve.config import config_from_dict
 from serve.offline.dataset import Question
-from serve.offline.reader_runs import ReaderRuns, members_by_reader, renamed
+from retrievers.spec import by_reader
+from serve.offline.reader_runs import ReaderRuns, renamed
 from serve.offline.runlog import run_log_for
 from tests.retrievers.fakes import SE_PAGES, WIKI_PASSAGES, FakeEngine, FakeSource
 
@@ -77,7 +78,7 @@ def test_a_pool_of_one_reader_is_its_own_only_part(eor_home):
 
 
 def test_members_by_reader_and_renaming():
-    assert members_by_reader(["PK~1.5B", "SE@1", "PK"]) == {"": ["SE@1", "PK"], "1.5B": ["PK~1.5B"]}
+    assert by_reader(["PK~1.5B", "SE@1", "PK"]) == {"": ["SE@1", "PK"], "1.5B": ["PK~1.5B"]}
     pool, _, _ = make_pool(BASE)
     (r,) = pool.run([QUESTIONS[0].question])
     big = renamed(r, "1.5B")
