@@ -83,17 +83,20 @@ def gated_push(args, saved, metrics, path: Path) -> int:
     return push_weights(args.push, path)
 
 
-def _fit_adaptive(args, config, pool, selection, scored, metrics, saved):
+def _fit_adaptive(args, config, pool, selection, scored, metrics, saved, specs=None):
     """The confidence-aware rounds, answer scorer and stop thresholds (voter/adaptive.py),
-    fitted on the same questions with 5-fold CV; (the voter with them, a summary line)."""
+    fitted on the same questions with 5-fold CV, over `specs` (default: the whole pool);
+    (the voter with them, a summary line)."""
     from dataclasses import replace
 
+    from retrievers.spec import by_reader
     from serve.offline.adaptive import fit_adaptive
     from serve.offline.reader_runs import ReaderRuns
 
-    seconds = ReaderRuns(config, pool, selection.path).seconds()
+    specs = list(pool.specs if specs is None else specs)
+    seconds = {r: s for r, s in ReaderRuns(config, pool, selection.path).seconds().items() if r in by_reader(specs)}
     method = None if args.calibration == "none" else args.calibration
-    fitted = fit_adaptive(scored, pool.specs, metrics, saved.metrics, saved.pooling, seconds, calibration=method)
+    fitted = fit_adaptive(scored, specs, metrics, saved.metrics, saved.pooling, seconds, calibration=method)
     c = fitted.chosen
     rounds = " | ".join(", ".join(r) for r in c.layout)
     calibrated = f"{method}-calibrated P(right)" if method else "the scorer's raw P(right) (not calibrated)"
@@ -102,6 +105,25 @@ def _fit_adaptive(args, config, pool, selection, scored, metrics, saved):
                f"CV Match {c.cv_accuracy:.3f} (every round {c.cv_all_rounds:.3f}), {c.tokens:.0f} tokens, "
                f"{c.rounds:.2f} rounds, {c.first_round_share:.0%} stop after round 1")
     return replace(saved, adaptive=fitted.model), summary
+
+
+def _fit_fallback(args, config, pool, selection, scored, metrics, fit_config, extra, adaptive):
+    """The single-reader fallback of a voter whose pool names other readers: the same fit over the
+    default reader's members alone, so a system without the other readers still runs a fitted
+    voter (voter/question_vote.py: choose_voter says which ran). (the voter or None, a summary line)."""
+    from retrievers.spec import DEFAULT_READER_NAME, by_reader
+    from serve.offline.fitting import fit_weights
+
+    own = by_reader(pool.specs).get(DEFAULT_READER_NAME, [])
+    if len(own) < 2:
+        return None, f"no single-reader fallback: the default reader reads {len(own)} member(s), a vote needs 2"
+    report = fit_weights(scored, own, metrics, fit_config, Path(selection.path).name, pool.reader.model_id, extra,
+                         readers={DEFAULT_READER_NAME: pool.reader.model_id})
+    saved, summary = report.saved, "confidence-aware rounds not fitted"
+    if adaptive:
+        saved, summary = _fit_adaptive(args, config, pool, selection, scored, metrics, saved, specs=own)
+    return saved, (f"single-reader fallback ({len(own)} members through {pool.reader.model_id}): fit Match "
+                   f"{report.train_accuracy:.3f}; {summary}")
 
 
 def cmd_fit(args) -> int:
@@ -138,6 +160,13 @@ def cmd_fit(args) -> int:
                f"confidence-aware rounds not fitted: {len(scored)} questions, fewer than {MIN_ADAPTIVE_QUESTIONS}")
     if adaptive:
         saved, summary = _fit_adaptive(args, config, pool, selection, scored, metrics, saved)
+    if len(saved.named_readers) > 1:
+        from dataclasses import replace
+
+        fallback, fallback_summary = _fit_fallback(args, config, pool, selection, scored, metrics, fit_config,
+                                                   extra, adaptive)
+        saved = replace(saved, fallback=fallback)
+        summary += "\n" + fallback_summary
     out = save_weights(args.out or eor_home() / DEFAULT_WEIGHTS, saved)
     if args.json:
         print(json.dumps({"weights": str(out), "voter": saved.describe(), "fit_match": report.train_accuracy,

@@ -4,6 +4,7 @@ run its single-reader fallback and say so (voter/question_vote.py: choose_voter)
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import pytest
 
@@ -37,12 +38,38 @@ def test_fit_records_the_pools_readers_and_ask_refuses_it_without_them(tmp_path,
     doc = json.loads(out.read_text())
     assert doc["format"] == FORMAT_V5 and doc["readers"] == {"": "fake-reader", "1.5B": STRONG_ID}
     assert load_weights(out).readers == {"": "fake-reader", "1.5B": STRONG_ID}
-    capsys.readouterr()
+    # the single-reader fallback: the same fit over the default reader's members alone
+    assert doc["fallback"]["pool"] == [s for s in TWO_READER_POOL if "~" not in s]
+    assert load_weights(out).fallback.readers == {"": "fake-reader"}
+    assert "single-reader fallback (3 members through fake-reader): fit Match" in capsys.readouterr().out
     use_pool(FakePool(ONE_READER_POOL, lambda q: dict.fromkeys(ONE_READER_POOL, "paris")))  # no 1.5B
-    assert main(["ask", "--weights", str(out), "capital?"]) == 2
+    assert main(["ask", "--weights", str(out), "capital?"]) == 0  # its fallback runs, and says so
+    assert f"[{out}, single-reader fallback]" in capsys.readouterr().out
+    bare = save_weights(tmp_path / "bare.json", replace(load_weights(out), fallback=None))  # no fallback: refused
+    assert main(["ask", "--weights", str(bare), "capital?"]) == 2
     err = capsys.readouterr().err.strip()
     assert err.count("\n") == 0 and err.startswith("eor: error: voter ")
     assert "this system does not run reader 1.5B (qwen2.5-coder-1.5b)" in err
+
+
+def test_fit_gives_a_two_reader_voter_a_fitted_single_reader_fallback_with_its_own_rounds(tmp_path, eor_home,
+                                                                                          use_pool, capsys):
+    qfile = write_questions(tmp_path / "q.jsonl", [
+        {"qid": f"t{i}", "dataset": "toy", "question": f"capital {i}?", "answers": ["paris" if i % 2 else "lyon"]}
+        for i in range(24)])
+    use_pool(two_reader_pool())
+    out = tmp_path / "v.json"
+    assert main(["fit", "--questions", str(qfile), "--split", "all", "--metrics", "em", "--out", str(out),
+                 "--no-progress"]) == 0, capsys.readouterr().err
+    saved = load_weights(out)
+    fb = saved.fallback
+    assert saved.adaptive is not None and fb is not None and fb.adaptive is not None
+    assert "~" not in " ".join(s for r in fb.adaptive.layout for s in r)  # its rounds read the default reader only
+    assert "Wiki@10~1.5B" in saved.pool and list(fb.pool) == [s for s in TWO_READER_POOL if "~" not in s]
+    use_pool(FakePool(ONE_READER_POOL, lambda q: dict.fromkeys(ONE_READER_POOL, "paris")))  # no 1.5B: the fallback
+    capsys.readouterr()
+    assert main(["ask", "--weights", str(out), "capital?"]) == 0, capsys.readouterr().err
+    assert f"[{out}, single-reader fallback]" in capsys.readouterr().out
 
 
 def test_the_service_checks_the_configured_readers_and_runs_the_fallback(tmp_path, eor_home):
