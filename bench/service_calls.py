@@ -22,20 +22,32 @@ def percentile(xs: list[float], q: float) -> float:
     return s[min(len(s) - 1, max(0, int(round(q * (len(s) - 1)))))]
 
 
+READER_COUNTERS = ("prompts", "cache_hits", "engine_calls", "engine_prompts", "in_flight", "prompt_tokens",
+                   "generated_tokens", "cached_tokens")
+
+
 def reader_counters(client) -> dict:
+    """The readers' counters since start, summed over every reader deployment (Health.readers:
+    the 0.5B's `Reader`, the 1.5B's `Reader_1.5B`, ...), each one's own under `by_reader`."""
     h = client.health()
-    return {"prompts": h.reader_prompts, "cache_hits": h.reader_cache_hits,
-            "engine_calls": h.reader_engine_calls, "engine_prompts": h.reader_engine_prompts,
-            "in_flight": h.reader_in_flight,
-            "prompt_tokens": h.reader_prompt_tokens, "generated_tokens": h.reader_generated_tokens,
-            "cached_tokens": h.reader_cached_tokens}
+    by_reader = {r.deployment: {k: getattr(r, k) for k in READER_COUNTERS} for r in h.readers}
+    if not by_reader:  # a service from before Health.readers: its one reader's fields
+        by_reader = {"Reader": {k: getattr(h, f"reader_{k}") for k in READER_COUNTERS}}
+    return {**{k: sum(c[k] for c in by_reader.values()) for k in READER_COUNTERS}, "by_reader": by_reader}
 
 
-def reader_delta(before: dict, after: dict) -> dict:
-    d = {k: after[k] - before[k] for k in before}
+def _counter_delta(before: dict, after: dict) -> dict:
+    d = {k: after[k] - before.get(k, 0) for k in READER_COUNTERS}
     d["computed_tokens"] = d["prompt_tokens"] - d["cached_tokens"] + d["generated_tokens"]
     return {**d, "cache_hit_rate": d["cache_hits"] / d["prompts"] if d["prompts"] else None,
             "mean_batch": d["engine_prompts"] / d["engine_calls"] if d["engine_calls"] else None}
+
+
+def reader_delta(before: dict, after: dict) -> dict:
+    """What the readers did between two `reader_counters`, in all and per reader deployment."""
+    per = {name: _counter_delta(before.get("by_reader", {}).get(name, {}), c)
+           for name, c in after.get("by_reader", {}).items()}
+    return {**_counter_delta(before, after), "by_reader": per}
 
 
 def run_calls(client, questions: list[str], concurrency: int, retrievers=(), on_reply=None,

@@ -59,3 +59,29 @@ def test_never_asked_questions_come_from_the_eval_split_only(tmp_path):
     drawn = never_asked(str(path), 0)
     assert drawn == evals and not fit & set(drawn) and len(drawn) == 20
     assert never_asked(str(path), 5) == evals[5:]
+
+
+def test_reader_counters_sum_every_reader_deployment_and_keep_each_ones_own():
+    from bench.service_calls import reader_counters, reader_delta
+
+    def reply(small, strong):
+        return eor_pb2.HealthReply(reader_prompts=small, reader_prompt_tokens=10 * small, readers=[
+            eor_pb2.ReaderHealth(deployment="Reader", prompts=small, prompt_tokens=10 * small, engine_calls=1,
+                                 engine_prompts=small),
+            eor_pb2.ReaderHealth(deployment="Reader_1.5B", prompts=strong, prompt_tokens=30 * strong,
+                                 cached_tokens=strong)])
+
+    class Twice:
+        replies = iter([reply(4, 0), reply(10, 3)])
+
+        def health(self):
+            return next(self.replies)
+
+    c = Twice()
+    before, after = reader_counters(c), reader_counters(c)
+    assert after["prompts"] == 13 and after["by_reader"]["Reader_1.5B"]["prompt_tokens"] == 90
+    d = reader_delta(before, after)
+    assert d["prompts"] == 9 and d["by_reader"]["Reader"]["prompts"] == 6 and d["by_reader"]["Reader_1.5B"]["prompts"] == 3
+    assert d["by_reader"]["Reader_1.5B"]["computed_tokens"] == 90 - 3 and d["computed_tokens"] == 60 + 90 - 3
+    old = reader_counters(type("Old", (), {"health": lambda self: eor_pb2.HealthReply(reader_prompts=5)})())
+    assert old["prompts"] == 5 and list(old["by_reader"]) == ["Reader"]  # a service without Health.readers
