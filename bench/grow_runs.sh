@@ -2,7 +2,7 @@
 # Grow run logs by steps, in the background, resumably:
 #   bench/grow_runs.sh [STEP] [MAX]        (default 20 and 800 questions per split)
 #   EOR_MODELS="qwen2.5-coder-0.5b qwen2.5-coder-1.5b" EOR_SPLITS=fit bench/grow_runs.sh 20 400
-#   EOR_CONFIG=deploy/eor-cascade-fit.yaml EOR_SPLITS=fit bench/grow_runs.sh 10 400   (a pool of two readers)
+#   EOR_CONFIG=deploy/eor-cascade-fit.yaml EOR_SPLITS=fit bench/grow_runs.sh 40 400   (a pool of two readers)
 # Each step runs the whole pool (all 16 retrievers) through each reader in EOR_MODELS (default: the
 # shipped reader) over STEP more questions of each split in EOR_SPLITS (default: eval, then fit) of
 # ../shared/data/questions.dev.jsonl over the shared index (`eor index --corpus
