@@ -6,7 +6,7 @@ from serve.engine.compile_cache import WORKER_EXTENSION
 from serve.engine.vllm_engine import EngineStages, VLLMConfig, engine_args, service_stages
 
 
-def test_by_the_job_a_cpu_service_runs_eager_then_compiled():
+def test_by_the_job_a_cpu_service_runs_eager_then_compiled(eor_home):  # no compiled start recorded
     config = VLLMConfig(device="cpu")
     assert service_stages(config) == EngineStages(VLLMConfig(device="cpu", enforce_eager=True),
                                                   VLLMConfig(device="cpu", enforce_eager=False))
@@ -33,3 +33,23 @@ def test_engine_args_carry_the_settings():
     args = engine_args(VLLMConfig(enforce_eager=True, max_model_len=2048, seed=3), "/m", "float32", True)
     assert args == dict(model="/m", dtype="float32", max_model_len=2048, gpu_memory_utilization=0.2,
                         enable_prefix_caching=True, seed=3, enforce_eager=True)
+
+
+def test_once_a_compiled_engine_started_its_cache_is_warm_and_it_starts_alone(eor_home):
+    from dataclasses import replace
+
+    from serve.engine.compile_cache import compiled_before, mark_compiled, start_key
+    from serve.engine.vllm_engine import quickest_start
+
+    config = VLLMConfig(device="cpu", dtype="bfloat16")
+    compiled = replace(config, enforce_eager=False)
+    assert quickest_start(config) == replace(config, enforce_eager=True)  # nothing compiled yet: eager
+    key = start_key("AsyncVLLMEngine", engine_args(compiled, config.model, "bfloat16", True))
+    assert start_key("VLLMEngine", engine_args(compiled, config.model, "bfloat16", True)) != key  # other warm-up
+    mark_compiled(key, 30.4)
+    assert compiled_before(key) and service_stages(config) == EngineStages(compiled)  # the service: compiled alone
+    assert quickest_start(config) == replace(config, enforce_eager=True)  # the offline engine's cache is still cold
+    other = VLLMConfig(device="cpu", dtype="bfloat16", max_model_len=2048)  # another graph: cold again
+    assert service_stages(other).then is not None
+    assert service_stages(replace(config, compile_cache=False)).then is not None  # without the fix nothing loads
+    assert service_stages(replace(config, enforce_eager=True)) == EngineStages(replace(config, enforce_eager=True))
