@@ -1,0 +1,51 @@
+# Sourced by setup.sh and bench/setup.sh: which installer puts the pinned packages into a venv.
+# uv (pinned in requirements/uv.txt, installed into the venv by its own pip) installs .venv's
+# locked set with an empty cache in ~40 s where pip takes ~150 s (docs/notes/2026-11-26-installer.md);
+# pip stays the fallback where uv cannot be installed, or when EOR_INSTALLER=pip.
+# uv reads no pip configuration, so the indexes, find-links and constraint files pip is set up
+# with (`pip config list`: the machine's CPU torch wheel, for one) are handed to it, and it picks
+# versions across all of them as pip does (--index-strategy unsafe-best-match).
+
+# uv_args_from_pip PYTHON: pip's configured indexes, find-links and constraints as uv options,
+# one word a line (the later of two settings wins, as in pip: environment over files)
+uv_args_from_pip() {
+  "$1" - <<'EOF'
+import ast, subprocess, sys
+flags = {"index-url": "--index-url", "extra-index-url": "--extra-index-url",
+         "find-links": "--find-links", "constraint": "--constraint"}
+listed = subprocess.run([sys.executable, "-m", "pip", "config", "list"],
+                        capture_output=True, text=True, check=True).stdout
+settings = {}
+for line in listed.splitlines():
+    key, _, value = line.partition("=")
+    section, _, name = key.rpartition(".")
+    if section in ("global", "install", ":env:") and name in flags:
+        settings[name] = ast.literal_eval(value).split()
+for name, values in settings.items():
+    for value in values:
+        print(flags[name], value, sep="\n")
+EOF
+}
+
+# installer_for VENV: sets pkg_install / pkg_uninstall / pkg_check (commands, as arrays) for VENV,
+# with uv when it is there or can be installed; installer_note says why pip was used, if it was
+installer_for() {
+  local venv=$1 py=$1/bin/python want args=()
+  local pip=("$py" -m pip -q --disable-pip-version-check)
+  pkg_install=("${pip[@]}" install)
+  pkg_uninstall=("${pip[@]}" uninstall -y)
+  pkg_check=("${pip[@]}" check)
+  installer_note=""
+  if [ "${EOR_INSTALLER:-uv}" = pip ]; then installer_note="pip: EOR_INSTALLER=pip"; return 0; fi
+  want=$(grep -o '^uv==[^ ]*' requirements/uv.txt)
+  if [ "$("$venv/bin/uv" --version 2>/dev/null)" != "uv ${want#uv==}" ] \
+     && ! "${pip[@]}" install -r requirements/uv.txt; then
+    installer_note="pip: uv could not be installed"
+    return 0
+  fi
+  mapfile -t args < <(uv_args_from_pip "$py")
+  local uv=("$venv/bin/uv" pip)
+  pkg_install=("${uv[@]}" install -q --python "$py" --index-strategy unsafe-best-match "${args[@]}")
+  pkg_uninstall=("${uv[@]}" uninstall -q --python "$py")
+  pkg_check=("${uv[@]}" check -q --python "$py")
+}
