@@ -38,10 +38,13 @@ installer_for() {
   installer_note=""
   if [ "${EOR_INSTALLER:-uv}" = pip ]; then installer_note="pip: EOR_INSTALLER=pip"; return 0; fi
   want=$(grep -o '^uv==[^ ]*' requirements/uv.txt)
-  if [ "$("$venv/bin/uv" --version 2>/dev/null)" != "uv ${want#uv==}" ] \
-     && ! "${pip[@]}" install -r requirements/uv.txt; then
-    installer_note="pip: uv could not be installed"
-    return 0
+  if [ "$("$venv/bin/uv" --version 2>/dev/null | cut -d' ' -f2)" != "${want#uv==}" ]; then
+    local said  # pip's warnings (indexes without uv) only matter when it fails
+    if ! said=$("${pip[@]}" install -r requirements/uv.txt 2>&1); then
+      echo "$said" >&2
+      installer_note="pip: uv could not be installed"
+      return 0
+    fi
   fi
   mapfile -t args < <(uv_args_from_pip "$py")
   local uv=("$venv/bin/uv" pip)
