@@ -8,21 +8,22 @@
 # versions across all of them as pip does (--index-strategy unsafe-best-match).
 
 # uv_args_from_pip PYTHON: pip's configured indexes, find-links and constraints as uv options,
-# one word a line (the later of two settings wins, as in pip: environment over files)
+# one word a line (as in pip, PIP_* variables win over the files' [install], that over [global])
 uv_args_from_pip() {
   "$1" - <<'EOF'
 import ast, subprocess, sys
 flags = {"index-url": "--index-url", "extra-index-url": "--extra-index-url",
          "find-links": "--find-links", "constraint": "--constraint"}
+rank = {"global": 0, "install": 1, ":env:": 2}
 listed = subprocess.run([sys.executable, "-m", "pip", "config", "list"],
                         capture_output=True, text=True, check=True).stdout
-settings = {}
+settings = {}  # name: (rank, values)
 for line in listed.splitlines():
     key, _, value = line.partition("=")
     section, _, name = key.rpartition(".")
-    if section in ("global", "install", ":env:") and name in flags:
-        settings[name] = ast.literal_eval(value).split()
-for name, values in settings.items():
+    if section in rank and name in flags and rank[section] >= settings.get(name, (-1,))[0]:
+        settings[name] = (rank[section], ast.literal_eval(value).split())
+for name, (_, values) in settings.items():
     for value in values:
         print(flags[name], value, sep="\n")
 EOF
