@@ -263,37 +263,60 @@ def apply_model(run: PoolRun, model: AdaptiveModel) -> Outcome:
     return Outcome(who[i, stop], ok[i, stop], tokens[i, stop], rounds[i, stop], stop, conf[i, stop])
 
 
+def _splits(members: Sequence[str], firsts: Sequence[int], seconds: Sequence[int]) -> list[tuple[list, list]]:
+    """(first round, middle round) over members sorted by value: the best f first, the next m."""
+    return [(list(members[:f]), list(members[f:f + m])) for f in firsts for m in seconds]
+
+
 def candidate_layouts(pool: Sequence[str], accuracy: dict[str, float], cost: dict[str, float],
                       firsts: Sequence[int] = (1, 2, 3), seconds: Sequence[int] = (0, 3, 5)) -> list[Layout]:
     """Round layouts to compare: the first round is the best members by accuracy per token
     cost (so it can answer alone), an optional middle round the next best, the last the rest;
-    and the one-round layout (the whole pool, no stop). In a pool of several readers, also the
-    escalations: the best default-reader members first, then the stronger readers reading
-    those same retrievers' passages, then the rest (FrugalGPT's cascade, over retrievers too)."""
+    and the one-round layout (the whole pool, no stop). In a pool of several readers, also each
+    reader's members alone (the same layouts over them, and their own one-round vote: a strong
+    reader's vote is not the whole pool's, where the small reader's many answers outvote it) and
+    the escalations: the best default-reader members first, then the stronger readers reading
+    those same retrievers' passages, then the rest, or the stronger readers' rest alone
+    (FrugalGPT's cascade, over retrievers too). A layout need not ask every member."""
+    from retrievers.spec import by_reader
+
     value = sorted(pool, key=lambda s: (-accuracy[s] / max(cost[s], 1.0) ** 0.5, s))
-    splits = [(value[:f], value[f:f + m]) for f in firsts for m in seconds]
-    plain = [s for s in value if not parse_spec(s).reader]
-    if len(plain) < len(pool):
+    groups = by_reader(value)
+    out: list[Layout] = [(tuple(pool),)]
+
+    def add(*rounds: Sequence[str]) -> None:
+        layout = tuple(tuple(s for s in pool if s in x) for x in rounds if x)  # pool order within a round
+        if layout and layout not in out:
+            out.append(layout)
+
+    for first, mid in _splits(value, firsts, seconds):
+        add(first, mid, [s for s in value if s not in first and s not in mid])
+    if len(groups) > 1:
+        for members in groups.values():
+            if len(members) > 1:
+                add(members)  # this reader's own vote, in one round
+            for first, mid in _splits(members, firsts, seconds):
+                add(first, mid, [s for s in members if s not in first and s not in mid])
+        plain = groups.get("", [])
+        strong = [s for s in value if parse_spec(s).reader]
         for f in firsts:
             first = plain[:f]
-            up = [s for s in pool if parse_spec(s).reader and split_reader(s)[0] in first]
-            if up:
-                splits.append((first, up))
-    out: list[Layout] = [(tuple(pool),)]
-    for first, mid in splits:
-        rest = [s for s in value if s not in first and s not in mid]
-        layout = tuple(tuple(s for s in pool if s in x) for x in (first, mid, rest) if x)  # pool order within a round
-        if len(layout) > 1 and layout not in out:
-            out.append(layout)
+            up = [s for s in strong if split_reader(s)[0] in first]
+            if first and up:
+                add(first, up, [s for s in value if s not in first and s not in up])
+                add(first, up, [s for s in strong if s not in up])
+            if first and strong:
+                add(first, strong)
     return out
 
 
 def choose_layout(fits: Sequence[LayoutFit], tolerance: float = 0.005) -> LayoutFit:
     """The lowest expected latency among layouts whose CV accuracy is within `tolerance` of the
-    all-kept vote's (the one-round layout: every retriever, no stop). Anchored there, not on the
-    best layout's: on a fit split of ~100 questions the best of a dozen layouts leads by a
-    question or two of noise, and chasing it picked a layout 3x as slow for 1 question in 140."""
+    all-kept vote's (a one-round layout: every retriever, no stop; with several readers, the best
+    of the whole pool's and each reader's own). Anchored there, not on the best layout's: on a fit
+    split of ~100 questions the best of a dozen layouts leads by a question or two of noise, and
+    chasing it picked a layout 3x as slow for 1 question in 140."""
     whole = [f for f in fits if len(f.layout) == 1]
-    anchor = whole[0].cv_accuracy if whole else max(f.cv_accuracy for f in fits)
+    anchor = max(f.cv_accuracy for f in (whole or fits))
     ok = [f for f in fits if f.cv_accuracy >= anchor - tolerance]
     return min(ok, key=lambda f: (f.latency_s, -f.cv_accuracy))

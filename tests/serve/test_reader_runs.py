@@ -112,6 +112,10 @@ def test_escalation_layouts_and_a_reader_feature():
     layouts = candidate_layouts(pool, acc, cost)
     assert (("SE@1",), ("SE@1~1.5B",), ("Wiki@10", "PK", "Wiki@10~1.5B", "PK~1.5B")) in layouts
     assert (("SE@1", "Wiki@10"), ("SE@1~1.5B", "Wiki@10~1.5B"), ("PK", "PK~1.5B")) in layouts
+    strong = ("SE@1~1.5B", "Wiki@10~1.5B", "PK~1.5B")
+    assert (strong,) in layouts and (("SE@1~1.5B",), ("Wiki@10~1.5B", "PK~1.5B")) in layouts  # the 1.5B alone
+    assert (("SE@1",), strong) in layouts  # escalate to every 1.5B member, none of the small reader's rest
+    assert (("SE@1",), ("SE@1~1.5B",), ("Wiki@10~1.5B", "PK~1.5B")) in layouts
     assert feature_names(pool)[-1] == "reader:1.5B" and not any(f.startswith("reader:") for f in feature_names(pool[:3]))
     one = candidate_layouts(pool[:3], acc, cost)  # one reader: the layouts as before, no escalation
     assert all(len({"~" in s for r in lay for s in r}) == 1 for lay in one)

@@ -135,6 +135,12 @@ def test_choose_layout_takes_the_cheapest_within_tolerance_of_the_all_kept_vote(
     assert choose_layout([whole, lucky, cheap, worse]) is cheap
     assert choose_layout([whole, lucky, cheap, worse], tolerance=0.02) is worse
     assert choose_layout([lucky, worse]) is lucky  # no all-kept layout: anchored on the best
+    # several readers: each reader's own all-kept vote is an anchor too; the best of them counts
+    mixed = fit((("A", "B", "C", "D", "A~1.5B", "B~1.5B"),), 0.60, 40.0)
+    strong_vote = fit((("A~1.5B", "B~1.5B"),), 0.71, 12.0)
+    strong_rounds = fit((("A~1.5B",), ("B~1.5B",)), 0.708, 7.3)
+    small_rounds = fit((("A",), ("B", "C", "D")), 0.60, 5.0)
+    assert choose_layout([mixed, strong_vote, strong_rounds, small_rounds]) is strong_rounds
 
 
 def test_paired_counts_count_the_questions_only_one_side_got_right():
