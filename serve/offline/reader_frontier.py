@@ -7,8 +7,8 @@ cross-validated Match against expected latency (each reader's tokens at its meas
         --index shared --reader 1.5B --plot var/eval/reader_frontier.png
 
 No eval-split question is read: this is where the choice between readers and layouts is made.
-Reads only questions both readers' run logs have finished (bench/grow_runs.sh with
-EOR_MODELS="qwen2.5-coder-0.5b qwen2.5-coder-1.5b" EOR_SPLITS=fit); it never starts an engine.
+Reads only questions both readers' run logs have finished (`EOR_CONFIG=deploy/eor-cascade-fit.yaml
+EOR_SPLITS=fit bench/grow_runs.sh 40 400`); it never starts an engine.
 """
 from __future__ import annotations
 
