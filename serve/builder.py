@@ -89,6 +89,33 @@ def make_service_sources(config: EorConfig) -> tuple[dict, Any]:
     return make_sources(config, encoder), encoder
 
 
+def runnable_config(config: EorConfig) -> tuple[EorConfig, list[str]]:
+    """For the commands that answer (eor ask, eor serve): the config without the members of a
+    reader whose packaged model is not prepared on this machine (the voter then runs its
+    single-reader fallback, or refuses in one line), and a line saying so and how to add them.
+    The default reader's members always stay (nothing answers without it: its own clear error)."""
+    from dataclasses import replace
+
+    from retrievers.spec import by_reader
+    from serve.engine.models import PACKAGED_MODELS, resolve_model
+
+    missing = {}
+    for name, members in by_reader(config.pool.specs).items():
+        model = reader_config(config, name).model
+        if name and model in PACKAGED_MODELS:
+            try:
+                resolve_model(model)
+            except FileNotFoundError:
+                missing[name] = (model, members)
+    left = [s for s in config.pool.specs if not any(s in m for _, m in missing.values())]
+    if not missing or not left:
+        return config, []
+    notes = [f"reader {name} ({model}) is not prepared on this machine: its {len(members)} retriever"
+             f"{'s' if len(members) != 1 else ''} left out (`eor models prepare {model}` adds them)"
+             for name, (model, members) in missing.items()]
+    return replace(config, pool=replace(config.pool, specs=tuple(left))), notes
+
+
 def make_pool(config: EorConfig, engine: ReaderEngine | None = None) -> RetrieverPool:
     """The pool over the configured sources, with an engine for each reader its members name
     (`engine`, if given, is the default reader's); every engine starts on its first prompt."""

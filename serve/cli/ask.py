@@ -218,6 +218,11 @@ def _ask_local(args, questions, con, pools):
         from serve.engine.vllm_engine import quickest_start
 
         config = replace(config, reader=quickest_start(config.reader))
+    from serve.builder import runnable_config
+
+    config, notes = runnable_config(config)  # a reader not prepared here: its members left out, said
+    for note in notes:
+        con.warn(note)
     pool = pools.get(config)
     choice = voter_choice(args, pool, con, config)
     specs = args.retrievers.split(",") if args.retrievers else None

@@ -20,6 +20,11 @@ def cmd_serve(args) -> int:
                              "ray_address": args.ray_address},
                  "voter": {"weights": args.weights}}
     settings = load_config(args.config, overrides)
+    from serve.builder import runnable_config
+
+    settings, notes = runnable_config(settings)  # a reader not prepared here: its members left out, said
+    for note in notes:
+        print(f"eor: warning: {note}", file=sys.stderr)
     svc = settings.service
     if svc.host not in ("127.0.0.1", "localhost", "::1") and not (svc.tls_cert and os.environ.get(svc.token_env)):
         print(f"eor: warning: listening on {svc.host} without TLS and a bearer token (${svc.token_env})",

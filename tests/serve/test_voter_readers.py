@@ -109,3 +109,32 @@ def test_a_pushed_voter_is_checked_against_the_services_readers(tmp_path, eor_ho
     v.reconfigure({"weights": pushed.to_dict()})
     assert v.choice.saved == fallback and v.choice.source == "pushed, single-reader fallback"
     assert load_weights(pushed_voter_path()) == pushed  # what was pushed is kept, fallback and all
+
+
+def test_a_reader_not_prepared_here_leaves_its_members_out_and_the_fallback_answers(tmp_path, eor_home, use_pool,
+                                                                                    capfd, monkeypatch):
+    import serve.engine.models
+    from serve.builder import runnable_config
+
+    config = EorConfig(pool=PoolConfig(specs=TWO_READER_POOL))
+    runnable, notes = runnable_config(config)  # nothing prepared in this EOR_HOME
+    assert runnable.pool.specs == ONE_READER_POOL
+    assert notes == ["reader 1.5B (qwen2.5-coder-1.5b) is not prepared on this machine: its 1 retriever left out "
+                     "(`eor models prepare qwen2.5-coder-1.5b` adds them)"]
+    real = serve.engine.models.resolve_model
+    monkeypatch.setattr(serve.engine.models, "resolve_model", lambda name: tmp_path)  # prepared: all stay
+    assert runnable_config(config) == (config, [])
+    only = EorConfig(pool=PoolConfig(specs=("SE@1~1.5B", "Wiki@10~1.5B")))
+    monkeypatch.setattr(serve.engine.models, "resolve_model", real)
+    assert runnable_config(only) == (only, [])  # nothing would be left: the engine's own clear error instead
+
+    fallback = reader_voter(ONE_READER_POOL, readers={})
+    weights = save_weights(tmp_path / "v.json", reader_voter(fallback=fallback))
+    cfg = tmp_path / "eor.yaml"
+    cfg.write_text("pool:\n  specs: [" + ", ".join(TWO_READER_POOL) + "]\n")
+    made = use_pool(FakePool(ONE_READER_POOL, lambda q: dict.fromkeys(ONE_READER_POOL, "paris")))
+    assert main(["ask", "--config", str(cfg), "--weights", str(weights), "capital?"]) == 0
+    out, err = capfd.readouterr()
+    assert made[-1].pool.specs == ONE_READER_POOL and "single-reader fallback]" in out
+    assert "eor: warning: reader 1.5B (qwen2.5-coder-1.5b) is not prepared on this machine" in err
+    assert "Traceback" not in err
