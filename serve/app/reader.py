@@ -30,6 +30,7 @@ from serve.app.errors import ReaderUnavailable, engine_died, engine_down, one_li
 from serve.app.placement import THIN, Placed
 from serve.builder import make_engine
 from serve.config import EorConfig, config_from_dict
+from serve.engine.room import one_start_at_a_time, room_for
 from serve.engine.vllm_engine import VLLMConfig, service_stages
 
 log = logging.getLogger(__name__)
@@ -210,26 +211,32 @@ class Reader(Placed):
     def _take_over(self, then: VLLMConfig, epoch: int) -> None:
         """Start `then`'s engine; unless an engine died meanwhile (its restart starts its own),
         send every later request to it, then stop the one it replaced once that is idle."""
-        t = time.monotonic()
-        try:
-            engine = self._new_engine(then)
-        except Exception as exc:
-            log.warning("the %s reader engine did not start (%s); the %s one goes on answering",
-                        _kind(then), one_line(exc), _kind(self.serving))
-            return
-        with self._restart_lock:
-            current = epoch == self._epoch and self.down is None
-            if current:
-                old, self.serving = self.counting.swap(engine), then
-                self.upgrades += 1
-        if not current:
-            engine.close()
-            return
-        log.warning("the %s reader engine answers from now on (started in %.0f s beside the %s one)",
-                    _kind(then), time.monotonic() - t, _kind(self.stages.first))
-        while not self.counting.idle(old):
-            time.sleep(0.2)
-        old.close()
+        with one_start_at_a_time():  # another reader's upgrade on this machine first (room.py)
+            fits, why = room_for(then)
+            if not fits:
+                log.warning("the %s reader engine is not started beside the %s one: %s; the %s one goes on "
+                            "answering", _kind(then), _kind(self.serving), why, _kind(self.serving))
+                return
+            t = time.monotonic()
+            try:
+                engine = self._new_engine(then)
+            except Exception as exc:
+                log.warning("the %s reader engine did not start (%s); the %s one goes on answering",
+                            _kind(then), one_line(exc), _kind(self.serving))
+                return
+            with self._restart_lock:
+                current = epoch == self._epoch and self.down is None
+                if current:
+                    old, self.serving = self.counting.swap(engine), then
+                    self.upgrades += 1
+            if not current:
+                engine.close()
+                return
+            log.warning("the %s reader engine answers from now on (started in %.0f s beside the %s one)",
+                        _kind(then), time.monotonic() - t, _kind(self.stages.first))
+            while not self.counting.idle(old):
+                time.sleep(0.2)
+            old.close()
 
     def _restart(self, old: ReaderEngine) -> None:
         """Replace the dead engine (runs on its own thread; calls meanwhile get ReaderUnavailable)."""

@@ -63,8 +63,12 @@ def make_stage_engine(config):
 
 
 @pytest.fixture
-def stages():
-    """A fresh record of the engines made; compiled ones held until the test opens the gate."""
+def stages(eor_home, monkeypatch):
+    """A fresh record of the engines made; compiled ones held until the test opens the gate. A
+    fresh EOR_HOME: no compiled start recorded (else the Reader starts the compiled one alone)."""
+    import serve.engine.room
+
+    monkeypatch.setattr(serve.engine.room, "available_gib", lambda: 64.0)
     MADE.clear()
     GATE.clear()
     StageEngine.fail = False
@@ -104,6 +108,25 @@ def test_the_service_answers_eager_at_once_and_compiled_once_that_is_up(stages):
     assert [e.kind for e in stages] == ["eager", "compiled"]
     assert (stats["engine"], stats["upgrades"], stats["down"]) == ("compiled", 1, None)
     assert stages[0].sent == ["a"] and stages[1].sent == ["b"] and not stages[1].closed
+
+
+def test_without_room_for_a_second_engine_the_eager_one_goes_on_and_the_log_says_why(stages, monkeypatch, caplog):
+    import serve.app.reader
+
+    monkeypatch.setattr(serve.app.reader, "room_for", lambda config: (False, "3.0 GiB available, the engine "
+                                                                              "needs ~4.4 GiB (+1 GiB margin)"))
+    GATE.set()
+    reader = _reader()
+
+    async def scenario():
+        await _until(lambda: any("not started beside" in r.message for r in caplog.records))
+        return await reader.generate(["a"], PARAMS), await reader.stats()
+
+    with caplog.at_level("WARNING"):
+        answers, stats = asyncio.run(scenario())
+    assert answers == ["eager:a"] and (stats["engine"], stats["upgrades"]) == ("eager", 0)
+    assert [e.kind for e in stages] == ["eager"]  # no compiled engine was made
+    assert "3.0 GiB available, the engine needs ~4.4 GiB" in caplog.text
 
 
 def test_a_request_in_the_eager_engine_finishes_there_before_it_stops(stages):
