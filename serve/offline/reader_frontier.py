@@ -38,7 +38,7 @@ def _point(fit: Any) -> dict[str, Any]:
     return {"rounds": [list(r) for r in fit.layout], "cv_match": round(fit.cv_accuracy, 4),
             "cv_match_every_round": round(fit.cv_all_rounds, 4), "latency_s": round(fit.latency_s, 3),
             "tokens": round(fit.tokens, 1), "rounds_run": round(fit.rounds, 3),
-            "first_round_share": round(fit.first_round_share, 4)}
+            "first_round_share": round(fit.first_round_share, 4), "cv_ece": round(fit.cv_ece, 4)}
 
 
 def frontier(args) -> dict[str, Any]:
@@ -95,11 +95,12 @@ def compare(scored: Sequence, seconds: dict[str, dict[str, float]], pools: dict[
 def format_frontier(doc: dict[str, Any]) -> str:
     lines = [f"{doc['fit_questions']} fit questions (5-fold CV; no eval question read); readers {doc.get('models')}; "
              f"cost per token {next(iter(doc['systems'].values()))['reader_cost_per_token']}",
-             f"{'system':22s} {'CV Match':>8s} {'latency s':>9s} {'rounds':>6s} {'stop@1':>6s}  best single pair"]
+             f"{'system':22s} {'CV Match':>8s} {'latency s':>9s} {'rounds':>6s} {'stop@1':>6s} {'CV ECE':>6s}  best single pair"]
     for name, s in doc["systems"].items():
         c = s["chosen"]
         lines.append(f"{name:22s} {c['cv_match']:8.3f} {c['latency_s']:9.1f} {c['rounds_run']:6.2f} "
-                     f"{c['first_round_share']:6.0%}  {s['best_single']} {s['best_single_match']:.3f}")
+                     f"{c['first_round_share']:6.0%} {c.get('cv_ece', float('nan')):6.3f}  {s['best_single']} "
+                     f"{s['best_single_match']:.3f}")
         lines.append(f"{'':22s} rounds: " + " | ".join(", ".join(r) for r in c["rounds"]))
     return "\n".join(lines)
 
