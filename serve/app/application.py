@@ -62,7 +62,7 @@ def build_app(settings: EorConfig, voter_config: dict | None = None):
     """The application; `voter_config` (the Voter's user_config) defaults to the settings'
     weights file, or equal weights."""
     from retrievers.spec import DEFAULT_READER_NAME
-    from serve.app.deployments import RetrieverGroup, Source, Voter
+    from serve.app.deployments import RetrieverGroup, Source, Voter, asked_readers
     from serve.app.ingress import EorIngress
     from serve.app.placement import actor_options, reader_deployment, source_deployment
     from serve.app.reader import Reader
@@ -81,9 +81,11 @@ def build_app(settings: EorConfig, voter_config: dict | None = None):
         return _pin_version(dep.options(name=name, ray_actor_options=actor_options(placed, name, base)), version)
 
     readers = {}  # every reader a pool member names, its own engine and deployment ("": the default)
+    asked = asked_readers(settings)  # one the voter's rounds never ask starts on its first request
     for name in used_readers(settings):
         own = _with_reader(d, reader_config(settings, name))
-        readers[name] = pin(Reader, reader_deployment(name), reader_opts).bind(own)
+        lazy = asked is not None and name not in asked
+        readers[name] = pin(Reader, reader_deployment(name), reader_opts).bind(own, lazy=lazy)
     reader, others = readers[DEFAULT_READER_NAME], {n: h for n, h in readers.items() if n}
     gen = generator_reader(settings)  # a served reader of its model serves Generate, else its own engine
     generator = readers[gen.reader] if gen.reader is not None else \

@@ -126,6 +126,40 @@ class RetrieverGroup(Placed):
         return self.specs
 
 
+def voter_from_files(pool: list[str], readers: dict[str, str], path: str | None):
+    """The voter a service starts with from files: `path` (a voter file named in the config, which
+    must load), else the last pushed voter on disk (if it still fits), else the shipped voter."""
+    from serve.paths import pushed_voter_path
+    from voter.question_vote import choose_voter
+
+    try:
+        return choose_voter(pool, readers, weights=path or None, fallback=str(pushed_voter_path()))
+    except ValueError as exc:
+        if path:  # a voter file named in the config must load
+            raise
+        log.error("the last pushed voter (%s) does not fit this service: %s; using the shipped voter",
+                  pushed_voter_path(), exc)
+        return choose_voter(pool, readers)
+
+
+def asked_readers(settings) -> set[str] | None:
+    """The readers the voter a service starts with asks in its rounds (and the default one when it
+    votes with the reader as NLI judge); None when that cannot be told (equal weights, a voter
+    that does not load: the Voter says why), so every reader starts with the service."""
+    from retrievers.spec import DEFAULT_READER_NAME, by_reader
+
+    if settings.voter.weights == "equal":
+        return None
+    try:
+        choice = voter_from_files(list(settings.pool.specs), reader_models(settings), settings.voter.weights)
+    except Exception:
+        return None
+    asked = set(by_reader(choice.saved.stages.specs))
+    if "nli" in choice.options.names and not choice.options.nli_model:
+        asked.add(DEFAULT_READER_NAME)
+    return asked
+
+
 @serve.deployment(ray_actor_options=THIN, max_ongoing_requests=64)
 class Voter(Placed):
     """EoR voting over any subset of the pool, and the cascade the ingress runs.
@@ -158,15 +192,7 @@ class Voter(Placed):
             choice = choose_voter(self.pool, self.readers, equal=True,
                                   metrics=",".join(self.settings.voter.metrics), pooling=self.settings.voter.pooling)
         else:
-            try:
-                choice = choose_voter(self.pool, self.readers, weights=path or None,
-                                      fallback=str(pushed_voter_path()))
-            except ValueError as exc:
-                if path:  # a voter file named in the config must load
-                    raise
-                log.error("the last pushed voter (%s) does not fit this service: %s; using the shipped voter",
-                          pushed_voter_path(), exc)
-                choice = choose_voter(self.pool, self.readers)
+            choice = voter_from_files(self.pool, self.readers, path)
         for w in choice.warnings:
             log.warning("voter: %s", w)
         sims = self._built_metrics(choice)  # the metric models load now, not in the first Ask's vote

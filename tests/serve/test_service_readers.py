@@ -82,6 +82,37 @@ def test_each_served_reader_is_a_deployment_built_from_its_own_settings(tmp_path
         config_from_dict({"service": {"placement": {"Reader_7B": {"x": 1}}}})
 
 
+def test_a_reader_the_voters_rounds_never_ask_starts_on_its_first_request(tmp_path, monkeypatch):
+    from dataclasses import replace
+
+    from tests.voter.conftest import TWO_READER_POOL, reader_voter
+    from voter.weights_io import save_weights
+    from serve.app.deployments import asked_readers
+
+    monkeypatch.setenv("EOR_HOME", str(tmp_path))
+    base_voter = reader_voter()
+    def keeping(*specs):  # a voter whose one stage asks these members
+        kept = tuple(s in specs for s in base_voter.pool)
+        w = tuple(0.5 if k else 0.0 for k in kept)
+        return replace(base_voter, weights=replace(base_voter.weights, retriever_weights=w, kept=kept))
+
+    voter = keeping("Wiki@10~1.5B")  # asks the 1.5B alone
+    path = save_weights(tmp_path / "v.json", voter)
+    base = {"pool": {"specs": list(TWO_READER_POOL)}, "readers": {"1.5B": "qwen2.5-coder-1.5b"},
+            "service": {"retriever_actors": "one"}}
+    settings = config_from_dict({**base, "voter": {"weights": str(path)}})
+    assert asked_readers(settings) == {"1.5B"}
+    deps = _deployments(settings)
+    assert deps["Reader"].init_kwargs == {"lazy": True} and deps["Reader_1.5B"].init_kwargs == {"lazy": False}
+    both = save_weights(tmp_path / "both.json", keeping("SE@1", "Wiki@10~1.5B"))
+    assert asked_readers(config_from_dict({**base, "voter": {"weights": str(both)}})) == {"", "1.5B"}
+    nli = save_weights(tmp_path / "nli.json", replace(voter, metrics=("em", "nli"),
+                                                          weights=replace(voter.weights, metric_weights=(0.5, 0.5))))  # the reader judges NLI
+    assert asked_readers(config_from_dict({**base, "voter": {"weights": str(nli)}})) == {"", "1.5B"}
+    assert asked_readers(config_from_dict({**base, "voter": {"weights": "equal"}})) is None  # every reader starts
+    assert asked_readers(config_from_dict({**base, "voter": {"weights": str(tmp_path / "none.json")}})) is None
+
+
 # ---- Health over every reader (stand-in handles) -----------------------------------------------
 class _Remote:
     def __init__(self, fn):
