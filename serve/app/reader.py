@@ -33,6 +33,7 @@ from serve.config import EorConfig, config_from_dict
 from serve.engine.room import one_start_at_a_time, room_for
 from serve.engine.vllm_engine import VLLMConfig, service_stages
 
+DRAIN_S = 120.0  # at most this long for the replaced engine's requests to finish before it is closed
 log = logging.getLogger(__name__)
 
 
@@ -168,7 +169,7 @@ class Reader(Placed):
         self.serving: VLLMConfig = self.stages.first  # the settings of the engine answering now
         self.counting = CountingEngine(self._new_engine(self.stages.first, start=not lazy))
         self.started = not lazy
-        self._starting: asyncio.Lock | None = None  # made on the event loop, by the first request
+        self._starting: asyncio.Future | None = None  # the lazy engine's start, made by the first request
         self.reader: CachedReader = make_reader(self.counting, self.settings)
         self.batcher = _batcher(self._run, self.settings)
         self.down: str | None = None  # why the engine is down; None: serving
@@ -191,16 +192,17 @@ class Reader(Placed):
         still answer meanwhile); the requests that arrive meanwhile wait for it."""
         if self.started:
             return
-        if self._starting is None:
-            self._starting = asyncio.Lock()
-        async with self._starting:
-            if not self.started:
-                t = time.monotonic()
-                await asyncio.to_thread(self.counting.load)
-                self.started = True
-                log.warning("the %s engine started on its first request (%.0f s)", _kind(self.serving),
-                            time.monotonic() - t)
-                self._upgrade()
+        if self._starting is None or (self._starting.done() and self._starting.exception() is not None):
+            self._starting = asyncio.ensure_future(self._start_once())  # one start; a failed one is retried
+        # shielded: a request cancelled meanwhile (its deadline) leaves the start running, never a second one
+        await asyncio.shield(self._starting)
+
+    async def _start_once(self) -> None:
+        t = time.monotonic()
+        await asyncio.to_thread(self.counting.load)
+        self.started = True
+        log.warning("the %s engine started on its first request (%.0f s)", _kind(self.serving), time.monotonic() - t)
+        self._upgrade()
 
     def _upgrade(self) -> None:
         """Start the next stage's engine on its own thread, if the stages have one."""
@@ -234,7 +236,8 @@ class Reader(Placed):
                 return
             log.warning("the %s reader engine answers from now on (started in %.0f s beside the %s one)",
                         _kind(then), time.monotonic() - t, _kind(self.stages.first))
-            while not self.counting.idle(old):
+            drained = time.monotonic() + DRAIN_S  # a stuck request must not hold the machine's lock for ever
+            while not self.counting.idle(old) and time.monotonic() < drained:
                 time.sleep(0.2)
             old.close()
 

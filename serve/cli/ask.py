@@ -206,18 +206,33 @@ def answer_here(args, pools=ONE_SHOT) -> int:
     return 0
 
 
+def _quickest_engines(config):
+    """Each reader's engine the one that starts soonest on this machine (vllm_engine.py:
+    quickest_start: compiled where its compile cache is warm, else eager), decided per reader
+    (the others inherit the `reader` section's settings otherwise)."""
+    from dataclasses import asdict, replace
+
+    from serve.config import reader_config, used_readers
+    from serve.engine.vllm_engine import quickest_start
+
+    readers = dict(config.readers)
+    for name in used_readers(config):
+        if name:
+            own = reader_config(config, name)
+            fast = quickest_start(own)
+            readers[name] = {k: v for k, v in asdict(fast).items() if v != getattr(config.reader, k)} | {
+                "model": own.model, "enforce_eager": fast.enforce_eager}
+    return replace(config, reader=quickest_start(config.reader), readers=readers)
+
+
 def _ask_local(args, questions, con, pools):
     """The in-process ask, with a progress line per step on the console."""
     from serve.ensemble import answer
 
     con.step("loading the voter, the indexes and the encoder")
     config = _config(args)
-    if config.reader.enforce_eager is None:  # one question: the engine that starts soonest (vllm_engine.py)
-        from dataclasses import replace
-
-        from serve.engine.vllm_engine import quickest_start
-
-        config = replace(config, reader=quickest_start(config.reader))
+    if config.reader.enforce_eager is None:  # one question: each engine the one that starts soonest
+        config = _quickest_engines(config)
     from serve.builder import runnable_config
 
     config, notes = runnable_config(config)  # a reader not prepared here: its members left out, said

@@ -5,12 +5,15 @@ start on a CPU kind, serve/engine/vllm_engine.py: `service_stages`): for a while
 engines of one reader. With two readers (the cascade) both would upgrade at once: four engines,
 ~24 GiB for the 0.5B and the 1.5B, more than a 24 GiB machine has. So an upgrade waits for any
 other on this machine (a lock file beside the compile cache) and starts only where the memory
-it needs is available; else the eager engine goes on answering, and the log says why.
+it needs is available; else the eager engine goes on answering, and the log says why. Engines
+that start outside an upgrade (a replica's first engine, a restart) hold no lock: an upgrade
+that checks while another reader's first engine is still allocating can overestimate the room.
 """
 from __future__ import annotations
 
 import contextlib
 import fcntl
+from pathlib import Path
 from typing import Iterator
 
 from serve.engine.compile_cache import cache_root
@@ -37,9 +40,18 @@ def engine_gib(config: VLLMConfig) -> float | None:
 
 
 def available_gib() -> float:
+    """Memory available now: the machine's, or less where a cgroup (a container, a KubeRay pod)
+    limits this process (cgroup v2: memory.max - memory.current)."""
     import psutil
 
-    return psutil.virtual_memory().available / 2**30
+    free = psutil.virtual_memory().available
+    try:
+        limit = Path("/sys/fs/cgroup/memory.max").read_text().strip()
+        if limit != "max":
+            free = min(free, int(limit) - int(Path("/sys/fs/cgroup/memory.current").read_text()))
+    except (OSError, ValueError):
+        pass
+    return free / 2**30
 
 
 def room_for(config: VLLMConfig) -> tuple[bool, str]:

@@ -72,6 +72,20 @@ class EngineStages:
     then: VLLMConfig | None = None
 
 
+def threads_bind(config: VLLMConfig) -> str:
+    """VLLM_CPU_OMP_THREADS_BIND for an engine of `config` (the caller's, if set): all cores by default."""
+    cores = os.cpu_count() or 1
+    bind = config.cpu_threads if config.cpu_threads != "auto" else f"0-{cores - 1}"
+    return os.environ.get("VLLM_CPU_OMP_THREADS_BIND", bind)
+
+
+def compile_factors(config: VLLMConfig, dtype: str, on_cpu: bool) -> dict:
+    """What a compiled engine's graph depends on that eor sets: its arguments (by model name) and
+    the vLLM variables in vLLM's own cache key (the threads bind, the reserved CPUs)."""
+    return {**engine_args(config, config.model, dtype, on_cpu), "threads_bind": threads_bind(config),
+            "reserved_cpus": os.environ.get("VLLM_CPU_NUM_OF_RESERVED_CPU", "0")}
+
+
 def quickest_start(config: VLLMConfig, engine: str = "VLLMEngine") -> VLLMConfig:
     """By the job (`enforce_eager` None) on CPU, the engine that starts soonest: compiled once one
     started on this CPU kind before (its compile cache loads: 30 s, and it answers 1.8x faster),
@@ -80,7 +94,7 @@ def quickest_start(config: VLLMConfig, engine: str = "VLLMEngine") -> VLLMConfig
     if config.enforce_eager is not None or not on_cpu:
         return config
     compiled = replace(config, enforce_eager=False)
-    warm = config.compile_cache and compiled_before(start_key(engine, engine_args(compiled, config.model, dtype, on_cpu)))
+    warm = config.compile_cache and compiled_before(start_key(engine, compile_factors(compiled, dtype, on_cpu)))
     return compiled if warm else replace(config, enforce_eager=True)
 
 
@@ -131,9 +145,7 @@ class VLLMEngine(ReaderEngine):
             self.on_start()
             self.on_start = None
         if self.on_cpu:
-            cores = os.cpu_count() or 1
-            bind = self.config.cpu_threads if self.config.cpu_threads != "auto" else f"0-{cores - 1}"
-            os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", bind)
+            os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", threads_bind(self.config))
             os.environ.setdefault("VLLM_CPU_NUM_OF_RESERVED_CPU", "0")
             if not _KV_CACHE_FROM_CALLER:  # each engine its own budget (vLLM reads it as the engine starts)
                 os.environ["VLLM_CPU_KVCACHE_SPACE"] = f"{self.config.cpu_kv_cache_gib:g}"
@@ -148,7 +160,7 @@ class VLLMEngine(ReaderEngine):
     def start_key(self) -> str:
         """The compile cache's marker for this engine (compile_cache.py: `start_key`), keyed by the
         model's name, not its path, as `service_stages` sees it."""
-        return start_key(type(self).__name__, engine_args(self.config, self.config.model, self.dtype, self.on_cpu))
+        return start_key(type(self).__name__, compile_factors(self.config, self.dtype, self.on_cpu))
 
     def _engine_kwargs(self) -> dict:
         return engine_args(self.config, str(self.path), self.dtype, self.on_cpu)

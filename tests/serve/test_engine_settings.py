@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from serve.engine.compile_cache import WORKER_EXTENSION
-from serve.engine.vllm_engine import EngineStages, VLLMConfig, engine_args, service_stages
+from serve.engine.vllm_engine import EngineStages, VLLMConfig, compile_factors, engine_args, service_stages
 
 
 def test_by_the_job_a_cpu_service_runs_eager_then_compiled(eor_home):  # no compiled start recorded
@@ -44,8 +44,9 @@ def test_once_a_compiled_engine_started_its_cache_is_warm_and_it_starts_alone(eo
     config = VLLMConfig(device="cpu", dtype="bfloat16")
     compiled = replace(config, enforce_eager=False)
     assert quickest_start(config) == replace(config, enforce_eager=True)  # nothing compiled yet: eager
-    key = start_key("AsyncVLLMEngine", engine_args(compiled, config.model, "bfloat16", True))
-    assert start_key("VLLMEngine", engine_args(compiled, config.model, "bfloat16", True)) != key  # other warm-up
+    key = start_key("AsyncVLLMEngine", compile_factors(compiled, "bfloat16", True))
+    assert start_key("VLLMEngine", compile_factors(compiled, "bfloat16", True)) != key  # other warm-up
+    assert start_key("AsyncVLLMEngine", compile_factors(replace(compiled, cpu_threads="0"), "bfloat16", True)) != key
     mark_compiled(key, 30.4)
     assert compiled_before(key) and service_stages(config) == EngineStages(compiled)  # the service: compiled alone
     assert quickest_start(config) == replace(config, enforce_eager=True)  # the offline engine's cache is still cold
@@ -53,3 +54,21 @@ def test_once_a_compiled_engine_started_its_cache_is_warm_and_it_starts_alone(eo
     assert service_stages(other).then is not None
     assert service_stages(replace(config, compile_cache=False)).then is not None  # without the fix nothing loads
     assert service_stages(replace(config, enforce_eager=True)) == EngineStages(replace(config, enforce_eager=True))
+
+
+def test_eor_ask_picks_each_readers_quickest_engine_on_its_own(eor_home):
+    from dataclasses import replace
+
+    from serve.cli.ask import _quickest_engines
+    from serve.config import config_from_dict, reader_config
+    from serve.engine.compile_cache import mark_compiled, start_key
+
+    config = config_from_dict({"reader": {"device": "cpu", "dtype": "bfloat16"},
+                               "readers": {"1.5B": {"model": "qwen2.5-coder-1.5b", "cpu_kv_cache_gib": 1}},
+                               "pool": {"specs": ["SE@1", "SE@1~1.5B"]}})
+    small = replace(config.reader, enforce_eager=False)
+    mark_compiled(start_key("VLLMEngine", compile_factors(small, "bfloat16", True)), 30.0)  # 0.5B warm only
+    fast = _quickest_engines(config)
+    assert fast.reader.enforce_eager is False  # the 0.5B: compiled, its cache is warm
+    strong = reader_config(fast, "1.5B")
+    assert strong.enforce_eager is True and strong.cpu_kv_cache_gib == 1 and strong.model == "qwen2.5-coder-1.5b"

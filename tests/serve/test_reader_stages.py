@@ -240,3 +240,27 @@ def test_a_lazy_reader_starts_its_engine_on_the_first_request(stages):
     assert asyncio.run(r.generate([PromptText("q")], PARAMS)) == ["eager:q"]
     assert stages[0].loaded and asyncio.run(r.stats())["engine"] == "eager"
     assert asyncio.run(r.generate([PromptText("p")], PARAMS)) == ["eager:p"] and len(stages) == 1
+
+
+def test_a_request_cancelled_while_a_lazy_engine_starts_leaves_one_start_running(stages):
+    """Its deadline passes while the engine starts: the start goes on, and the next request waits
+    for that same start (never a second engine beside the first)."""
+    from serve.app.reader import Reader
+
+    settings = config_from_dict({"cache": {"enabled": False}, "reader": {"device": "cpu", "enforce_eager": False},
+                                 "service": {"engine_factory": f"{__name__}:make_stage_engine"}})
+    r = Reader.func_or_class(settings.to_dict(), lazy=True)
+    loads = []
+    real_load = stages[0].load
+    stages[0].load = lambda: (loads.append(1), real_load())[1]
+
+    async def scenario():
+        with pytest.raises(asyncio.TimeoutError):
+            await asyncio.wait_for(r.generate([PromptText("q")], PARAMS), 0.1)  # the compiled start is held
+        second = asyncio.ensure_future(r.generate([PromptText("p")], PARAMS))
+        await asyncio.sleep(0.1)
+        GATE.set()
+        return await second
+
+    assert asyncio.run(scenario()) == ["compiled:p"]
+    assert len(loads) == 1 and len(stages) == 1

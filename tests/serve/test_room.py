@@ -44,17 +44,20 @@ def test_an_unknown_model_never_blocks(monkeypatch, eor_home):
 
 def test_one_upgrade_at_a_time_on_a_machine(eor_home):
     order: list[str] = []
+    a_holds = threading.Event()
 
     def upgrade(name: str) -> None:
         with room.one_start_at_a_time():
             order.append(f"{name} in")
+            a_holds.set()
             time.sleep(0.2)
             order.append(f"{name} out")
 
-    threads = [threading.Thread(target=upgrade, args=(n,)) for n in ("a", "b")]
-    for t in threads:
-        t.start()
-        time.sleep(0.05)
-    for t in threads:
-        t.join()
+    a = threading.Thread(target=upgrade, args=("a",))
+    a.start()
+    assert a_holds.wait(5)
+    b = threading.Thread(target=upgrade, args=("b",))
+    b.start()
+    a.join()
+    b.join()
     assert order == ["a in", "a out", "b in", "b out"]
