@@ -32,6 +32,13 @@ class ReaderUnavailable(ServiceError):
     code = grpc.StatusCode.UNAVAILABLE
 
 
+class NothingAnswered(ServiceError):
+    """Every retriever the Ask's rounds asked failed or missed the deadline (a lost node, actors
+    restarting): there is no answer, and an OK with an empty one would look like one."""
+
+    code = grpc.StatusCode.UNAVAILABLE
+
+
 class DeadlineExceeded(ServiceError):
     code = grpc.StatusCode.DEADLINE_EXCEEDED
 

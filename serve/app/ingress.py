@@ -26,7 +26,8 @@ from serve.app import metrics
 from serve.app.handles import ServiceCrew, bounded
 from serve.app.health import HealthChecks
 from serve.app.placement import Placed, reader_deployment
-from serve.app.errors import DeadlineExceeded, FailedPrecondition, Unauthenticated, Unimplemented, status_of
+from serve.app.errors import (DeadlineExceeded, FailedPrecondition, NothingAnswered, Unauthenticated, Unimplemented,
+                              status_of)
 from serve.builder import source_shapes
 from serve.config import config_from_dict, reader_models
 from serve.app.wire import (AskSpec, ask_reply, parse_ask, parse_generate, parse_retrieve,
@@ -220,6 +221,13 @@ class EorIngress(Placed, HealthChecks):
                 f"the first vote did not finish within the {spec.deadline.seconds:g} s deadline") from None
         now = time.perf_counter()
         metrics.observe("eor_stage_seconds", now - t0, stage="total")
+        for a in answers:  # no wrong OK: a question nothing answered fails the Ask
+            failed = a.result.failed
+            if failed and not any(c.answer and not c.error for c in a.result.candidates):
+                raise NothingAnswered(f"no retriever answered {a.result.question[:80]!r} within the "
+                                      f"{spec.deadline.seconds:g} s deadline ({len(failed)} failed or missed it: "
+                                      f"{', '.join(failed[:6])}{', ...' if len(failed) > 6 else ''}); Health "
+                                      "names the parts that are down")
         replies = []
         for a in answers:
             if a.vote.margin is not None:

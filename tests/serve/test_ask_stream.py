@@ -135,3 +135,29 @@ def test_the_first_answer_comes_when_round_1s_one_step_retrievers_have_read():
     ing = _ingress(_Handle(), handle, plan)
     reply = asyncio.run(ing._ask_one(eor_pb2.AskRequest(question="who?")))
     assert reply.final and calls[0] == ["SE@1", "SE@1@CP"]
+
+
+def test_a_question_no_retriever_answered_fails_the_ask_as_unavailable_never_ok_with_nothing():
+    """A lost node: every member asked failed. An OK with an empty answer would look like one."""
+    from retrievers.types import Candidate
+
+    async def run(round_):
+        return RoundRun([QuestionResult(q, tuple(Candidate(s, "", Context(s), error="actor died", error_kind="crashed")
+                                                 for s in round_.specs)) for q in round_.questions],
+                        [Groundwork() for _ in round_.questions])
+
+    class Run:
+        def remote(self, *args):
+            return run(*args)
+    handle = _Handle()
+    handle.run = Run()
+
+    def vote(results, key, cascade, stage, deadline):
+        return decisions([Vote(None, "", None, None, {}) for _ in results], [0.0] * len(results), cascade, stage)
+
+    ing = _ingress(_Handle(), handle, _Handle(plan=lambda: VoterPlan("k", Cascade(STAGES, (1.0, 1.0)), "t"),
+                                               decide=vote))
+    items = asyncio.run(collect(ing, eor_pb2.AskRequest(question="who?")))
+    _, code, details = items[-1]
+    assert code == grpc.StatusCode.UNAVAILABLE and "no retriever answered 'who?'" in details
+    assert "SE@1, Wiki@10, ReFree" in details and "\n" not in details and "Traceback" not in details
