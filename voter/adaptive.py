@@ -295,8 +295,7 @@ def candidate_layouts(pool: Sequence[str], accuracy: dict[str, float], cost: dic
         add(first, mid, [s for s in value if s not in first and s not in mid])
     if len(groups) > 1:
         for members in groups.values():
-            if len(members) > 1:
-                add(members)  # this reader's own vote, in one round
+            add(members)  # this reader's own vote, in one round
             for first, mid in _splits(members, firsts, seconds):
                 add(first, mid, [s for s in members if s not in first and s not in mid])
         plain = groups.get("", [])

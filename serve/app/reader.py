@@ -7,8 +7,8 @@ every distinct uncached prompt is one engine request that joins the running batc
 awaited, not sent twice; a cancelled call aborts the requests only it waited for. An engine
 that runs batches instead (`continuous = False`: test fakes) gets concurrent calls merged
 into one batch per SamplingParams (serve/app/batching.py). A dead engine is reported and
-restarted here; on CPU the engine starts eager and a compiled one takes over when it is up
-(serve/engine/vllm_engine.py, `service_stages`).
+restarted here; on CPU the engine that starts soonest answers first, and where that is eager a
+compiled one takes over when it is up (serve/engine/vllm_engine.py, `service_stages`).
 """
 from __future__ import annotations
 
@@ -154,9 +154,10 @@ class Reader(Placed):
     died) is noticed on the call that fails: that call and every call until the engine is
     back get ReaderUnavailable, `stats()` reports it (Health turns NOT_SERVING), and a new
     engine starts in this replica, with no operator. The engines run in `service_stages`
-    order, at the start and after each restart: on CPU an eager engine answers first, and a
-    compiled one, started on a thread beside it, takes over when it is up; the eager one
-    finishes what it holds and stops. Both run at once while the compiled one starts: twice
+    order, at the start and after each restart: on CPU the compiled engine alone once its
+    compile cache is warm; else an eager engine answers first, and a compiled one, started on
+    a thread beside it where the machine has the memory (serve/engine/room.py), takes over when
+    it is up; the eager one finishes what it holds and stops. Both run at once meanwhile: twice
     the engine's memory, and the CPU shared."""
 
     def __init__(self, settings: dict, lazy: bool = False):

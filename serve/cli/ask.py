@@ -215,13 +215,8 @@ def _quickest_engines(config):
     from serve.config import reader_config, used_readers
     from serve.engine.vllm_engine import quickest_start
 
-    readers = dict(config.readers)
-    for name in used_readers(config):
-        if name:
-            own = reader_config(config, name)
-            fast = quickest_start(own)
-            readers[name] = {k: v for k, v in asdict(fast).items() if v != getattr(config.reader, k)} | {
-                "model": own.model, "enforce_eager": fast.enforce_eager}
+    readers = {**config.readers, **{name: asdict(quickest_start(reader_config(config, name)))
+                                    for name in used_readers(config) if name}}
     return replace(config, reader=quickest_start(config.reader), readers=readers)
 
 

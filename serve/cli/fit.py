@@ -94,7 +94,8 @@ def _fit_adaptive(args, config, pool, selection, scored, metrics, saved, specs=N
     from serve.offline.reader_runs import ReaderRuns
 
     specs = list(pool.specs if specs is None else specs)
-    seconds = {r: s for r, s in ReaderRuns(config, pool, selection.path).seconds().items() if r in by_reader(specs)}
+    readers = by_reader(specs)
+    seconds = {r: s for r, s in ReaderRuns(config, pool, selection.path).seconds().items() if r in readers}
     method = None if args.calibration == "none" else args.calibration
     fitted = fit_adaptive(scored, specs, metrics, saved.metrics, saved.pooling, seconds, calibration=method)
     c = fitted.chosen

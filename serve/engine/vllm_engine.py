@@ -35,8 +35,9 @@ class VLLMConfig:
     cpu_threads: str = "auto"  # VLLM_CPU_OMP_THREADS_BIND; auto = all cores
     cpu_kv_cache_gib: float = 2.0  # VLLM_CPU_KVCACHE_SPACE: ~45k tokens of SmolLM2-135M in fp32
     seed: int = 0
-    # torch.compile or not: None = by the job (eor ask: eager; fit, eval: compiled; the service on CPU: eager
-    # at once, then compiled: `service_stages`). Measured here (bench/engine_settings.py, Qwen bf16): compiled
+    # torch.compile or not: None = by the job (eor ask and the service on CPU: the quickest start, compiled once
+    # its compile cache is warm, else eager, the service then upgrading: `quickest_start`, `service_stages`;
+    # fit, eval: compiled). Measured here (bench/engine_settings.py, Qwen bf16): compiled
     # starts in 80 s vs 36 s eager, then prefills 1.38x and decodes 1.17x faster, so it pays back after ~160 s
     # of eager engine work: a 20-question eval, not one ask.
     enforce_eager: bool | None = None
