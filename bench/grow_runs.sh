@@ -1,14 +1,15 @@
 #!/usr/bin/env bash
 # Grow run logs by steps, in the background, resumably:
 #   bench/grow_runs.sh [STEP] [MAX]        (default 20 and 800 questions per split)
-#   EOR_MODELS="qwen2.5-coder-0.5b qwen2.5-coder-1.5b" EOR_SPLITS=fit bench/grow_runs.sh 20 400
-#   EOR_CONFIG=deploy/eor-cascade-fit.yaml EOR_SPLITS=fit bench/grow_runs.sh 40 400   (a pool of two readers)
-# Each step runs the whole pool (all 16 retrievers) through each reader in EOR_MODELS (default: the
-# shipped reader) over STEP more questions of each split in EOR_SPLITS (default: eval, then fit) of
+#   EOR_CONFIG=deploy/eor-15b.yaml EOR_SPLITS=eval bench/grow_runs.sh 40 380      (the 1.5B's part only)
+#   EOR_CONFIG=deploy/eor-paper16.yaml EOR_SPLITS=eval bench/grow_runs.sh 40 380  (the 0.5B's 16 only)
+# Each step runs the whole pool (the default: the paper's 16 through the 0.5B and 7 through the
+# 1.5B; EOR_CONFIG names another, EOR_MODELS runs it through each listed reader model in turn)
+# over STEP more questions of each split in EOR_SPLITS (default: eval, then fit) of
 # ../shared/data/questions.dev.jsonl over the shared index (`eor index --corpus
 # ../shared/data/corpus.jsonl --index shared` first). Finished questions are never run again (run log +
 # reader cache under $EOR_HOME, one log per reader), so stopping it at any time loses at most one
-# batch; `eor fit` / `eor eval` with the same --limit and --model reuse it all.
+# batch; `eor fit` / `eor eval` with the same --limit reuse it all.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 step=${1:-20}

@@ -18,7 +18,8 @@ import yaml
 from retrievers.encoder import DEFAULT_ENCODER
 from retrievers.pool import PoolConfig
 from retrievers.registry import SOURCE_BACKENDS, is_reference
-from retrievers.spec import DEFAULT_READER_NAME, SpecError, check_reader_name, check_source_name, parse_pool
+from retrievers.spec import (DEFAULT_READER_NAME, PAPER_POOL, SpecError, check_reader_name, check_source_name,
+                             parse_pool, parse_spec, with_reader)
 from serve.engine.models import STRONG_READER
 from serve.engine.vllm_engine import VLLMConfig
 from voter.estimator import VoterConfig
@@ -192,11 +193,24 @@ class ServiceConfig:
 
 
 # The readers besides `reader` (the default one), by the name a pool member gives after `~`
-# (retrievers/spec.py: `Wiki@10~1.5B`). A line: `1.5B: qwen2.5-coder-1.5b` (a model, with the
+# (retrievers/spec.py: `Wiki@10~1.5B`); a file's `readers` section adds to these. A line: `1.5B: qwen2.5-coder-1.5b` (a model, with the
 # `reader` section's engine settings) or `1.5B: {model: ..., cpu_kv_cache_gib: 3}` (settings of its
 # own). Each is its own engine (KV cache, prefix cache, reader-cache keys); only the readers a pool
-# member names are ever started.
-DEFAULT_READERS = {"1.5B": STRONG_READER}
+# member names are ever started. The 1.5B's KV cache is 1 GiB (37k tokens: more than 2 cores batch):
+# both readers in one process then peak at 15.0 GiB PSS, against 17.6 at 2 GiB (session-19 note).
+STRONG_READER_NAME = "1.5B"
+DEFAULT_READERS = {STRONG_READER_NAME: {"model": STRONG_READER, "cpu_kv_cache_gib": 1}}
+
+# The retrievers the strong reader reads in the default pool: neither the @CP compressions (a 200-token
+# summary each, then the answer: most of a question's reader time, at 2.4x the cost through the
+# 1.5B) nor the two 10-passage reranks (SE@RR@10, HB@RR@10: ~1,350 prompt tokens each, a third of
+# the rest, and the weakest through the 1.5B on the first 20 fit questions).
+STRONG_DROPPED = ("SE@RR@10", "HB@RR@10")
+STRONG_SPECS = tuple(s for s in PAPER_POOL if not parse_spec(s).compress and s not in STRONG_DROPPED)
+# The default pool, the one the shipped voter was fitted on (issue 33): the paper's 16 through the
+# default reader and the 7 above through the 1.5B (`~1.5B`). The voter chooses which it asks: its
+# rounds read only the 1.5B's; its single-reader fallback the 0.5B's 16 (voter/data/voter.json).
+DEFAULT_POOL = (*PAPER_POOL, *(with_reader(s, STRONG_READER_NAME) for s in STRONG_SPECS))
 
 
 @dataclass(frozen=True)
@@ -204,7 +218,7 @@ class EorConfig:
     reader: VLLMConfig = field(default_factory=VLLMConfig)
     readers: dict[str, Any] = field(default_factory=lambda: dict(DEFAULT_READERS))
     generator: GeneratorConfig = field(default_factory=GeneratorConfig)
-    pool: PoolConfig = field(default_factory=PoolConfig)
+    pool: PoolConfig = field(default_factory=lambda: PoolConfig(specs=DEFAULT_POOL))
     index: IndexConfig = field(default_factory=IndexConfig)
     cache: CacheConfig = field(default_factory=CacheConfig)
     voter: VoterSelection = field(default_factory=VoterSelection)
@@ -292,6 +306,8 @@ def config_from_dict(data: dict[str, Any] | None, overrides: dict[str, dict[str,
     data = {k: dict(v or {}) for k, v in data.items()}
     for section, values in (overrides or {}).items():
         data.setdefault(section, {}).update({k: v for k, v in values.items() if v is not None})
+    if "readers" in data:  # a file's readers join the default ones (the default pool names the 1.5B)
+        data["readers"] = {**DEFAULT_READERS, **data["readers"]}
     return _build(EorConfig, data, "config")
 
 

@@ -130,6 +130,17 @@ def expected_calibration_error(p: Sequence[float], right: Sequence[float], bins:
     return float(sum(b.n / n * abs(b.accuracy - b.confidence) for b in reliability(p, right, bins) if b.n))
 
 
+def ece_sampling_floor(p: Sequence[float], bins: int = ECE_BINS, draws: int = 2000, seed: int = 0) -> float:
+    """The ECE a perfectly calibrated P would still show on these questions: the mean ECE when
+    each question's outcome is drawn as right with its own P. An observed ECE near it is as
+    calibrated as this many questions can tell; below it is luck."""
+    p = np.asarray(p, dtype=np.float64)
+    if len(p) == 0:
+        return math.nan
+    rng = np.random.default_rng(seed)
+    return float(np.mean([expected_calibration_error(p, rng.random(len(p)) < p, bins) for _ in range(draws)]))
+
+
 def cross_validated_ece(p: np.ndarray, right: np.ndarray, method: str = "platt", folds: int = 5,
                         seed: int = 0) -> float:
     """ECE of calibrated P on questions the calibrator did not see: rows are questions ([N] or

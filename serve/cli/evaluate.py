@@ -24,12 +24,16 @@ def cmd_eval(args) -> int:
     selection = _selection(args)
     questions = select_questions(selection)
     pool = make_pool(config)
+    if args.baseline and args.baseline not in pool.specs:
+        raise ValueError(f"--baseline {args.baseline!r} is not in the pool ({len(pool.specs)} members)")
     choice = voter_choice(args, pool, config=config)  # a wrong voter file fails before any work
     saved, options, source = choice.saved, choice.options, choice.source
     _warn_overlap(saved, selection)
     scored, _ = _run_pool(args, config, pool, selection, questions)
     runs = replay_ensembles(scored, saved, build_metrics(options, pool.reader))
-    reports = evaluate(scored, runs.answers, pool.specs, runs.tokens)
+    baseline = args.baseline or saved.provenance.extra.get("best_single")  # the fit split's (eor fit records it)
+    reports = evaluate(scored, runs.answers, pool.specs, runs.tokens,
+                       baseline=baseline if baseline in pool.specs else None)
     out_dir = Path(args.out_dir) if args.out_dir else eor_home() / DEFAULT_EVAL_DIR
     out_dir.mkdir(parents=True, exist_ok=True)
     plots = [str(rwr_heatmap(r.rwr, r.rwr_labels, f"RWR, {r.dataset} (n={r.n}, Match)",

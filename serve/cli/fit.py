@@ -4,6 +4,7 @@ from __future__ import annotations
 import contextlib
 import json
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 from serve.cli.common import DEFAULT_WEIGHTS, _config
@@ -87,8 +88,6 @@ def _fit_adaptive(args, config, pool, selection, scored, metrics, saved, specs=N
     """The confidence-aware rounds, answer scorer and stop thresholds (voter/adaptive.py),
     fitted on the same questions with 5-fold CV, over `specs` (default: the whole pool);
     (the voter with them, a summary line)."""
-    from dataclasses import replace
-
     from retrievers.spec import by_reader
     from serve.offline.adaptive import fit_adaptive
     from serve.offline.reader_runs import ReaderRuns
@@ -152,7 +151,11 @@ def cmd_fit(args) -> int:
     report = fit_weights(scored, pool.specs, metrics, fit_config,
                          Path(selection.path).name, pool.reader.model_id, extra,  # a name, not this machine's path
                          readers=pool_reader_models(pool))
-    saved = report.saved
+    # the fit split's best single member, by Match (ties: the earlier one): what `eor eval` pairs EoR with
+    specs = pool.specs
+    best_single = max(specs, key=lambda s: (report.single_accuracy.get(s, -1.0), -specs.index(s)))
+    saved = replace(report.saved, provenance=replace(report.saved.provenance, extra={
+        **report.saved.provenance.extra, "best_single": best_single}))
     adaptive = args.adaptive if args.adaptive is not None else len(scored) >= MIN_ADAPTIVE_QUESTIONS
     if adaptive and len(scored) < MIN_ADAPTIVE_QUESTIONS:
         raise ValueError(f"--adaptive needs at least {MIN_ADAPTIVE_QUESTIONS} questions, the selection has "
@@ -162,8 +165,6 @@ def cmd_fit(args) -> int:
     if adaptive:
         saved, summary = _fit_adaptive(args, config, pool, selection, scored, metrics, saved)
     if len(saved.named_readers) > 1:
-        from dataclasses import replace
-
         fallback, fallback_summary = _fit_fallback(args, config, pool, selection, scored, metrics, fit_config,
                                                    extra, adaptive)
         saved = replace(saved, fallback=fallback)

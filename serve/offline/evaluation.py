@@ -22,7 +22,8 @@ import numpy as np
 from serve.offline.fitting import CORRECTNESS, Scored
 from voter.question_vote import Vote, answer_grid
 from retrievers.types import ReaderTokens
-from voter.calibration import COVERAGES, ECE_BINS, expected_calibration_error, reliability, risk_coverage
+from voter.calibration import (COVERAGES, ECE_BINS, ece_sampling_floor, expected_calibration_error, reliability,
+                               risk_coverage)
 from voter.qa_metrics import exact_match, match, mrlr, oracle_upper_bound, rwr_matrix, token_f1
 from voter.selector import paired_counts, sign_test
 from voter.weights_io import SavedWeights
@@ -64,6 +65,21 @@ class DatasetReport:
     paired: tuple[int, int]  # questions only EoR got right, only the best single got right
     rwr_labels: tuple[str, ...]  # the pool, then EoR
     rwr: np.ndarray = field(repr=False)  # [M+1, M+1], RWR(row, column)
+    # metric (em, f1, match) -> [questions, systems] per-question scores, columns as `labels`
+    scores: dict[str, np.ndarray] = field(default_factory=dict, repr=False)
+    labels: tuple[str, ...] = ()
+    baseline: str | None = None  # a pair named before the run (the fit split's best single)
+
+    def versus(self, other: str) -> dict[str, dict[str, Any]]:
+        """EoR against `other`, paired on these questions, for each of EM, F1 and Match: the
+        questions where EoR scored higher, where `other` did, and the two-sided sign test."""
+        eor, j = self.labels.index(EOR), self.labels.index(other)
+        out = {}
+        for metric, table in self.scores.items():
+            wins, losses = int((table[:, eor] > table[:, j]).sum()), int((table[:, j] > table[:, eor]).sum())
+            out[metric] = {"eor": _clean(float(table[:, eor].mean())), "other": _clean(float(table[:, j].mean())),
+                           "eor_higher": wins, "other_higher": losses, "sign_test_p": _clean(sign_test(wins, losses))}
+        return out
 
     @property
     def sign_test_p(self) -> float:
@@ -81,6 +97,9 @@ class DatasetReport:
                                    "mrlr": [_clean(eor.mrlr), _clean(best.mrlr)],
                                    "eor_only_right": self.paired[0], "best_single_only_right": self.paired[1],
                                    "sign_test_p": _clean(self.sign_test_p)},
+            "eor_vs": {name: self.versus(name) for name in dict.fromkeys(
+                [self.best_single, *([self.baseline] if self.baseline else [])])} if self.scores else {},
+            "baseline": self.baseline,
             "oracle": _clean(self.oracle),
             "rwr": {"labels": list(self.rwr_labels),
                     "matrix": [[_clean(x) for x in row] for row in self.rwr]},
@@ -97,7 +116,7 @@ def _mean_tokens(rows: Sequence[ReaderTokens]) -> ReaderTokens | None:
 
 def _dataset_report(name: str, golds: list[Sequence[str]], answers: list[list[str]], pool: Sequence[str],
                     ensembles: Sequence[str] = (EOR,),
-                    tokens: dict[str, list[ReaderTokens]] | None = None) -> DatasetReport:
+                    tokens: dict[str, list[ReaderTokens]] | None = None, baseline: str | None = None) -> DatasetReport:
     """answers[i] = [answer of each pool retriever..., then each ensemble's answer] ('' when none).
     MRLR of a single retriever is over the pool and the first ensemble (adaptive EoR); of an
     ensemble, over the pool and that ensemble."""
@@ -119,15 +138,21 @@ def _dataset_report(name: str, golds: list[Sequence[str]], answers: list[list[st
     best = max(pool, key=lambda s: (per[s].match, -list(pool).index(s)))
     paired = paired_counts(ok[:, m] > 0, ok[:, list(pool).index(best)] > 0)
     return DatasetReport(name, n, systems, best, oracle_upper_bound(ok[:, :m]), paired, labels[: m + 1],
-                         rwr_matrix(ok[:, main_cols]))
+                         rwr_matrix(ok[:, main_cols]), {"em": table["exact_match"], "f1": table["token_f1"],
+                                                        "match": ok}, labels, baseline)
 
 
 def evaluate(scored: Scored, votes: Sequence[Vote] | dict[str, Sequence[str]], pool: Sequence[str],
-             ensemble_tokens: dict[str, Sequence[ReaderTokens]] | None = None) -> list[DatasetReport]:
+             ensemble_tokens: dict[str, Sequence[ReaderTokens]] | None = None,
+             baseline: str | None = None) -> list[DatasetReport]:
     """One report per dataset (sorted), then "all" if there is more than one dataset.
 
     `votes`: EoR's votes, or {ensemble name: its answer per question} (adaptive first);
-    `ensemble_tokens`: reader tokens per question of each ensemble (singles come from the results)."""
+    `ensemble_tokens`: reader tokens per question of each ensemble (singles come from the results);
+    `baseline`: a pool member named before the run (the fit split's best single), paired with EoR
+    beside the best single picked after the fact."""
+    if baseline is not None and baseline not in pool:
+        raise ValueError(f"baseline {baseline!r} is not in the pool")
     ensembles = {EOR: [v.answer for v in votes]} if not isinstance(votes, dict) else dict(votes)
     for name, answers in ensembles.items():
         if len(answers) != len(scored):
@@ -143,7 +168,7 @@ def evaluate(scored: Scored, votes: Sequence[Vote] | dict[str, Sequence[str]], p
     names = sorted(groups) + ([ALL] if len(groups) > 1 else [])
     groups[ALL] = list(range(len(scored)))
     return [_dataset_report(name, [scored[i][0].answers for i in groups[name]], [rows[i] for i in groups[name]], pool,
-                            tuple(ensembles), {k: [v[i] for i in groups[name]] for k, v in tokens.items()})
+                            tuple(ensembles), {k: [v[i] for i in groups[name]] for k, v in tokens.items()}, baseline)
             for name in names]
 
 
@@ -178,8 +203,14 @@ def format_table(report: DatasetReport) -> str:
     lines.append(f"  EoR vs best single ({report.best_single}, *): Match {_fmt(eor.match).strip()} vs "
                  f"{_fmt(best.match).strip()}, MRLR {_fmt(eor.mrlr).strip()} vs {_fmt(best.mrlr).strip()}; "
                  f"oracle of the pool {_fmt(report.oracle).strip()}")
-    lines.append(f"  paired on these questions: {report.paired[0]} right only by EoR, {report.paired[1]} only by "
-                 f"{report.best_single}; sign test p = {report.sign_test_p:.3f}")
+    others = {report.best_single: "best single after the fact"}
+    if report.baseline:
+        others[report.baseline] = ", ".join(filter(None, [others.get(report.baseline), "named before the run"]))
+    for other, why in others.items():
+        vs = report.versus(other)
+        lines.append(f"  EoR vs {other} ({why}), paired: " + "; ".join(
+            f"{m} {v['eor_higher']} higher vs {v['other_higher']}, p = {v['sign_test_p']:.3g}"
+            for m, v in (("Match", vs["match"]), ("EM", vs["em"]), ("F1", vs["f1"]))))
     return "\n".join(lines)
 
 
@@ -320,6 +351,7 @@ def confidence_report(scored: Scored, runs: EnsembleRuns, best_single: str) -> d
     if conf is not None:
         known = [(c, y) for c, y in zip(conf, right) if c is not None]
         doc["ece"] = _clean(expected_calibration_error([c for c, _ in known], [y for _, y in known]))
+        doc["ece_sampling_floor"] = _clean(ece_sampling_floor([c for c, _ in known]))  # a calibrated P's, at this n
         doc["answered_with_confidence"] = len(known)
         doc["reliability"] = [{"low": b.low, "high": b.high, "n": b.n, "confidence": _clean(b.confidence),
                                "accuracy": _clean(b.accuracy)} for b in reliability(*zip(*known))] if known else []
@@ -334,9 +366,9 @@ def confidence_report(scored: Scored, runs: EnsembleRuns, best_single: str) -> d
 def format_confidence(doc: dict[str, Any]) -> str:
     kind = {"calibrated": "calibrated P(right)", "raw": "the answer scorer's raw P(right) (no calibrator)",
             "none": "none (this voter has no answer scorer)"}[doc["confidence_kind"]]
-    lines = [f"confidence of EoR's answers: {kind}" + (f"; ECE ({doc['bins']} bins) {doc['ece']:.3f} over "
-                                                       f"{doc['answered_with_confidence']} answers"
-                                                       if doc["ece"] is not None else "")]
+    lines = [f"confidence of EoR's answers: {kind}" + (
+        f"; ECE ({doc['bins']} bins) {doc['ece']:.3f} over {doc['answered_with_confidence']} answers (a perfectly "
+        f"calibrated P would show {doc['ece_sampling_floor']:.3f} at this n)" if doc["ece"] is not None else "")]
     lines.append(f"  answered only when most sure: Match of the answers kept, EoR by its confidence vs "
                  f"{doc['best_single']} by its mean token log-probability")
     for p in doc["risk_coverage"]:

@@ -17,15 +17,8 @@ import sys
 from pathlib import Path
 from typing import Any, Sequence
 
-from retrievers.spec import PAPER_POOL, parse_spec, with_reader
-
-# The retrievers the strong reader reads in the fit pool: neither the @CP compressions (a 200-token
-# summary each, then the answer: most of a question's reader time, at 2.4x the cost through the
-# 1.5B) nor the two 10-passage reranks (SE@RR@10, HB@RR@10: ~1,350 prompt tokens each, a third of
-# the rest, and the weakest through the 1.5B on the first 20 fit questions). The default reader
-# reads all 16. deploy/eor-cascade-fit.yaml lists the pool.
-STRONG_DROPPED = ("SE@RR@10", "HB@RR@10")
-STRONG_FIT_SPECS = tuple(s for s in PAPER_POOL if not parse_spec(s).compress and s not in STRONG_DROPPED)
+from retrievers.spec import PAPER_POOL, with_reader
+from serve.config import STRONG_SPECS
 
 
 def systems(specs: Sequence[str], strong_specs: Sequence[str], reader: str) -> dict[str, list[str]]:
@@ -48,7 +41,7 @@ def frontier(args) -> dict[str, Any]:
     from serve.offline.reader_runs import ReaderRuns
     from voter.question_vote import MetricOptions, build_metrics
 
-    pools = systems(PAPER_POOL, STRONG_FIT_SPECS, args.reader)
+    pools = systems(PAPER_POOL, STRONG_SPECS, args.reader)
     joined = pools["cascade over both"]
     config = load_config(args.config, {"index": {"name": args.index}, "pool": {"specs": joined}})
     pool = make_pool(config)  # engines are built, never started: the run logs hold every answer

@@ -4,16 +4,26 @@ from __future__ import annotations
 
 import pytest
 
-from serve.config import config_from_dict, reader_config, reader_names, used_readers
+from retrievers.spec import PAPER_POOL
+from serve.config import DEFAULT_POOL, config_from_dict, reader_config, reader_names, used_readers
 from serve.engine.models import STRONG_READER
+from voter.weights_io import SHIPPED_VOTER, load_weights
 
 
-def test_the_strong_reader_is_configured_but_started_only_when_a_member_names_it():
-    plain = config_from_dict({})
-    assert reader_names(plain) == ["", "1.5B"] and reader_config(plain, "1.5B").model == STRONG_READER
-    assert used_readers(plain) == [""]  # the paper's pool: the default reader only
+def test_the_strong_reader_is_started_only_when_a_member_names_it():
+    paper = config_from_dict({"pool": {"specs": list(PAPER_POOL)}})
+    assert reader_names(paper) == ["", "1.5B"] and reader_config(paper, "1.5B").model == STRONG_READER
+    assert used_readers(paper) == [""]  # the paper's pool: the default reader only
     paired = config_from_dict({"pool": {"specs": ["Wiki@10", "SE@1~1.5B"]}})
     assert used_readers(paired) == ["", "1.5B"]
+
+
+def test_the_default_pool_is_the_shipped_voters_both_readers_with_the_15bs_small_kv_cache():
+    plain = config_from_dict({})
+    assert used_readers(plain) == ["", "1.5B"] and plain.pool.specs == DEFAULT_POOL
+    assert list(DEFAULT_POOL[:16]) == list(PAPER_POOL) and all(s.endswith("~1.5B") for s in DEFAULT_POOL[16:])
+    assert reader_config(plain, "1.5B").cpu_kv_cache_gib == 1
+    assert tuple(load_weights(SHIPPED_VOTER, pool=list(DEFAULT_POOL)).pool) == DEFAULT_POOL
 
 
 def test_a_reader_takes_the_default_readers_settings_unless_it_sets_its_own():
@@ -22,6 +32,7 @@ def test_a_reader_takes_the_default_readers_settings_unless_it_sets_its_own():
         == ("m", 3, 4)
     assert reader_config(c, "b").model == "n" and reader_config(c, "").cpu_kv_cache_gib == 4
     assert reader_config(config_from_dict(c.to_dict()), "big") == reader_config(c, "big")  # travels to actors
+    assert reader_names(c) == ["", "1.5B", "big", "b"]  # a file's readers join the default ones
 
 
 @pytest.mark.parametrize("section, message", [

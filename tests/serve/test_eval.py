@@ -138,8 +138,18 @@ def test_eval_prints_the_paired_test_and_rounds(qfile, tmp_path, eor_home, use_p
     out = capsys.readouterr().out
     assert rc == 0
     # dataset a: q4 right only by Wiki@10; "all" adds q6, right by both
-    assert out.count("paired on these questions: 0 right only by EoR, 1 only by Wiki@10; sign test p = 1.000") == 2
+    assert out.count("EoR vs Wiki@10 (best single after the fact), paired: Match 0 higher vs 1, p = 1") == 2
     assert "; 1.00 rounds per question" in out
+    rc = main(["eval", "--questions", str(qfile), "--split", "all", "--metrics", "em", "--no-progress",
+               "--equal-weights", "--out-dir", str(tmp_path / "r"), "--baseline", "SE@1", "--json"])
+    doc = json.loads(capsys.readouterr().out)
+    assert rc == 0 and doc["datasets"]["all"]["baseline"] == "SE@1"
+    vs = doc["datasets"]["all"]["eor_vs"]
+    assert set(vs) == {"Wiki@10", "SE@1"} and set(vs["SE@1"]) == {"em", "f1", "match"}
+    assert set(vs["SE@1"]["match"]) == {"eor", "other", "eor_higher", "other_higher", "sign_test_p"}
+    assert main(["eval", "--questions", str(qfile), "--split", "all", "--metrics", "em", "--no-progress",
+                 "--equal-weights", "--baseline", "HB@1"]) == 2
+    assert "--baseline 'HB@1' is not in the pool" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("command", ["eval", "fit", "run"])

@@ -52,6 +52,7 @@ def test_fit_follows_the_always_right_retriever_and_records_provenance(tmp_path,
     assert p.extra["split"] == "all" and p.extra["split_seed"] == 5 and p.extra["correctness"] == "match"
     assert p.extra["nli_backend"] == "llm" and len(p.extra["qids_sha256"]) == 16
     assert set(p.extra["seconds"]) == {"pool", "similarity", "fit"}
+    assert p.extra["best_single"] == "Wiki@10"  # the fit split's best single: `eor eval` pairs EoR with it
     doc = json.loads(out.read_text())
     assert doc["format"] == "eor-voter/2" and len(p.extra["questions_sha256"]) == 64
     # the cascade: the kept retrievers, cheapest first, thresholds fitted to >= 98% agreement

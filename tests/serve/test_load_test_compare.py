@@ -13,8 +13,10 @@ class Client:
 
     def __init__(self):
         self.streams = 0
+        self.asked = []
 
     def ask(self, q, retrievers=()):
+        self.asked.append((q, tuple(retrievers)))
         time.sleep(0.02)
         return eor_pb2.AskReply(question=q, answer="a", final=True, stopped_at_stage=1, stages=1)
 
@@ -38,7 +40,9 @@ def test_compare_times_the_first_streamed_reply_and_counts_round_one_stops(monke
         "prompt_tokens", "cached_tokens", "generated_tokens", "computed_tokens", "engine_calls", "prompts")})
     monkeypatch.setattr(lt, "reader_delta", lambda a, b: {k: 0 for k in (
         "prompt_tokens", "cached_tokens", "generated_tokens", "computed_tokens")})
-    out = compare(Client(), [f"q{i}" for i in range(8)], cold=4, single="Wiki@10")
+    client = Client()
+    out = compare(client, [f"q{i}" for i in range(8)], cold=4, single="Wiki@10")
+    assert [r for q, r in client.asked if q == lt.WARM_UP] == [(), ("Wiki@10",)]  # each row's readers started first
     adaptive = out["rows"]["adaptive"]
     assert adaptive["ok"] == 4 and adaptive["first_round_stop_share"] == 0.5
     assert adaptive["first_reply_mean_s"] < adaptive["mean_s"]  # the provisional reply came before the final

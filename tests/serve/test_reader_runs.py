@@ -142,13 +142,14 @@ def synthetic(n=40):
 
 
 def test_the_frontier_compares_each_reader_alone_and_the_cascade_by_cv():
-    from serve.offline.reader_frontier import STRONG_FIT_SPECS, compare, format_frontier, systems
+    from serve.config import STRONG_SPECS
+    from serve.offline.reader_frontier import compare, format_frontier, systems
     from voter.question_vote import MetricOptions, build_metrics
     from retrievers.spec import PAPER_POOL
 
-    assert "Wiki@10@CP" not in STRONG_FIT_SPECS and "ReFree" in STRONG_FIT_SPECS
+    assert "Wiki@10@CP" not in STRONG_SPECS and "ReFree" in STRONG_SPECS
     assert list(config_from_dict(__import__("yaml").safe_load(open("deploy/eor-cascade-fit.yaml"))).pool.specs) \
-        == systems(PAPER_POOL, STRONG_FIT_SPECS, "1.5B")["cascade over both"]
+        == systems(PAPER_POOL, STRONG_SPECS, "1.5B")["cascade over both"]
     scored = synthetic()
     seconds = {"": {q.qid: 0.5 for q, _ in scored}, "1.5B": {q.qid: 1.25 for q, _ in scored}}
     pools = systems(["SE@1", "Wiki@10"], ["SE@1", "Wiki@10"], "1.5B")

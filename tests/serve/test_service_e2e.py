@@ -50,8 +50,11 @@ def live(tmp_path_factory):
     from serve.config import config_from_dict
 
     build_indexes(corpus, "t", Encoder(), show_progress=False)
-    settings = config_from_dict({
+    from retrievers.spec import PAPER_POOL
+
+    settings = config_from_dict({  # the paper's 16 through one reader (the 1.5B's part: test_reader_15b.py)
         "reader": {"model": str(model)}, "generator": {"model": ""}, "index": {"name": "t"},
+        "pool": {"specs": list(PAPER_POOL)},
         "cache": {"path": str(home / "reader.sqlite")},
         "voter": {"weights": "equal", "metrics": ["em", "bertscore"]},
         "service": {"port": 0, "metrics_port": 0, "ask_deadline_s": 600}})

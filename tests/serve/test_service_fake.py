@@ -44,6 +44,7 @@ def service(tmp_path_factory):
 
 def _start(config_from_dict, LocalService):
     settings = config_from_dict({"generator": {"model": ""},  # the reader cache on, as deployed (in the temp EOR_HOME)
+        "pool": {"specs": list(PAPER_POOL)},  # one reader: the default pool's second is tests/serve/test_service_readers.py's
         "voter": {"weights": "equal", "metrics": ["em"]}, "service": {
         "port": 0, "ray_grpc_port": _free_port(), "metrics_port": _free_port(),
         "engine_factory": f"{FAKES}:make_engine", "sources_factory": f"{FAKES}:make_sources",
@@ -366,9 +367,11 @@ def test_the_push_gate_refuses_a_degraded_voter_and_accepts_the_shipped_one(serv
     assert stub.Ask(eor_pb2.AskRequest(question="who painted the mona lisa"), timeout=60).retriever == "ReFree"
     assert gated_push(args, live, metrics, good) == 0
     assert stub.Ask(eor_pb2.AskRequest(question="who painted the mona lisa"), timeout=60).retriever != "ReFree"
-    # the shipped voter (confidence-aware, its own metrics) passes the same gate; then back to equal weights
-    shipped = load_weights(SHIPPED_VOTER, pool=PAPER_POOL)
-    assert gated_push(args, shipped, build_metrics(metric_options(shipped), None), SHIPPED_VOTER) == 0
+    # the shipped voter's single-reader fallback (confidence-aware, its own metrics: what a service of the
+    # 16 through one reader runs) passes the same gate; then back to equal weights
+    shipped = load_weights(SHIPPED_VOTER).fallback
+    assert gated_push(args, shipped, build_metrics(metric_options(shipped), None),
+                      save_weights(tmp_path / "fallback.json", shipped)) == 0
     out = capsys.readouterr().out
     assert "candidate Match 1.000 vs live 1.000" in out and "passes" in out and "weights pushed" in out
     assert gated_push(args, live, metrics, good) == 0

@@ -10,6 +10,7 @@ import asyncio
 import pytest
 
 from protos import eor_pb2
+from retrievers.spec import PAPER_POOL
 from serve.config import (GENERATOR_AUTO, config_from_dict, generator_model, generator_reader,
                           reader_config)
 from serve.engine.models import DEFAULT_READER, STRONG_READER
@@ -30,7 +31,7 @@ def test_generate_defaults_to_the_strong_reader_only_when_it_is_prepared(tmp_pat
     from serve.paths import models_dir
 
     monkeypatch.setenv("EOR_HOME", str(tmp_path))
-    plain = config_from_dict({})
+    plain = config_from_dict({"pool": {"specs": list(PAPER_POOL)}})
     assert plain.generator.model == GENERATOR_AUTO
     assert generator_model(plain) == DEFAULT_READER  # not prepared: the reader's model, its engine
     assert generator_reader(plain).reader == "" and f"{STRONG_READER} is not prepared" in engines_line(plain)
@@ -39,6 +40,8 @@ def test_generate_defaults_to_the_strong_reader_only_when_it_is_prepared(tmp_pat
     own = generator_reader(plain)  # no member reads with the 1.5B: Generate gets its own engine ...
     assert (own.reader, own.deployment) == (None, "Generator")
     assert own.settings == reader_config(plain, "1.5B")  # ... with the configured 1.5B reader's settings
+    default = generator_reader(config_from_dict({}))  # the default pool reads with it: its engine
+    assert (default.reader, default.deployment) == ("1.5B", "Reader_1.5B")
     paired = config_from_dict({"pool": {"specs": PAIRED}, "readers": {"1.5B": {"model": STRONG_READER, "seed": 7}}})
     shared = generator_reader(paired)  # a member reads with it: Generate shares that reader's engine
     assert (shared.reader, shared.deployment, shared.settings.seed) == ("1.5B", "Reader_1.5B", 7)

@@ -129,7 +129,7 @@ def test_voter_weights_come_from_user_config_and_a_push_survives_a_restart(tmp_p
 def test_settings_groups_cover_the_pool_and_yaml_round_trips(tmp_path):
     s = load_config()
     per_spec = actor_groups(s, cpus=16)  # "auto" on a big node: one actor per spec
-    assert sorted(x for g in per_spec for x in g) == sorted(s.pool.specs) and len(per_spec) == 16
+    assert sorted(x for g in per_spec for x in g) == sorted(s.pool.specs) and len(per_spec) == 23
     assert actor_groups(s, cpus=2) == [tuple(s.pool.specs)]  # "auto" on a small node: one actor
     assert actor_layout(s, cpus=2) == "one" and actor_layout(s, cpus=8) == "per-spec"
     small = config_from_dict({"pool": {"specs": ["ReFree", "Wiki@10", "Wiki@5"]},

@@ -7,8 +7,8 @@ import math
 import numpy as np
 import pytest
 
-from voter.calibration import (Calibrator, cross_validated_ece, expected_calibration_error, fit_calibrator,
-                               reliability, risk_coverage)
+from voter.calibration import (Calibrator, cross_validated_ece, ece_sampling_floor, expected_calibration_error,
+                               fit_calibrator, reliability, risk_coverage)
 
 
 def overconfident(n: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -50,6 +50,18 @@ def test_cross_validated_ece_is_measured_on_questions_the_calibrator_did_not_see
     rounds_p, rounds_right = raw.reshape(2000, 3), right.reshape(2000, 3)  # 3 rounds per question, one fold
     assert cross_validated_ece(rounds_p, rounds_right, "platt") < 0.03
     assert math.isnan(cross_validated_ece(np.array([0.5]), np.array([1.0])))
+
+
+def test_a_perfectly_calibrated_p_shows_the_sampling_floor_and_it_shrinks_with_n():
+    """The ECE of a P that is exactly the truth is not 0 on a finite sample: the floor says how
+    much of an observed ECE the sample alone explains."""
+    _, _, true = overconfident(4000, seed=2)
+    small, large = ece_sampling_floor(true[:380], draws=400), ece_sampling_floor(true, draws=100)
+    observed = [expected_calibration_error(true[:380], np.random.default_rng(s).random(380) < true[:380])
+                for s in range(200)]
+    assert small == pytest.approx(np.mean(observed), rel=0.15)  # what calibrated answers score at n = 380
+    assert 0.02 < small < 0.08 and large < small / 2.5  # about 1 / sqrt(n)
+    assert math.isnan(ece_sampling_floor([]))
 
 
 def test_ece_reliability_and_risk_coverage_by_hand():

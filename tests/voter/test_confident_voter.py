@@ -44,8 +44,10 @@ def test_v3_round_trip_and_v2_loading(tmp_path):
     assert plain.to_dict()["format"] == FORMAT_V2 and "adaptive" not in plain.to_dict()
     old = load_weights(V2_VOTER)  # the voter shipped before v3: loads, with the id it always had
     assert old.adaptive is None and old.to_dict()["format"] == FORMAT_V2 and old.digest == "8b3d50282f43"
-    shipped = load_weights(SHIPPED_VOTER)  # today's: confidence-aware, fitted on a mixed split
-    assert shipped.to_dict()["format"] == FORMAT and len(shipped.adaptive.layout) >= 2
+    v3 = load_weights(V2_VOTER.parent / "voter-v3-abb0f19062fd.json")  # shipped 2026-11-25 to -26: loads as it was
+    assert v3.to_dict()["format"] == FORMAT and len(v3.adaptive.layout) >= 2 and v3.digest == "abb0f19062fd"
+    shipped = load_weights(SHIPPED_VOTER)  # today's: a cascade over two readers, fitted on a mixed split
+    assert len(shipped.adaptive.layout) >= 2 and shipped.fallback is not None
     assert shipped.provenance.extra["split"] == "fit" and shipped.provenance.extra["dataset"] is None
 
 

@@ -132,8 +132,10 @@ def test_older_files_name_their_one_reader():
 
     v2 = load_weights(Path(__file__).parent / "data" / "voter-v2-8b3d50282f43.json")
     assert v2.readers == {"": v2.provenance.reader_model} and v2.digest == "8b3d50282f43" and v2.fallback is None
-    shipped = load_weights(SHIPPED_VOTER)  # eor-voter/3
-    assert shipped.readers == {"": shipped.provenance.reader_model} and shipped.named_readers == [""]
+    v3 = load_weights(Path(__file__).parent / "data" / "voter-v3-abb0f19062fd.json")  # eor-voter/3
+    assert v3.readers == {"": v3.provenance.reader_model} and v3.named_readers == [""]
+    shipped = load_weights(SHIPPED_VOTER)  # eor-voter/5: both readers, and a fallback over the default one's
+    assert set(shipped.readers) == {"", "1.5B"} and shipped.fallback.named_readers == [""]
 
 
 def test_a_v5_file_must_record_every_reader_and_a_fallback_must_read_with_one(tmp_path):
