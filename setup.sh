@@ -26,7 +26,7 @@ for arg in "$@"; do
     --bench) bench_env=1 ;;
     --reader-1.5b) reader15=1 ;;  # the default; kept so older commands still run
     --no-reader-1.5b) reader15=0 ;;
-    --tests) build_index=0; bench_env=1; prometheus=1; models+=(smollm2-135m) ;;
+    --tests) build_index=0; bench_env=1; prometheus=1; reader15=1; models+=(smollm2-135m) ;;  # the 1.5B too: its tests
     --verbose) verbose=1 ;;
     *) echo "usage: ./setup.sh [--no-index] [--bench] [--no-reader-1.5b] [--tests] [--verbose]" >&2; exit 2 ;;
   esac

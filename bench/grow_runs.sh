@@ -4,7 +4,8 @@
 #   EOR_CONFIG=deploy/eor-15b.yaml EOR_SPLITS=eval bench/grow_runs.sh 40 380      (the 1.5B's part only)
 #   EOR_CONFIG=deploy/eor-paper16.yaml EOR_SPLITS=eval bench/grow_runs.sh 40 380  (the 0.5B's 16 only)
 # Each step runs the whole pool (the default: the paper's 16 through the 0.5B and 7 through the
-# 1.5B; EOR_CONFIG names another, EOR_MODELS runs it through each listed reader model in turn)
+# 1.5B; EOR_CONFIG names another; EOR_MODELS runs it once per listed model as the default reader,
+# the `~NAME` members staying on their own reader)
 # over STEP more questions of each split in EOR_SPLITS (default: eval, then fit) of
 # ../shared/data/questions.dev.jsonl over the shared index (`eor index --corpus
 # ../shared/data/corpus.jsonl --index shared` first). Finished questions are never run again (run log +

@@ -47,7 +47,7 @@ from pathlib import Path
 
 from bench.common import DEFAULT_QUESTIONS, read_questions
 from bench.faults import fault_test, reader_fault_test
-from bench.service_calls import (check_loopback, latency_summary, memory_report, metrics_snapshot, ratio,
+from bench.service_calls import (check_loopback, latency_summary, memory_report, metrics_snapshot, ratio, readers_in_flight,
                                  reader_counters, reader_delta, run_calls)
 
 WARM_UP = "what is the capital of france"  # asked before the timed questions of `cold` and `inprocess`
@@ -112,17 +112,17 @@ def compare(client, questions: list[str], cold: int, single: str, concurrency: i
 
 def deadline_test(client, questions: list[str], deadline_s: float = 5.0, drain_limit_s: float = 10.0) -> dict:
     """Cold Asks with `deadline_s`: each reply's latency and what it lists missing, then how
-    long after the reply the reader's running + waiting requests (Health.reader_in_flight)
+    long after the reply the readers' running + waiting requests (Health.readers' in_flight)
     take to fall back to zero (the work behind the missed deadline is aborted, not finished)."""
     rows = []
     for q in questions:
         t = time.perf_counter()
         r = client.ask(q, deadline_s=deadline_s)
         latency = time.perf_counter() - t
-        in_flight_at_reply = client.health().reader_in_flight
+        in_flight_at_reply = readers_in_flight(client)
         t1, drained = time.perf_counter(), None
         while time.perf_counter() - t1 < drain_limit_s:
-            if client.health().reader_in_flight == 0:
+            if readers_in_flight(client) == 0:
                 drained = round(time.perf_counter() - t1, 2)
                 break
             time.sleep(0.1)
@@ -156,11 +156,23 @@ def cold_asks(client, questions: list[str]) -> dict:
             "engine_requests_per_question": round(reader["engine_calls"] / n, 2)}
 
 
+def _reader_totals(pool) -> dict[str, int]:
+    """Every reader's cache counters and engine tokens, summed (a cascade may read with the
+    second reader alone)."""
+    out: dict[str, int] = {}
+    for reader in pool.readers.values():
+        e = reader.engine
+        for k, v in [*vars(reader.stats).items(), ("prompt_tokens", e.prompt_tokens),
+                     ("generated_tokens", e.generated_tokens), ("cached_tokens", e.cached_tokens)]:
+            out[k] = out.get(k, 0) + v
+    return out
+
+
 def inprocess_asks(questions: list[str], config_path: str | None) -> dict:
     """The same questions through `eor ask`'s in-process path (serve/ensemble.answer over the
     pool, the offline vLLM engine), one at a time, in one process; the engine is started and
     warmed before the first timed question."""
-    from serve.builder import make_pool
+    from serve.builder import close_engines, make_pool
     from serve.cli.common import voter_choice
     from serve.config import load_config
     from serve.ensemble import answer
@@ -171,13 +183,9 @@ def inprocess_asks(questions: list[str], config_path: str | None) -> dict:
     choice = voter_choice(argparse.Namespace(metrics=None, pooling=None, nli_model=None), pool, config=config)
     metrics = build_metrics(choice.options, pool.reader)
     pool.load()
-    engine = pool.reader.engine
-    engine.load()
     try:
-        answer([WARM_UP], choice, pool, metrics)
-        stats0 = dict(vars(pool.reader.stats))
-        tokens0 = {"prompt_tokens": engine.prompt_tokens, "generated_tokens": engine.generated_tokens,
-                   "cached_tokens": engine.cached_tokens}
+        answer([WARM_UP], choice, pool, metrics)  # starts the engines the voter's rounds need
+        before = _reader_totals(pool)
         latencies, stops = [], []
         for q in questions:
             t = time.perf_counter()
@@ -185,11 +193,10 @@ def inprocess_asks(questions: list[str], config_path: str | None) -> dict:
             latencies.append(time.perf_counter() - t)
             stops.append([a.stopped_at, a.vote.answer])
     finally:
-        engine.close()
-    stats = {k: v - stats0[k] for k, v in vars(pool.reader.stats).items()}
-    tokens = {"prompt_tokens": engine.prompt_tokens - tokens0["prompt_tokens"],
-              "generated_tokens": engine.generated_tokens - tokens0["generated_tokens"],
-              "cached_tokens": engine.cached_tokens - tokens0["cached_tokens"]}
+        close_engines(pool)
+    after = _reader_totals(pool)
+    stats = {k: v - before[k] for k, v in after.items()}
+    tokens = {k: stats.pop(k) for k in ("prompt_tokens", "generated_tokens", "cached_tokens")}
     n = len(questions)
     return {"path": "in-process", "voter": choice.describe(), **latency_summary(latencies), "stops": stops,
             "reader": {**stats, **tokens}, "prompts_per_question": round(stats["prompts"] / n, 2),

@@ -47,6 +47,8 @@ def main(argv: list[str] | None = None) -> dict:
     args = ap.parse_args(argv)
 
     from serve.builder import make_pool
+    from retrievers.pool import PoolConfig
+    from retrievers.spec import PAPER_POOL
     from serve.config import CacheConfig, EorConfig, IndexConfig
     from serve.engine.vllm_engine import VLLMConfig, VLLMEngine
 
@@ -55,7 +57,8 @@ def main(argv: list[str] | None = None) -> dict:
     engine = VLLMEngine(VLLMConfig(model=args.model, enable_prefix_caching=False)).load()
     start_s = time.perf_counter() - t
     rec = RecordingEngine(engine)
-    config = EorConfig(index=IndexConfig(name=args.index), cache=CacheConfig(enabled=False))
+    config = EorConfig(index=IndexConfig(name=args.index), cache=CacheConfig(enabled=False),
+                       pool=PoolConfig(specs=PAPER_POOL))  # the paper's 16 through the reader measured
     pool = make_pool(config, engine=rec).load()
     params = SamplingParams(max_tokens=pool.config.answer_tokens)
     per_q, seq, batch, warm, n_prompts = [], [], [], [], []

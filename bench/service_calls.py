@@ -36,6 +36,13 @@ def reader_counters(client) -> dict:
     return {**{k: sum(c[k] for c in by_reader.values()) for k in READER_COUNTERS}, "by_reader": by_reader}
 
 
+def readers_in_flight(client) -> int:
+    """Requests running or waiting in every reader deployment (Health.readers), or the one
+    reader's where the service predates the list."""
+    h = client.health()
+    return sum(r.in_flight for r in h.readers) if h.readers else h.reader_in_flight
+
+
 def _counter_delta(before: dict, after: dict) -> dict:
     d = {k: after[k] - before.get(k, 0) for k in READER_COUNTERS}
     d["computed_tokens"] = d["prompt_tokens"] - d["cached_tokens"] + d["generated_tokens"]

@@ -307,8 +307,25 @@ def config_from_dict(data: dict[str, Any] | None, overrides: dict[str, dict[str,
     for section, values in (overrides or {}).items():
         data.setdefault(section, {}).update({k: v for k, v in values.items() if v is not None})
     if "readers" in data:  # a file's readers join the default ones (the default pool names the 1.5B)
-        data["readers"] = {**DEFAULT_READERS, **data["readers"]}
+        data["readers"] = _with_default_readers(data["readers"])
+    if "pool" in data and "specs" not in data["pool"]:  # a pool section that names no members: the default's
+        data["pool"]["specs"] = list(DEFAULT_POOL)
     return _build(EorConfig, data, "config")
+
+
+def _with_default_readers(readers: dict[str, Any]) -> dict[str, Any]:
+    """A file's `readers` over DEFAULT_READERS, reader by reader: a line for a default reader
+    changes only what it names (`1.5B: {cpu_kv_cache_gib: 2}` keeps the model; `1.5B: MODEL`
+    keeps the settings); other lines add readers as written."""
+    out = dict(DEFAULT_READERS)
+    for name, value in readers.items():
+        default = out.get(name)
+        if isinstance(default, dict) and isinstance(value, dict):
+            value = {**default, **value}
+        elif isinstance(default, dict) and isinstance(value, str) and value:
+            value = {**default, "model": value}
+        out[name] = value
+    return out
 
 
 def actor_layout(config: EorConfig, cpus: int | None = None) -> str:

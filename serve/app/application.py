@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
+import logging
 import os
 import shutil
 import tempfile
@@ -24,6 +25,8 @@ from pathlib import Path
 from typing import Any
 
 from serve.config import EorConfig, actor_groups, config_from_dict, load_config
+
+log = logging.getLogger(__name__)
 
 APP_NAME = "eor"
 INGRESS = "EorIngress"
@@ -110,10 +113,14 @@ def _with_reader(settings: dict, engine: Any) -> dict:
 
 def app_builder(args: dict[str, Any]):
     """`serve run deploy/serve.yaml`: args {config: eor.yaml path} and/or {settings: {...}}."""
+    from serve.builder import runnable_config
+
     args = dict(args or {})
-    if args.get("settings"):
-        return build_app(config_from_dict(args["settings"]))
-    return build_app(load_config(args.get("config") or None))
+    settings = config_from_dict(args["settings"]) if args.get("settings") else load_config(args.get("config") or None)
+    settings, notes = runnable_config(settings)  # as `eor serve`: a reader not prepared here, its members left out
+    for note in notes:
+        log.warning("eor: %s", note)
+    return build_app(settings)
 
 
 def _runtime_env() -> dict:

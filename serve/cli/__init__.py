@@ -137,7 +137,7 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--json", action="store_true", help="print the report as JSON")
     e.add_argument("--out-dir", help=f"where eval.json and the PNGs go (default: $EOR_HOME/{DEFAULT_EVAL_DIR})")
     e.add_argument("--baseline", help="a pool member EoR is paired with beside the best single picked after the "
-                   "fact (default: the fit split's best single, as the voter file records it)")
+                   "fact (default: the fit split's best single where the voter file records it: eor fit writes it)")
     common(e)
     e.set_defaults(func=cmd_eval)
 

@@ -79,7 +79,7 @@ def cmd_eval(args) -> int:
         print(format_confidence(sure))
         print("words per answer, reader tokens computed per question (by reader): " + "; ".join(
             f"{n} {systems[n]['words_per_answer']}, {systems[n]['tokens_by_reader']}"
-            for n in ("EoR", "EoR pruned", "EoR-16 equal") if n in systems))
+            for n in ("EoR", "EoR pruned", "EoR-all equal") if n in systems))
         print(f"plots and eval.json in {out_dir}")
     return 0
 

@@ -107,6 +107,14 @@ def _fit_adaptive(args, config, pool, selection, scored, metrics, saved, specs=N
     return replace(saved, adaptive=fitted.model), summary
 
 
+def _with_best_single(report, specs):
+    """The report's voter with the fit split's best single member (by Match; ties: the earlier
+    one) in its provenance: what `eor eval` pairs EoR with unless told another (--baseline)."""
+    best = max(specs, key=lambda s: (report.single_accuracy.get(s, -1.0), -list(specs).index(s)))
+    return replace(report.saved, provenance=replace(report.saved.provenance, extra={
+        **report.saved.provenance.extra, "best_single": best}))
+
+
 def _fit_fallback(args, config, pool, selection, scored, metrics, fit_config, extra, adaptive):
     """The single-reader fallback of a voter whose pool names other readers: the same fit over the
     default reader's members alone, so a system without the other readers still runs a fitted
@@ -119,7 +127,7 @@ def _fit_fallback(args, config, pool, selection, scored, metrics, fit_config, ex
         return None, f"no single-reader fallback: the default reader reads {len(own)} member(s), a vote needs 2"
     report = fit_weights(scored, own, metrics, fit_config, Path(selection.path).name, pool.reader.model_id, extra,
                          readers={DEFAULT_READER_NAME: pool.reader.model_id})
-    saved, summary = report.saved, "confidence-aware rounds not fitted"
+    saved, summary = _with_best_single(report, own), "confidence-aware rounds not fitted"
     if adaptive:
         saved, summary = _fit_adaptive(args, config, pool, selection, scored, metrics, saved, specs=own)
     return saved, (f"single-reader fallback ({len(own)} members through {pool.reader.model_id}): fit Match "
@@ -151,11 +159,7 @@ def cmd_fit(args) -> int:
     report = fit_weights(scored, pool.specs, metrics, fit_config,
                          Path(selection.path).name, pool.reader.model_id, extra,  # a name, not this machine's path
                          readers=pool_reader_models(pool))
-    # the fit split's best single member, by Match (ties: the earlier one): what `eor eval` pairs EoR with
-    specs = pool.specs
-    best_single = max(specs, key=lambda s: (report.single_accuracy.get(s, -1.0), -specs.index(s)))
-    saved = replace(report.saved, provenance=replace(report.saved.provenance, extra={
-        **report.saved.provenance.extra, "best_single": best_single}))
+    saved = _with_best_single(report, pool.specs)
     adaptive = args.adaptive if args.adaptive is not None else len(scored) >= MIN_ADAPTIVE_QUESTIONS
     if adaptive and len(scored) < MIN_ADAPTIVE_QUESTIONS:
         raise ValueError(f"--adaptive needs at least {MIN_ADAPTIVE_QUESTIONS} questions, the selection has "

@@ -153,7 +153,7 @@ def scores(answers: Sequence[str], golds: Sequence[Sequence[str]]) -> dict[str, 
 
 
 def report(args) -> dict[str, Any]:
-    from serve.offline.evaluation import EOR, EOR_16, EOR_PRUNED, replay_ensembles
+    from serve.offline.evaluation import EOR, EOR_ALL, EOR_PRUNED, replay_ensembles
     from serve.builder import pool_reader_models
     from serve.offline.reader_runs import ReaderRuns
     from voter.question_vote import build_metrics, choose_voter
@@ -187,11 +187,11 @@ def report(args) -> dict[str, Any]:
         SELECTOR: [eval_run.answers[i][w] or "" if w >= 0 else "" for i, w in enumerate(every.picked)],
         BLIND: [eval_run.answers[i][w] or "" if w >= 0 else "" for i, w in enumerate(blind.picked)],
         VOTER: shipped.answers[EOR], EOR_PRUNED: shipped.answers[EOR_PRUNED],
-        EOR_16: shipped.answers[EOR_16]}
+        EOR_ALL: shipped.answers[EOR_ALL]}
     tokens = {ADAPTIVE: out.tokens, SELECTOR: every.tokens, BLIND: blind.tokens,
               VOTER: np.array([t.computed for t in shipped.tokens[EOR]], dtype=float),
               EOR_PRUNED: np.array([t.computed for t in shipped.tokens[EOR_PRUNED]], dtype=float),
-              EOR_16: np.array([t.computed for t in shipped.tokens[EOR_16]], dtype=float)}
+              EOR_ALL: np.array([t.computed for t in shipped.tokens[EOR_ALL]], dtype=float)}
     rounds = {ADAPTIVE: out.rounds, SELECTOR: every.rounds, BLIND: blind.rounds}
     for m, s in enumerate(specs):
         systems[s] = [a or "" for a in (row[m] for row in eval_run.answers)]

@@ -30,7 +30,7 @@ from voter.weights_io import SavedWeights
 
 EOR = "EoR"  # what the voter gives by default: adaptive EoR (its cascade, early stop)
 EOR_PRUNED = "EoR pruned"  # every kept retriever, no early stop
-EOR_16 = "EoR-16 equal"  # all 16 retrievers, equal weights (the unfitted paper ensemble)
+EOR_ALL = "EoR-all equal"  # every pool member, equal weights (the unfitted paper ensemble: EoR-16 on its pool)
 ALL = "all"
 
 
@@ -219,7 +219,7 @@ class EnsembleRuns:
     """The three ensembles replayed from one run of the whole pool (stages are prefixes of the
     cascade, so a stop after stage k sees exactly the answers stages 1..k would have given)."""
 
-    answers: dict[str, list[str]]  # EoR (adaptive), EoR pruned, EoR-16 equal: answer per question
+    answers: dict[str, list[str]]  # EoR (adaptive), EoR pruned, EoR-all equal: answer per question
     tokens: dict[str, list[ReaderTokens]]
     stop_rate: list[float]  # share of questions stopped after each stage
     stages: list[list[str]]
@@ -274,8 +274,8 @@ def replay_confident(scored: Scored, saved: SavedWeights, metrics: Sequence[Any]
     answers[EOR], tokens[EOR], out = replay(model.thresholds)
     answers[EOR_PRUNED], tokens[EOR_PRUNED], _ = replay([math.inf] * len(model.thresholds))
     win = equal_weights_voter(saved).predict((run.sim, run.mask))
-    answers[EOR_16] = [(run.answers[i][w] or "") if w >= 0 else "" for i, w in enumerate(win)]
-    tokens[EOR_16] = [r.reader_tokens() for r in results]
+    answers[EOR_ALL] = [(run.answers[i][w] or "") if w >= 0 else "" for i, w in enumerate(win)]
+    tokens[EOR_ALL] = [r.reader_tokens() for r in results]
     golds = [q.answers for q, _ in scored]
     sweep = []
     for scale in SWEEP_SCALES:
@@ -286,7 +286,7 @@ def replay_confident(scored: Scored, saved: SavedWeights, metrics: Sequence[Any]
     stop = out.stop
     rates = [float((stop == k).mean()) for k in range(len(model.layout))]
     confidence = [float(c) if w >= 0 else None for c, w in zip(out.confidence, out.picked)]
-    ran = {EOR: [upto[k] for k in out.stop], EOR_PRUNED: [upto[-1]] * len(results), EOR_16: [set(pool)] * len(results)}
+    ran = {EOR: [upto[k] for k in out.stop], EOR_PRUNED: [upto[-1]] * len(results), EOR_ALL: [set(pool)] * len(results)}
     return EnsembleRuns(answers, tokens, rates, [list(r) for r in model.layout], sweep, confidence,
                         saved.confidence_kind, ran)
 
@@ -319,8 +319,8 @@ def replay_ensembles(scored: Scored, saved: SavedWeights, metrics: Sequence[Any]
               EOR_PRUNED: [r.reader_tokens(upto[-1]) for r in results]}
     equal = equal_weights(pool, saved.metrics, saved.pooling)
     win = equal.voter().predict((sim, mask))
-    answers[EOR_16] = [(grid[i][w] or "") if w >= 0 else "" for i, w in enumerate(win)]
-    tokens[EOR_16] = [r.reader_tokens() for r in results]
+    answers[EOR_ALL] = [(grid[i][w] or "") if w >= 0 else "" for i, w in enumerate(win)]
+    tokens[EOR_ALL] = [r.reader_tokens() for r in results]
     golds = [q.answers for q, _ in scored]
     sweep = []
     for scale in SWEEP_SCALES:
@@ -330,7 +330,7 @@ def replay_ensembles(scored: Scored, saved: SavedWeights, metrics: Sequence[Any]
         ok = np.mean([match(trace.answers[i][k], g) for i, (k, g) in enumerate(zip(st, golds))]) if golds else 0.0
         sweep.append({"scale": scale, "match": float(ok), "computed_tokens": cost})
     rates = [float((stop == k).mean()) for k in range(len(stages))]
-    ran = {EOR: [upto[k] for k in stop], EOR_PRUNED: [upto[-1]] * len(results), EOR_16: [set(pool)] * len(results)}
+    ran = {EOR: [upto[k] for k in stop], EOR_PRUNED: [upto[-1]] * len(results), EOR_ALL: [set(pool)] * len(results)}
     return EnsembleRuns(answers, tokens, rates, stages, sweep, ran=ran)
 
 

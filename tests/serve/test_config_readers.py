@@ -23,6 +23,11 @@ def test_the_default_pool_is_the_shipped_voters_both_readers_with_the_15bs_small
     assert used_readers(plain) == ["", "1.5B"] and plain.pool.specs == DEFAULT_POOL
     assert list(DEFAULT_POOL[:16]) == list(PAPER_POOL) and all(s.endswith("~1.5B") for s in DEFAULT_POOL[16:])
     assert reader_config(plain, "1.5B").cpu_kv_cache_gib == 1
+    assert len(config_from_dict({"pool": {"max_question_chars": 3000}}).pool.specs) == len(DEFAULT_POOL)
+    kv = config_from_dict({"readers": {"1.5B": {"cpu_kv_cache_gib": 2}}})  # a default reader's line changes what it names
+    assert (reader_config(kv, "1.5B").model, reader_config(kv, "1.5B").cpu_kv_cache_gib) == (STRONG_READER, 2)
+    named = config_from_dict({"readers": {"1.5B": STRONG_READER}})
+    assert reader_config(named, "1.5B").cpu_kv_cache_gib == 1 and config_from_dict(named.to_dict()) == named
     assert tuple(load_weights(SHIPPED_VOTER, pool=list(DEFAULT_POOL)).pool) == DEFAULT_POOL
 
 

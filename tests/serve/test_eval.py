@@ -54,8 +54,8 @@ def test_eval_numbers_by_hand_and_plots(qfile, tmp_path, eor_home, use_pool, cap
     a = doc["datasets"]["a"]
     s = a["systems"]
     # equal weights: adaptive = pruned = all retrievers, one stage
-    assert a["n"] == 4 and list(s) == ["EoR", "EoR pruned", "EoR-16 equal", *SPECS]
-    assert s["EoR"] == s["EoR pruned"] and s["EoR"]["match"] == s["EoR-16 equal"]["match"]
+    assert a["n"] == 4 and list(s) == ["EoR", "EoR pruned", "EoR-all equal", *SPECS]
+    assert s["EoR"] == s["EoR pruned"] and s["EoR"]["match"] == s["EoR-all equal"]["match"]
     s = {k: v for k, v in s.items() if k in ("EoR", *SPECS)}
     assert {k: v["match"] for k, v in s.items()} == {"EoR": 0.25, "Wiki@10": 0.5, "SE@1": 0.5, "ReFree": 0.25}
     assert {k: v["em"] for k, v in s.items()} == {"EoR": 0.25, "Wiki@10": 0.5, "SE@1": 0.25, "ReFree": 0.25}

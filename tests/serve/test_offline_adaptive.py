@@ -74,7 +74,7 @@ def test_report_on_a_run_log(qfile, voter_file, tmp_path, eor_home, use_pool, ca
     wrong = {s: sum(i % 4 == k for i in held) for s, k in (("SE@1", 0), ("ReFree", 1))}
     assert s["SE@1"]["match"] == pytest.approx(1 - wrong["SE@1"] / len(held))
     assert s["Wiki@10"]["match"] == pytest.approx(sum(i % 4 < 2 for i in held) / len(held))
-    assert s["EoR-16 equal"]["match"] == 1.0 and s["adaptive (confidence)"]["match"] == 1.0
+    assert s["EoR-all equal"]["match"] == 1.0 and s["adaptive (confidence)"]["match"] == 1.0
     assert s["SE@1"]["rounds"] == 1.0 and 1.0 <= s["adaptive (confidence)"]["rounds"] <= len(doc["chosen"]["rounds"])
     v = ev["all"]["vs_best_single"]  # against the fit split's best single
     assert (v["best_single"], v["adaptive_only_right"], v["best_single_only_right"]) == (fit_best, wrong[fit_best], 0)

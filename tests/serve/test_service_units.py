@@ -14,7 +14,7 @@ import yaml
 
 from protos import eor_pb2
 from retrievers.reader import SamplingParams
-from serve.config import ServiceConfig, actor_groups, actor_layout, config_from_dict, load_config
+from serve.config import ServiceConfig, actor_groups, actor_layout, config_from_dict, load_config, reader_config
 from serve.app.wire import BadRequest, InvalidArgument, lenient, parse_ask
 
 
@@ -157,7 +157,7 @@ def test_one_config_file_serves_every_command():
     one loader `eor ask`, `eor fit`, `eor eval` and `eor serve` use."""
     c = load_config(DEPLOY / "eor-cluster.yaml", {"reader": {"model": None}})
     assert c.service.ask_deadline_s == 60 and c.voter.metrics == ("em", "bertscore")
-    assert c.reader.model == c.generator.model
+    assert c.generator.model == reader_config(c, "1.5B").model  # Reader_1.5B's engine serves Generate
 
 
 def test_generated_stubs_are_up_to_date():
@@ -170,7 +170,7 @@ DEPLOY = Path(__file__).parents[2] / "deploy"
 
 
 def _app_deployments() -> set[str]:
-    names = {"Reader", "Source_Wiki", "Source_SE", "Voter", "EorIngress"}
+    names = {"Reader", "Reader_1.5B", "Source_Wiki", "Source_SE", "Voter", "EorIngress"}  # the default pool's two readers
     return names | {f"Retrievers_{i}" for i in range(len(actor_groups(load_config(), cpus=16)))}
 
 

@@ -161,7 +161,10 @@ def test_the_16_retrievers_answer_through_one_batched_reader_call(engine, tmp_pa
     from serve.config import CacheConfig, EorConfig, IndexConfig
 
     build_indexes(_slice(), "t", Encoder(), show_progress=False)
-    config = EorConfig(index=IndexConfig(name="t"), cache=CacheConfig(path=str(tmp_path / "cache.sqlite")))
+    from retrievers.pool import PoolConfig
+
+    config = EorConfig(index=IndexConfig(name="t"), cache=CacheConfig(path=str(tmp_path / "cache.sqlite")),
+                       pool=PoolConfig(specs=PAPER_POOL))  # one reader: the 16 through it
     pool = make_pool(config, engine=engine).load()
     [result] = pool.run(["who painted the mona lisa"])
     assert [c.retriever for c in result.candidates] == list(PAPER_POOL)
