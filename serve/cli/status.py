@@ -77,7 +77,9 @@ def describe(warm: dict) -> str:
     else:
         state = f"idle, ends in {format_duration(round(warm['idle_left_s']))}"
     loaded = "" if warm.get("warm") else " (loading its pool)"
-    return (f"warm reader: pid {warm['pid']}, reader {about.get('model')}, index {about.get('index')}{loaded}; "
+    readers = about.get("readers") or [about.get("model")]  # a reader from before `readers` names its one
+    return (f"warm reader: pid {warm['pid']}, reader{'s' if len(readers) > 1 else ''} {', '.join(map(str, readers))}, "
+            f"index {about.get('index')}{loaded}; "
             f"{state} (kept warm {format_duration(warm['keep_warm_s'])} after each ask); "
             f"{warm['answered']} asks answered since {time.strftime('%H:%M', time.localtime(warm['started']))}; "
             f"memory {_size(warm['memory_bytes'])} with its engine; `eor stop` ends it")

@@ -79,7 +79,7 @@ def test_the_first_ask_starts_the_warm_reader_and_the_next_ask_is_answered_by_it
 
     assert main(["status"]) == 0
     status = capfd.readouterr().out
-    assert f"warm reader: pid {pid}, reader qwen2.5-coder-0.5b, index default; idle, ends in " in status
+    assert f"warm reader: pid {pid}, readers qwen2.5-coder-0.5b, qwen2.5-coder-1.5b, index default; idle, ends in " in status
     assert "2 asks answered" in status and "`eor stop` ends it" in status
     assert main(["status", "--json"]) == 0
     doc = json.loads(capfd.readouterr().out)["warm_reader"]
