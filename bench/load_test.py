@@ -74,11 +74,13 @@ def load_test(client, questions: list[str], n: int, concurrency: int, distinct: 
 
 
 def compare(client, questions: list[str], cold: int, single: str, concurrency: int = 1,
-            pool: tuple[str, ...] = ()) -> dict:
+            pool: tuple[str, ...] = (), settle_s: float = 0.0) -> dict:
     """Adaptive EoR, one retriever and EoR-16 over three disjoint sets of `cold` questions, in
     one run. `pool`: the 16 specs EoR-16 names explicitly (empty: skip that row). Each row's
     readers are started first (one untimed Ask with its retrievers): a service starts a reader
-    on the first Ask that needs it, and that start belongs to no row."""
+    on the first Ask that needs it, and that start belongs to no row. `settle_s`: then wait this
+    long, for the compiled engines a first start builds in the background (docs/operations.md)
+    to take over before anything is timed."""
     n_sets = 3 if pool else 2
     if len(questions) < n_sets * cold:
         raise SystemExit(f"need {n_sets * cold} questions for a cold comparison, have {len(questions)}")
@@ -92,6 +94,7 @@ def compare(client, questions: list[str], cold: int, single: str, concurrency: i
             *((("eor16", sets[2], list(pool), None),) if pool else ()))
     for _, _, specs, _ in plan:
         client.ask(WARM_UP, retrievers=specs)
+    time.sleep(settle_s)
     for name, qs, specs, hook in plan:
         h0 = reader_counters(client)
         rows[name] = run_calls(client, qs, concurrency, retrievers=specs, on_reply=hook, stream=name == "adaptive")
@@ -223,6 +226,8 @@ def main(argv: list[str] | None = None) -> int:
                     "load, soak: its distinct questions start here (some never asked: the engine batches them)")
     ap.add_argument("--no-eor16", action="store_true", help="compare: skip the third row (EoR-16 over its own "
                     "--cold questions: the costliest part of a cold comparison)")
+    ap.add_argument("--settle", type=float, default=0.0, help="compare: seconds to wait after the warm-up Asks "
+                    "(a first start's compiled engines take over in the background)")
     ap.add_argument("--fault-n", type=int, default=60, help="calls of the fault test's load")
     ap.add_argument("--kill-after", type=float, default=30.0)
     ap.add_argument("--kill-group", type=int, default=1, help="index of the retriever group whose actor dies")
@@ -272,7 +277,7 @@ def main(argv: list[str] | None = None) -> int:
                 from retrievers.spec import PAPER_POOL
 
                 report["compare"] = compare(client, fresh, args.cold, args.single,
-                                            pool=() if args.no_eor16 else PAPER_POOL)
+                                            pool=() if args.no_eor16 else PAPER_POOL, settle_s=args.settle)
             if args.mode == "deadline":
                 report["deadline"] = deadline_test(client, cold, args.deadline)
             if args.mode == "cold":

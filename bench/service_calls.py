@@ -97,7 +97,8 @@ def run_calls(client, questions: list[str], concurrency: int, retrievers=(), on_
     out = {"calls": len(questions), "ok": len(lat), "failed": len(failures), "failures": failures[:10],
            "wall_s": round(wall, 2), "throughput_qps": round(len(lat) / wall, 3) if wall else None,
            "p50_s": round(percentile(lat, 0.5), 3), "p95_s": round(percentile(lat, 0.95), 3),
-           "mean_s": round(statistics.fmean(lat), 3) if lat else None}
+           "mean_s": round(statistics.fmean(lat), 3) if lat else None,
+           "max_s": round(max(lat), 3) if lat else None, "latencies_s": [round(x, 2) for x in lat]}
     if stream:
         out["first_reply_mean_s"] = round(statistics.fmean(first), 3) if first else None
     return out

@@ -41,10 +41,11 @@ def test_compare_times_the_first_streamed_reply_and_counts_round_one_stops(monke
     monkeypatch.setattr(lt, "reader_delta", lambda a, b: {k: 0 for k in (
         "prompt_tokens", "cached_tokens", "generated_tokens", "computed_tokens")})
     client = Client()
-    out = compare(client, [f"q{i}" for i in range(8)], cold=4, single="Wiki@10")
+    out = compare(client, [f"q{i}" for i in range(8)], cold=4, single="Wiki@10", settle_s=0.01)
     assert [r for q, r in client.asked if q == lt.WARM_UP] == [(), ("Wiki@10",)]  # each row's readers started first
     adaptive = out["rows"]["adaptive"]
     assert adaptive["ok"] == 4 and adaptive["first_round_stop_share"] == 0.5
+    assert len(adaptive["latencies_s"]) == 4 and adaptive["max_s"] >= adaptive["mean_s"]
     assert adaptive["first_reply_mean_s"] < adaptive["mean_s"]  # the provisional reply came before the final
     assert out["first_streamed_reply_over_single"] is not None and "first_reply_mean_s" not in out["rows"]["single"]
 
