@@ -90,3 +90,23 @@ def test_reader_counters_sum_every_reader_deployment_and_keep_each_ones_own():
     assert d["by_reader"]["Reader_1.5B"]["computed_tokens"] == 90 - 3 and d["computed_tokens"] == 60 + 90 - 3
     old = reader_counters(type("Old", (), {"health": lambda self: eor_pb2.HealthReply(reader_prompts=5)})())
     assert old["prompts"] == 5 and list(old["by_reader"]) == ["Reader"]  # a service without Health.readers
+
+
+def test_the_in_process_and_deadline_benches_count_every_reader():
+    """A cascade may read with its second reader alone: the counts sum every reader's."""
+    from types import SimpleNamespace as NS
+
+    from bench.load_test import _reader_totals
+    from bench.service_calls import readers_in_flight
+
+    def reader(prompts, prompt_tokens):
+        return NS(stats=NS(calls=1, prompts=prompts, engine_prompts=prompts, cache_hits=0),
+                  engine=NS(prompt_tokens=prompt_tokens, generated_tokens=3, cached_tokens=0))
+
+    pool = NS(readers={"": reader(0, 0), "1.5B": reader(4, 900)})
+    totals = _reader_totals(pool)
+    assert (totals["prompts"], totals["prompt_tokens"], totals["generated_tokens"], totals["calls"]) == (4, 900, 6, 2)
+    health = NS(readers=[NS(in_flight=0), NS(in_flight=2)], reader_in_flight=0)
+    assert readers_in_flight(NS(health=lambda: health)) == 2  # the 1.5B's, not the default reader's
+    older = NS(readers=[], reader_in_flight=5)  # a service from before Health.readers
+    assert readers_in_flight(NS(health=lambda: older)) == 5
