@@ -200,8 +200,10 @@ def answer_here(args, pools=ONE_SHOT) -> int:
     for a in answers:
         print_answer(a, choice, args.verbose, min_confidence)
     print(f"voter: {choice.describe()}; metrics {','.join(choice.options.names)}")
+    from voter.question_vote import model_name
+
     asked = [r for name, r in pool.readers.items() if r.stats.prompts or not name]  # the default one always
-    readers = "; ".join(f"reader{' ' + r.model_id.split(':')[0] if len(asked) > 1 else ''}: {r.stats.calls} engine "
+    readers = "; ".join(f"reader{' ' + model_name(r.model_id) if len(asked) > 1 else ''}: {r.stats.calls} engine "
                         f"calls, {r.stats.engine_prompts} prompts generated, {r.stats.cache_hits} cache hits"
                         for r in asked)
     print(f"({elapsed:.1f} s; {readers}{'' if args.verbose else f'; library logs in {log_path()}'})")

@@ -25,7 +25,7 @@ from retrievers.types import ReaderTokens
 from voter.calibration import (COVERAGES, ECE_BINS, ece_sampling_floor, expected_calibration_error, reliability,
                                risk_coverage)
 from voter.qa_metrics import exact_match, match, mrlr, oracle_upper_bound, rwr_matrix, token_f1
-from voter.selector import paired_counts, sign_test
+from voter.selector import sign_test
 from voter.weights_io import SavedWeights
 
 EOR = "EoR"  # what the voter gives by default: adaptive EoR (its cascade, early stop)
@@ -62,12 +62,11 @@ class DatasetReport:
     systems: dict[str, SystemScores]  # EoR first, then the pool in order
     best_single: str  # highest Match, ties to the earlier retriever in the pool
     oracle: float
-    paired: tuple[int, int]  # questions only EoR got right, only the best single got right
     rwr_labels: tuple[str, ...]  # the pool, then EoR
     rwr: np.ndarray = field(repr=False)  # [M+1, M+1], RWR(row, column)
     # metric (em, f1, match) -> [questions, systems] per-question scores, columns as `labels`
-    scores: dict[str, np.ndarray] = field(default_factory=dict, repr=False)
-    labels: tuple[str, ...] = ()
+    scores: dict[str, np.ndarray] = field(repr=False)
+    labels: tuple[str, ...]
     baseline: str | None = None  # a pair named before the run (the fit split's best single)
 
     def versus(self, other: str) -> dict[str, dict[str, Any]]:
@@ -80,6 +79,12 @@ class DatasetReport:
             out[metric] = {"eor": _clean(float(table[:, eor].mean())), "other": _clean(float(table[:, j].mean())),
                            "eor_higher": wins, "other_higher": losses, "sign_test_p": _clean(sign_test(wins, losses))}
         return out
+
+    @property
+    def paired(self) -> tuple[int, int]:
+        """Questions only EoR got right, only the best single got right (Match)."""
+        v = self.versus(self.best_single)["match"]
+        return v["eor_higher"], v["other_higher"]
 
     @property
     def sign_test_p(self) -> float:
@@ -98,7 +103,7 @@ class DatasetReport:
                                    "eor_only_right": self.paired[0], "best_single_only_right": self.paired[1],
                                    "sign_test_p": _clean(self.sign_test_p)},
             "eor_vs": {name: self.versus(name) for name in dict.fromkeys(
-                [self.best_single, *([self.baseline] if self.baseline else [])])} if self.scores else {},
+                [self.best_single, *([self.baseline] if self.baseline else [])])},
             "baseline": self.baseline,
             "oracle": _clean(self.oracle),
             "rwr": {"labels": list(self.rwr_labels),
@@ -136,8 +141,7 @@ def _dataset_report(name: str, golds: list[Sequence[str]], answers: list[list[st
            for j, lab in enumerate(labels)}
     systems = {**{e: per[e] for e in ensembles}, **{s: per[s] for s in pool}}
     best = max(pool, key=lambda s: (per[s].match, -list(pool).index(s)))
-    paired = paired_counts(ok[:, m] > 0, ok[:, list(pool).index(best)] > 0)
-    return DatasetReport(name, n, systems, best, oracle_upper_bound(ok[:, :m]), paired, labels[: m + 1],
+    return DatasetReport(name, n, systems, best, oracle_upper_bound(ok[:, :m]), labels[: m + 1],
                          rwr_matrix(ok[:, main_cols]), {"em": table["exact_match"], "f1": table["token_f1"],
                                                         "match": ok}, labels, baseline)
 
