@@ -36,7 +36,8 @@ class PoolRun:
 
     answers [N][M] (None: no vote), right [N, M] (is the answer correct), logprobs [N][M],
     sim [N, M, M, K] and mask [N, M] (the voter's inputs), vote(sim, mask) -> scores [N, M],
-    cost(i, specs) -> reader tokens computed by question i when `specs` ran."""
+    cost(i, rounds) -> what question i costs when `rounds` (sets of specs) ran in order, in reader
+    tokens (the latency model's unit)."""
 
     pool: tuple[str, ...]
     answers: list[list[str | None]]
@@ -45,7 +46,7 @@ class PoolRun:
     sim: np.ndarray
     mask: np.ndarray
     vote: Callable[[np.ndarray, np.ndarray], np.ndarray]
-    cost: Callable[[int, frozenset], float]
+    cost: Callable[[int, tuple[frozenset, ...]], float]
     datasets: list[str] = field(default_factory=list)
 
     def __len__(self) -> int:
@@ -78,15 +79,15 @@ def round_views(run: PoolRun, layout: Layout) -> tuple[list[list[RoundView]], np
     views: list[list[RoundView]] = [[None] * r for _ in range(n)]  # type: ignore[list-item]
     tokens = np.zeros((n, r))
     cols = np.zeros(len(run.pool), dtype=bool)
-    ran: set[str] = set()
+    ran: list[frozenset] = []
     for k, rnd in enumerate(layout):
         cols[[index[s] for s in rnd]] = True
-        ran |= set(rnd)
+        ran.append(frozenset(rnd))
         scores = run.vote(run.sim, run.mask & cols[None, :])
         for i in range(n):
             answers = tuple(a if cols[m] else None for m, a in enumerate(run.answers[i]))
             views[i][k] = RoundView(answers, tuple(float(x) for x in scores[i]), tuple(run.logprobs[i]))
-            tokens[i, k] = run.cost(i, frozenset(ran))
+            tokens[i, k] = run.cost(i, tuple(ran))
     rounds = np.broadcast_to(np.arange(1, r + 1, dtype=np.float64), (n, r)).copy()
     return views, tokens, rounds
 
@@ -277,7 +278,9 @@ def candidate_layouts(pool: Sequence[str], accuracy: dict[str, float], cost: dic
     reader's vote is not the whole pool's, where the small reader's many answers outvote it) and
     the escalations: the best default-reader members first, then the stronger readers reading
     those same retrievers' passages, then the rest, or the stronger readers' rest alone
-    (FrugalGPT's cascade, over retrievers too). A layout need not ask every member."""
+    (FrugalGPT's cascade, over retrievers too). A layout need not ask every member: each
+    (first, middle) split is also a layout of its own, without the rest (never one round alone:
+    a subset's one-round vote would move the all-kept anchor choose_layout measures from)."""
     from retrievers.spec import by_reader
 
     value = sorted(pool, key=lambda s: (-accuracy[s] / max(cost[s], 1.0) ** 0.5, s))
@@ -293,11 +296,15 @@ def candidate_layouts(pool: Sequence[str], accuracy: dict[str, float], cost: dic
 
     for first, mid in _splits(value, firsts, seconds):
         add(first, mid, [s for s in value if s not in first and s not in mid])
+        if mid:  # stop there: the rest may cost more than it adds (a long decode, a slow reader)
+            add(first, mid)
     if len(groups) > 1:
         for members in groups.values():
             add(members)  # this reader's own vote, in one round
             for first, mid in _splits(members, firsts, seconds):
                 add(first, mid, [s for s in members if s not in first and s not in mid])
+                if mid:
+                    add(first, mid)
         plain = groups.get("", [])
         strong = [s for s in value if parse_spec(s).reader]
         for f in firsts:

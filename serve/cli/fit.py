@@ -91,19 +91,25 @@ def _fit_adaptive(args, config, pool, selection, scored, metrics, saved, specs=N
     from retrievers.spec import by_reader
     from serve.offline.adaptive import fit_adaptive
     from serve.offline.reader_runs import ReaderRuns
+    from serve.offline.reader_speed import pool_speeds
 
     specs = list(pool.specs if specs is None else specs)
     readers = by_reader(specs)
     seconds = {r: s for r, s in ReaderRuns(config, pool, selection.path).seconds().items() if r in readers}
     method = None if args.calibration == "none" else args.calibration
-    fitted = fit_adaptive(scored, specs, metrics, saved.metrics, saved.pooling, seconds, calibration=method)
+    fitted = fit_adaptive(scored, specs, metrics, saved.metrics, saved.pooling, seconds, calibration=method,
+                          speeds=pool_speeds(pool))
     c = fitted.chosen
+    priced = ("rounds priced by each reader's measured prefill and decode speed" if fitted.speeds else
+              "rounds priced by the run logs' seconds per token (no measured speed for every reader: "
+              "`eor models speed` measures them)")
     rounds = " | ".join(", ".join(r) for r in c.layout)
     calibrated = f"{method}-calibrated P(right)" if method else "the scorer's raw P(right) (not calibrated)"
     summary = (f"confidence-aware rounds: {rounds}; thresholds {[round(t, 3) for t in c.thresholds]} on "
                f"{calibrated}, cross-validated ECE {c.cv_ece:.3f}; "
                f"CV Match {c.cv_accuracy:.3f} (every round {c.cv_all_rounds:.3f}), {c.tokens:.0f} tokens, "
-               f"{c.rounds:.2f} rounds, {c.first_round_share:.0%} stop after round 1")
+               f"{c.rounds:.2f} rounds, {c.first_round_share:.0%} stop after round 1, expected {c.latency_s:.1f} s "
+               f"({priced})")
     return replace(saved, adaptive=fitted.model), summary
 
 

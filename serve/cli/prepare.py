@@ -10,6 +10,8 @@ from serve.cli.common import _config
 def cmd_models(args) -> int:
     from serve.engine.models import PACKAGED_MODELS, prepare_model
 
+    if args.action == "speed":
+        return cmd_speed(args)
     names = list(PACKAGED_MODELS) if args.all or not args.names else args.names
     done = {}
     for name in names:
@@ -20,6 +22,40 @@ def cmd_models(args) -> int:
             print(f"{name}: {path} ({time.time() - t:.0f} s)")
     if args.json:
         print(json.dumps(done))
+    return 0
+
+
+def cmd_speed(args) -> int:
+    """Each reader's prefill and decode tokens/s on this machine, kept for `eor fit`."""
+    from serve.builder import make_engine, runnable_config
+    from serve.cli.console import Console
+    from serve.config import reader_names, used_readers
+    from serve.offline.reader_speed import measure, save_speed, speed_path
+
+    config, notes = runnable_config(_config(args))
+    for line in notes:
+        print(line)
+    names = ["" if n == "default" else n for n in args.names] or used_readers(config)
+    unknown = sorted(set(names) - set(reader_names(config)))
+    if unknown:
+        raise ValueError(f"no reader named {', '.join(map(repr, unknown))} in the config "
+                         f"(readers: {', '.join(repr(n) for n in reader_names(config))})")
+    done, lines = {}, []
+    with Console(verbose=False) as con:  # the engines' logs go to $EOR_HOME/logs/eor.log
+        for name in names:
+            con.step(f"measuring reader {name or 'default'}")
+            engine = make_engine(config, reader=name)
+            try:
+                speed = measure(engine.load())
+            finally:
+                engine.close()
+            con.done()
+            save_speed(engine.model_id, speed)
+            done[name or "default"] = {"model": engine.model_id, "prefill_tok_s": round(speed.prefill_tok_s, 1),
+                                       "decode_tok_s": round(speed.decode_tok_s, 1)}
+            lines.append(f"reader {name or 'default'} ({engine.model_id}): prefill {speed.prefill_tok_s:.0f} tok/s, "
+                         f"decode {speed.decode_tok_s:.1f} tok/s")
+    print(json.dumps(done) if args.json else "\n".join([*lines, f"kept in {speed_path()}"]))
     return 0
 
 

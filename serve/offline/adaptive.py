@@ -23,6 +23,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from serve.offline.reader_speed import ReaderSpeed, priced_seconds
 from voter.adaptive import (CV_FOLDS, CV_SEED, SCORER_C, AdaptiveModel, LatencyModel, LayoutFit, PoolRun,
                             apply_model, candidate_layouts, choose_layout, fit_layout, fit_model, fit_record)
 from voter.calibration import expected_calibration_error
@@ -62,8 +63,10 @@ def weighted_tokens(result: Any, specs: Sequence[str], weights: dict[str, float]
 
 
 def pool_run(scored: Sequence, pool: Sequence[str], metrics: Sequence[Any], vote,
-             weights: dict[str, float] | None = None) -> PoolRun:
-    """`weights`: each reader's cost per token relative to the default reader's (reader_weights)."""
+             weights: dict[str, float] | None = None, speeds: dict[str, ReaderSpeed] | None = None) -> PoolRun:
+    """`speeds` (every reader's, measured: `eor models speed`): a question's cost is its reader seconds
+    round by round (prefill and decode apart) in the unit reader's prefill tokens (`unit_speed`);
+    else `weights`, each reader's cost per token relative to the default reader's (reader_weights)."""
     from voter.question_vote import answer_grid, similarity_inputs
 
     results = [r for _, r in scored]
@@ -72,9 +75,30 @@ def pool_run(scored: Sequence, pool: Sequence[str], metrics: Sequence[Any], vote
     right = np.array([[match(a, q.answers) if a is not None else 0.0 for a in row]
                       for (q, _), row in zip(scored, grid)]).reshape(len(scored), len(pool))
     lps = [[{c.retriever: c.logprobs for c in r.candidates}.get(s) for s in pool] for r in results]
-    return PoolRun(tuple(pool), grid, right, lps, sim, mask, vote,
-                   lambda i, specs: weighted_tokens(results[i], list(specs), weights),
-                   [q.dataset for q, _ in scored])
+    if speeds:
+        unit = unit_speed(speeds)
+
+        def cost(i: int, rounds: Sequence[frozenset]) -> float:
+            return unit * priced_seconds(results[i], rounds, speeds)
+    else:
+        def cost(i: int, rounds: Sequence[frozenset]) -> float:
+            return weighted_tokens(results[i], sorted(frozenset().union(*rounds)), weights)
+    return PoolRun(tuple(pool), grid, right, lps, sim, mask, vote, cost, [q.dataset for q, _ in scored])
+
+
+def unit_speed(speeds: dict[str, ReaderSpeed]) -> float:
+    """The latency model's token: the default reader's prefill token (else the first reader's)."""
+    return (speeds.get("") or next(iter(speeds.values()))).prefill_tok_s
+
+
+def priced_speeds(specs: Sequence[str], speeds: dict[str, ReaderSpeed] | None) -> dict[str, ReaderSpeed] | None:
+    """`speeds` for the readers `specs` name, when every one of them was measured; else None."""
+    from retrievers.spec import by_reader
+
+    readers = set(by_reader(specs))
+    if not speeds or not readers <= set(speeds):
+        return None
+    return {r: v for r, v in speeds.items() if r in readers}
 
 
 def reader_speeds(scored: Sequence, seconds: dict[str, dict[str, float]]) -> dict[str, float]:
@@ -120,29 +144,40 @@ class AdaptiveFit:
     latency: LatencyModel
     accuracy: dict[str, float]
     reader_cost: dict[str, float]  # reader name -> its cost per token over the default reader's (measured)
+    speeds: dict[str, ReaderSpeed] | None = None  # reader name -> measured speed, where the fit priced by them
 
 
 def fit_adaptive(scored: Sequence, specs: Sequence[str], metrics: Sequence[Any], metric_names: Sequence[str],
                  pooling: str, seconds: dict[str, dict[str, float]], round_overhead_s: float = 1.0,
                  tolerance: float = 0.005, calibration: str | None = "platt",
-                 costs: tuple[LatencyModel, dict[str, float]] | None = None) -> AdaptiveFit:
+                 costs: tuple[LatencyModel, dict[str, float]] | None = None,
+                 speeds: dict[str, ReaderSpeed] | None = None) -> AdaptiveFit:
     """Layouts compared by 5-fold CV on the fit questions; the chosen one refitted on all of them.
     `calibration`: voter/calibration.py's method for P(right) (None: the raw P, as a v3 file).
-    `seconds`: reader name -> qid -> cold seconds of its run log (ReaderRuns.seconds); `costs`
-    (the latency model and each reader's cost per token) replaces what they measure."""
-    latency, weights = costs or measured_latency(scored, seconds, round_overhead_s)
-    run = pool_run(scored, specs, metrics, equal_vote(specs, metric_names, pooling), weights)
+    `speeds`: reader name -> its measured prefill and decode speed (serve/offline/reader_speed.py);
+    where every reader of `specs` has one, a round is priced by them. Else `seconds`: reader name ->
+    qid -> cold seconds of its run log (ReaderRuns.seconds), one price per token per reader; `costs`
+    (the latency model and each reader's cost per token) replaces both."""
+    speeds = None if costs else priced_speeds(specs, speeds)
+    if speeds:
+        latency, weights = LatencyModel(round_overhead_s, unit_speed(speeds)), {}
+    else:
+        latency, weights = costs or measured_latency(scored, seconds, round_overhead_s)
+    run = pool_run(scored, specs, metrics, equal_vote(specs, metric_names, pooling), weights, speeds)
     acc = {s: float(run.right[:, m].mean()) for m, s in enumerate(specs)}
-    cost = {s: float(np.mean([run.cost(i, frozenset({s})) for i in range(len(run))])) for s in specs}
+    cost = {s: float(np.mean([run.cost(i, (frozenset({s}),)) for i in range(len(run))])) for s in specs}
     folds, C, seed = CV_FOLDS, SCORER_C, CV_SEED
     fits = [fit_layout(run, lay, latency, folds=folds, C=C, tolerance=tolerance, seed=seed, calibration=calibration)
             for lay in candidate_layouts(list(specs), acc, cost)]
     chosen = choose_layout(fits, tolerance)
     record = fit_record(chosen, fits, latency, tolerance=tolerance, C=C, folds=folds, seed=seed,
                         calibration=calibration)
-    if set(weights) - {""}:  # what a token of each reader was taken to cost
+    if speeds:  # what each reader's prompt token and decode step were taken to cost
+        record["reader_speed"] = {r or "default": {"prefill_tok_s": round(v.prefill_tok_s, 1),
+                                                   "decode_tok_s": round(v.decode_tok_s, 1)} for r, v in speeds.items()}
+    elif set(weights) - {""}:  # what a token of each reader was taken to cost
         record["reader_cost_per_token"] = {r: round(w, 4) for r, w in weights.items()}
-    return AdaptiveFit(fit_model(run, chosen, C, record), chosen, fits, run, latency, acc, weights)
+    return AdaptiveFit(fit_model(run, chosen, C, record), chosen, fits, run, latency, acc, weights, speeds)
 
 
 def scores(answers: Sequence[str], golds: Sequence[Sequence[str]]) -> dict[str, float]:
@@ -156,6 +191,7 @@ def report(args) -> dict[str, Any]:
     from serve.offline.evaluation import EOR, EOR_ALL, EOR_PRUNED, replay_ensembles
     from serve.builder import pool_reader_models
     from serve.offline.reader_runs import ReaderRuns
+    from serve.offline.reader_speed import pool_speeds
     from voter.question_vote import build_metrics, choose_voter
 
     config, pool, fit, held = finished(args)
@@ -168,11 +204,11 @@ def report(args) -> dict[str, Any]:
     seconds = ReaderRuns(config, pool, args.questions).seconds()
     calibration = None if args.calibration == "none" else args.calibration
     fitted = fit_adaptive(fit, specs, metrics, choice.saved.metrics, choice.saved.pooling, seconds,
-                          args.round_overhead, args.tolerance, calibration)
+                          args.round_overhead, args.tolerance, calibration, speeds=pool_speeds(pool))
     model, chosen, fits, fit_run, latency, acc = (fitted.model, fitted.chosen, fitted.layouts, fitted.run,
                                                   fitted.latency, fitted.accuracy)
     eval_run = pool_run(held, specs, metrics, equal_vote(specs, choice.saved.metrics, choice.saved.pooling),
-                        fitted.reader_cost)
+                        fitted.reader_cost, fitted.speeds)
     best_single = max(specs, key=lambda s: (acc[s], -specs.index(s)))
     blind_fit = replace(fit_run, logprobs=[[None] * len(specs) for _ in range(len(fit_run))])
     blind_eval = replace(eval_run, logprobs=[[None] * len(specs) for _ in range(len(eval_run))])
@@ -195,7 +231,7 @@ def report(args) -> dict[str, Any]:
     rounds = {ADAPTIVE: out.rounds, SELECTOR: every.rounds, BLIND: blind.rounds}
     for m, s in enumerate(specs):
         systems[s] = [a or "" for a in (row[m] for row in eval_run.answers)]
-        tokens[s] = np.array([eval_run.cost(i, frozenset({s})) for i in range(len(eval_run))])
+        tokens[s] = np.array([eval_run.cost(i, (frozenset({s}),)) for i in range(len(eval_run))])
         rounds[s] = np.ones(len(eval_run))
     per_dataset = {}
     datasets = sorted(set(eval_run.datasets)) + ["all"]

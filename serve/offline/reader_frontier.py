@@ -60,15 +60,18 @@ def frontier(args) -> dict[str, Any]:
         measured, ratio = measured_latency(scored, runs.seconds(), args.round_overhead)
         costs = (LatencyModel(args.round_overhead, args.tokens_per_s or measured.tokens_per_s),
                  {**ratio, "": 1.0, **({args.reader: args.reader_cost} if args.reader_cost else {})})
+    from serve.offline.reader_speed import pool_speeds
+
     doc = compare(scored, runs.seconds(), pools, metrics, names, config.voter.pooling, args.round_overhead,
-                  args.tolerance, None if args.calibration == "none" else args.calibration, costs)
+                  args.tolerance, None if args.calibration == "none" else args.calibration, costs,
+                  None if costs else pool_speeds(pool))
     return {**doc, "reader": args.reader, "models": {r or "default": pool.readers[r].model_id for r in pool.readers}}
 
 
 def compare(scored: Sequence, seconds: dict[str, dict[str, float]], pools: dict[str, list[str]],
             metrics: Sequence[Any], names: Sequence[str], pooling: str, round_overhead_s: float = 1.0,
             tolerance: float = 0.005, calibration: str | None = "platt",
-            costs: Any = None) -> dict[str, Any]:
+            costs: Any = None, speeds: Any = None) -> dict[str, Any]:
     """Each pool's rounds fitted as `eor fit` fits them, on the same questions; its chosen layout,
     every candidate layout (the frontier) and its best single member, by CV on `scored`."""
     from serve.offline.adaptive import fit_adaptive
@@ -76,18 +79,21 @@ def compare(scored: Sequence, seconds: dict[str, dict[str, float]], pools: dict[
     out: dict[str, Any] = {"fit_questions": len(scored), "tolerance": tolerance, "systems": {}}
     for name, specs in pools.items():
         fitted = fit_adaptive(scored, specs, metrics, names, pooling, seconds, round_overhead_s, tolerance, calibration,
-                              costs)
+                              costs, speeds)
         best = max(specs, key=lambda s: (fitted.accuracy[s], -specs.index(s)))
         out["systems"][name] = {"chosen": _point(fitted.chosen), "layouts": [_point(f) for f in fitted.layouts],
                                 "best_single": best, "best_single_match": round(fitted.accuracy[best], 4),
                                 "reader_cost_per_token": fitted.reader_cost,
+                                "reader_speed": {r or "default": [round(v.prefill_tok_s), round(v.decode_tok_s, 1)]
+                                                 for r, v in (fitted.speeds or {}).items()},
                                 "tokens_per_s": round(fitted.latency.tokens_per_s, 1)}
     return out
 
 
 def format_frontier(doc: dict[str, Any]) -> str:
     lines = [f"{doc['fit_questions']} fit questions (5-fold CV; no eval question read); readers {doc.get('models')}; "
-             f"cost per token {next(iter(doc['systems'].values()))['reader_cost_per_token']}",
+             + (f"prefill / decode tok/s {first['reader_speed']}" if (first := next(iter(doc['systems'].values())))
+              .get("reader_speed") else f"cost per token {first['reader_cost_per_token']}"),
              f"{'system':22s} {'CV Match':>8s} {'latency s':>9s} {'rounds':>6s} {'stop@1':>6s} {'CV ECE':>6s}  best single pair"]
     for name, s in doc["systems"].items():
         c = s["chosen"]

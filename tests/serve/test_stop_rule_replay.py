@@ -81,7 +81,10 @@ def test_the_adaptive_report_is_unchanged_on_the_fixture_run_log(fixture_log, tm
     doc = report(fixture_log, tmp_path, "none")
     assert doc.pop("calibration")["method"] == "none"  # the keys the report gained since the golden
     assert doc["model"].pop("fit")["tolerance"] == 0.005  # how the adaptive block was fitted
-    assert doc == GOLDEN["report"]
+    golden = dict(GOLDEN["report"])
+    layouts, before = doc.pop("layouts"), golden.pop("layouts")
+    assert [f for f in layouts if f in before] == before  # since 2026-11-26 also (first, middle) without the rest
+    assert doc == golden
 
 
 def test_calibrated_thresholds_stop_the_same_questions_after_the_same_rounds(fixture_log, tmp_path):

@@ -54,7 +54,7 @@ def synthetic_run(n: int, seed: int = 0) -> PoolRun:
 
     cost = {"A": 100.0, "B": 300.0, "C": 300.0, "D": 300.0}
     return PoolRun(POOL, answers, right.astype(float), logprobs, sim, mask, vote,
-                   lambda i, specs: sum(cost[s] for s in specs), ["d"] * n)
+                   lambda i, rounds: sum(cost[s] for s in frozenset().union(*rounds)), ["d"] * n)
 
 
 def test_scorer_learns_when_to_trust_a_confident_retriever_and_round_trips():

@@ -1,0 +1,120 @@
+"""Each reader's measured prefill and decode speed, and the cascade fit pricing rounds by them."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from retrievers.types import Candidate, Context, QuestionResult, ReaderTokens
+from serve.offline.reader_speed import (ReaderSpeed, load_speeds, measure, priced_seconds, round_work, save_speed)
+from tests.retrievers.fakes import FakeEngine
+
+
+def result() -> QuestionResult:
+    """Two readers: SE@1 (100 prompt tokens, 3 generated), PK (its 200-token document, then 4),
+    and SE@1~1.5B (100 tokens, 5 generated; a prefix-cache hit of 20 from a prompt that did not run)."""
+    cands = (Candidate("SE@1", "a", Context("SE@1"), tokens=ReaderTokens(100, 3)),
+             Candidate("PK", "b", Context("PK"), tokens=ReaderTokens(250, 4), shared=("PK",)),
+             Candidate("SE@1~1.5B", "c", Context("SE@1~1.5B"), tokens=ReaderTokens(100, 5, 20)))
+    return QuestionResult("q", cands, {"PK": ReaderTokens(50, 200)})
+
+
+def test_a_round_waits_for_its_longest_decode_and_a_document_is_written_once():
+    r = result()
+    one = round_work(r, (frozenset({"SE@1", "PK", "SE@1~1.5B"}),))
+    assert one == {"": (100 + 250 + 50, 204), "1.5B": (100, 5)}  # PK's document, then its answer
+    two = round_work(r, (frozenset({"SE@1"}), frozenset({"PK"})))
+    assert two[""] == (400, 3 + 204)  # one decode per round: rounds run one after the other
+    speeds = {"": ReaderSpeed(1000, 25), "1.5B": ReaderSpeed(300, 15)}
+    assert priced_seconds(r, (frozenset({"SE@1~1.5B"}),), speeds) == pytest.approx(100 / 300 + 5 / 15)
+
+
+def test_the_fit_prices_rounds_by_measured_speed_and_says_so():
+    from serve.offline.reader_frontier import compare, systems
+    from tests.serve.test_reader_runs import synthetic
+    from voter.question_vote import MetricOptions, build_metrics
+
+    scored = synthetic()
+    seconds = {"": {q.qid: 0.5 for q, _ in scored}, "1.5B": {q.qid: 1.25 for q, _ in scored}}
+    pools = systems(["SE@1", "Wiki@10"], ["SE@1", "Wiki@10"], "1.5B")
+    speeds = {"": ReaderSpeed(1000.0, 25.0), "1.5B": ReaderSpeed(300.0, 15.0)}
+    doc = compare(scored, seconds, pools, build_metrics(MetricOptions.parse("em"), None), ["em"], "mean",
+                  calibration=None, speeds=speeds)
+    got = doc["systems"]["cascade over both"]
+    assert got["reader_speed"] == {"default": [1000, 25.0], "1.5B": [300, 15.0]}
+    # 100 prompt tokens and 4 decoded per member: a 1.5B member costs 100/300 + 4/15 s, in 0.5B prefill tokens
+    one = [f for f in got["layouts"] if f["rounds"] == [["SE@1~1.5B", "Wiki@10~1.5B"]]][0]
+    assert one["tokens"] == pytest.approx(1000 * (200 / 300 + 4 / 15), abs=0.1)
+    # a reader without a measured speed: the run logs' price per token, for every reader
+    partial = compare(scored, seconds, pools, build_metrics(MetricOptions.parse("em"), None), ["em"], "mean",
+                      calibration=None, speeds={"": speeds[""]})
+    assert partial["systems"]["cascade over both"]["reader_speed"] == {}
+    assert partial["systems"]["default reader only"]["reader_speed"] == {"default": [1000, 25.0]}
+
+
+def test_a_layout_may_stop_before_the_rest_but_is_never_a_lone_subset():
+    from voter.adaptive import candidate_layouts
+
+    pool = ["SE@1", "Wiki@10", "PK", "ReFree"]
+    acc = {"SE@1": 0.4, "Wiki@10": 0.3, "PK": 0.2, "ReFree": 0.1}
+    layouts = candidate_layouts(pool, acc, {s: 100.0 for s in pool}, firsts=(1,), seconds=(0, 2))
+    assert (("SE@1",), ("Wiki@10", "PK")) in layouts  # PK's decode need not be paid for
+    assert (("SE@1",), ("Wiki@10", "PK"), ("ReFree",)) in layouts
+    assert [lay for lay in layouts if len(lay) == 1] == [(tuple(pool),)]  # the anchor stays the whole vote
+
+
+def test_speeds_are_kept_by_model_and_a_broken_file_is_named(tmp_path):
+    path = tmp_path / "reader-speed.json"
+    assert load_speeds(path) == {}
+    save_speed("m:a:bfloat16", ReaderSpeed(1021.64, 28.31), path)
+    save_speed("m:b:bfloat16", ReaderSpeed(300.0, 14.7), path)
+    assert load_speeds(path) == {"m:a:bfloat16": ReaderSpeed(1021.6, 28.3), "m:b:bfloat16": ReaderSpeed(300.0, 14.7)}
+    path.write_text(json.dumps({"m": {"prefill_tok_s": 1}}))
+    with pytest.raises(ValueError, match="reader-speed.json do not parse.*eor models speed"):
+        load_speeds(path)
+
+
+def test_the_probe_measures_prefill_and_decode_apart():
+    engine = FakeEngine()
+    speed = measure(engine, n=4)
+    assert speed.prefill_tok_s > 0 and speed.decode_tok_s > 0
+    (warm,), batch, (doc,) = [c[0] for c in engine.calls[:1]], engine.calls[1][0], engine.calls[2][0]
+    assert len(batch) == 3 and engine.calls[1][1].max_tokens == 1  # prefill: read, one token out
+    assert doc.startswith("Generate a background document") and engine.calls[2][1].max_tokens == 200
+
+
+@pytest.mark.slow
+def test_the_real_reader_prefills_faster_than_it_decodes(eor_home):
+    from serve.engine.vllm_engine import VLLMConfig, VLLMEngine
+
+    engine = VLLMEngine(VLLMConfig(model="qwen2.5-coder-0.5b")).load()
+    try:
+        speed = measure(engine, n=4)
+    finally:
+        engine.close()
+    assert speed.prefill_tok_s > 5 * speed.decode_tok_s > 0  # a batch of prompts vs one token at a time
+
+
+def make_fake_engine(config):
+    """service.engine_factory: a stand-in engine named after the reader's model."""
+    engine = FakeEngine(f"{config.reader.model}:fake")
+    engine.load = lambda: engine
+    engine.close = lambda: None
+    return engine
+
+
+def test_eor_models_speed_measures_every_configured_reader(eor_home, tmp_path, capsys):
+    import yaml
+
+    from serve.cli import main
+
+    path = tmp_path / "eor.yaml"
+    path.write_text(yaml.safe_dump({
+        "pool": {"specs": ["SE@1", "PK", "SE@1~1.5B"]}, "readers": {"1.5B": {"model": "big-fake"}},
+        "service": {"engine_factory": f"{__name__}:make_fake_engine"}}))
+    assert main(["models", "speed", "--config", str(path), "--json"]) == 0
+    got = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert set(got) == {"default", "1.5B"} and got["1.5B"]["model"] == "big-fake:fake"
+    assert set(load_speeds(eor_home / "reader-speed.json")) == {"qwen2.5-coder-0.5b:fake", "big-fake:fake"}
+    assert main(["models", "speed", "3B", "--config", str(path)]) != 0
+    assert "no reader named '3B'" in capsys.readouterr().err
