@@ -7,9 +7,11 @@ With a calibration method, the picks' out-of-fold P are calibrated (voter/calibr
 the stop thresholds are fitted on the calibrated P: the number the caller gets with each answer
 is the number the stop rule reads.
 
-A *round* is one batched fan-out of retrievers; its cost is the reader tokens it computes plus
-a fixed per-round overhead (a sequential engine round trip), so a layout is judged by expected
-latency = rounds run x overhead + tokens computed / throughput, not by tokens alone.
+A *round* is one batched fan-out of retrievers; its cost is the reader work it does plus a fixed
+per-round overhead (a sequential engine round trip), so a layout is judged by expected latency =
+rounds run x overhead + cost / tokens_per_s, not by tokens alone. PoolRun.cost says what the
+work costs, in tokens of the latency model's unit (serve/offline/adaptive.py: pool_run prices
+prefill and decode apart per reader where their speeds were measured).
 """
 from __future__ import annotations
 

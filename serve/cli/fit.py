@@ -107,7 +107,7 @@ def _fit_adaptive(args, config, pool, selection, scored, metrics, saved, specs=N
     calibrated = f"{method}-calibrated P(right)" if method else "the scorer's raw P(right) (not calibrated)"
     summary = (f"confidence-aware rounds: {rounds}; thresholds {[round(t, 3) for t in c.thresholds]} on "
                f"{calibrated}, cross-validated ECE {c.cv_ece:.3f}; "
-               f"CV Match {c.cv_accuracy:.3f} (every round {c.cv_all_rounds:.3f}), {c.tokens:.0f} tokens, "
+               f"CV Match {c.cv_accuracy:.3f} (every round {c.cv_all_rounds:.3f}), "
                f"{c.rounds:.2f} rounds, {c.first_round_share:.0%} stop after round 1, expected {c.latency_s:.1f} s "
                f"({priced})")
     return replace(saved, adaptive=fitted.model), summary

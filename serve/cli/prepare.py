@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import sys
 import time
 
 from serve.cli.common import _config
@@ -34,7 +35,7 @@ def cmd_speed(args) -> int:
 
     config, notes = runnable_config(_config(args))
     for line in notes:
-        print(line)
+        print(line, file=sys.stderr)
     names = ["" if n == "default" else n for n in args.names] or used_readers(config)
     unknown = sorted(set(names) - set(reader_names(config)))
     if unknown:

@@ -92,13 +92,14 @@ def unit_speed(speeds: dict[str, ReaderSpeed]) -> float:
 
 
 def priced_speeds(specs: Sequence[str], speeds: dict[str, ReaderSpeed] | None) -> dict[str, ReaderSpeed] | None:
-    """`speeds` for the readers `specs` name, when every one of them was measured; else None."""
+    """`speeds` for the readers `specs` name (and the default reader's, the unit), when every one
+    of them was measured; else None."""
     from retrievers.spec import by_reader
 
     readers = set(by_reader(specs))
     if not speeds or not readers <= set(speeds):
         return None
-    return {r: v for r, v in speeds.items() if r in readers}
+    return {r: v for r, v in speeds.items() if r in readers | {""}}
 
 
 def reader_speeds(scored: Sequence, seconds: dict[str, dict[str, float]]) -> dict[str, float]:
@@ -207,8 +208,8 @@ def report(args) -> dict[str, Any]:
                           args.round_overhead, args.tolerance, calibration, speeds=pool_speeds(pool))
     model, chosen, fits, fit_run, latency, acc = (fitted.model, fitted.chosen, fitted.layouts, fitted.run,
                                                   fitted.latency, fitted.accuracy)
-    eval_run = pool_run(held, specs, metrics, equal_vote(specs, choice.saved.metrics, choice.saved.pooling),
-                        fitted.reader_cost, fitted.speeds)
+    # reader tokens as the engines counted them, every system alike (the fit's priced cost is its own unit)
+    eval_run = pool_run(held, specs, metrics, equal_vote(specs, choice.saved.metrics, choice.saved.pooling))
     best_single = max(specs, key=lambda s: (acc[s], -specs.index(s)))
     blind_fit = replace(fit_run, logprobs=[[None] * len(specs) for _ in range(len(fit_run))])
     blind_eval = replace(eval_run, logprobs=[[None] * len(specs) for _ in range(len(eval_run))])

@@ -76,6 +76,10 @@ def compare(scored: Sequence, seconds: dict[str, dict[str, float]], pools: dict[
     every candidate layout (the frontier) and its best single member, by CV on `scored`."""
     from serve.offline.adaptive import fit_adaptive
 
+    from serve.offline.adaptive import priced_speeds
+
+    # one latency model for every system (a table of latencies priced two ways compares nothing)
+    speeds = priced_speeds(sorted({s for specs in pools.values() for s in specs}), speeds)
     out: dict[str, Any] = {"fit_questions": len(scored), "tolerance": tolerance, "systems": {}}
     for name, specs in pools.items():
         fitted = fit_adaptive(scored, specs, metrics, names, pooling, seconds, round_overhead_s, tolerance, calibration,

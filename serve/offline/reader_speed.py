@@ -6,7 +6,7 @@ document and short answers), so prefill and decode cannot be told apart from it;
 measures them apart: a batch of answer prompts over the embedded corpus read with max_tokens=1
 (prefill), then one PK document of up to 200 tokens, one sequence (the longest decode of a round,
 which the round waits for). Kept in $EOR_HOME/reader-speed.json by reader model id (model, weights,
-dtype), for `eor fit`:
+dtype) and CPU kind, for `eor fit`:
 
     eor models speed           (every reader of the config: ~1 min each once started)
 """
@@ -40,23 +40,42 @@ def speed_path() -> Path:
     return eor_home() / "reader-speed.json"
 
 
-def load_speeds(path: Path | None = None) -> dict[str, ReaderSpeed]:
-    """model id -> its measured speed; {} when never measured (a file that does not parse: an error
-    that names it)."""
-    path = path or speed_path()
-    if not path.exists():
-        return {}
+def speed_key(model_id: str) -> str:
+    """A measurement holds for one model on one kind of CPU (a copied $EOR_HOME keeps its own)."""
+    from retrievers.hardware import cpu_signature
+
+    return f"{model_id}@cpu-{cpu_signature()}"
+
+
+def _read(path: Path) -> dict[str, Any]:
     try:
-        raw = json.loads(path.read_text())
-        return {model: ReaderSpeed(float(v["prefill_tok_s"]), float(v["decode_tok_s"])) for model, v in raw.items()}
-    except (ValueError, KeyError, TypeError, AttributeError) as e:
+        raw = json.loads(path.read_text()) if path.exists() else {}
+        if not isinstance(raw, dict):
+            raise ValueError("not a JSON object")
+        return raw
+    except ValueError as e:
         raise ValueError(f"reader speeds {path} do not parse ({e}); remove it and run `eor models speed`") from None
+
+
+def load_speeds(path: Path | None = None) -> dict[str, ReaderSpeed]:
+    """speed_key -> its measured speed; {} when never measured (a file that does not parse, or a
+    speed that is not a positive number: an error that names it)."""
+    path = path or speed_path()
+    try:
+        out = {key: ReaderSpeed(float(v["prefill_tok_s"]), float(v["decode_tok_s"])) for key, v in _read(path).items()}
+    except (KeyError, TypeError, AttributeError, ValueError) as e:
+        raise ValueError(f"reader speeds {path} do not parse ({e}); remove it and run `eor models speed`") from None
+    bad = sorted(k for k, v in out.items() if not (v.prefill_tok_s > 0 and v.decode_tok_s > 0))
+    if bad:
+        raise ValueError(f"reader speeds {path}: {', '.join(bad)} not a positive speed; run `eor models speed`")
+    return out
 
 
 def save_speed(model_id: str, speed: ReaderSpeed, path: Path | None = None) -> None:
     path = path or speed_path()
-    raw = json.loads(path.read_text()) if path.exists() else {}
-    raw[model_id] = {**{k: round(v, 1) for k, v in asdict(speed).items()}, "measured": time.strftime("%Y-%m-%d")}
+    raw = _read(path)
+    raw[speed_key(model_id)] = {**{k: round(v, 3) for k, v in asdict(speed).items()},
+                                "measured": time.strftime("%Y-%m-%d")}
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp")
     tmp.write_text(json.dumps(raw, indent=1, sort_keys=True))
@@ -89,25 +108,33 @@ def measure(engine: Any, n: int = PROBE_PROMPTS) -> ReaderSpeed:
     outs = engine.generate([engine.format(p) for p in rag[:-1]], SamplingParams(max_tokens=1))
     prefill_s = time.perf_counter() - t
     prefill = sum(g.tokens.prompt - g.tokens.cached for g in outs)
+    if prefill <= 0 or prefill_s <= 0:
+        raise RuntimeError(f"the speed probe computed no prompt token ({prefill}): the engine reported none")
     prefill_rate = prefill / prefill_s
     t = time.perf_counter()
     (doc,) = engine.generate([engine.format(pk)], SamplingParams(max_tokens=PROBE_DECODE, repetition_penalty=1.1))
-    decode_s = time.perf_counter() - t - (doc.tokens.prompt - doc.tokens.cached) / prefill_rate
-    return ReaderSpeed(prefill_rate, max(doc.tokens.generated, 1) / max(decode_s, 1e-3))
+    elapsed = time.perf_counter() - t
+    decode_s = elapsed - (doc.tokens.prompt - doc.tokens.cached) / prefill_rate
+    if doc.tokens.generated < 2 or decode_s <= 0.1 * elapsed:
+        raise RuntimeError(f"the speed probe could not time the decode ({doc.tokens.generated} tokens in "
+                           f"{elapsed:.2f} s, {decode_s:.2f} s of it decoding): run it again on an idle machine")
+    return ReaderSpeed(prefill_rate, doc.tokens.generated / decode_s)
 
 
 def pool_speeds(pool: Any, path: Path | None = None) -> dict[str, ReaderSpeed]:
-    """reader name -> its measured speed, for the pool's readers measured on this machine (by model id)."""
+    """reader name -> its measured speed, for the pool's readers measured on this kind of CPU."""
     measured = load_speeds(path)
-    return {name: measured[r.model_id] for name, r in pool.readers.items() if r.model_id in measured}
+    keys = {name: speed_key(r.model_id) for name, r in pool.readers.items()}
+    return {name: measured[k] for name, k in keys.items() if k in measured}
 
 
 def round_work(result: Any, rounds: Sequence[frozenset]) -> dict[str, tuple[float, float]]:
     """reader name -> (prompt tokens computed, decode steps) of running `rounds` in order. Prefill:
     every prompt that ran, each shared document once, prefix-cache hits as the run counted them
-    (QuestionResult.reader_tokens). Decode: per round, the longest sequence of each reader's batch
-    -- a member's own answer plus the shared document it waits for (PK's), counted in the first
-    round that needs it: a round's batch decodes side by side and ends with its longest."""
+    (QuestionResult.reader_tokens). Decode: a round runs in stages (retrievers/pool.py: run_round),
+    each a batch that decodes side by side and ends with its longest sequence: the shared
+    documents first (PK's, in the first round that needs one), then the members' own generations
+    (a @CP summary and its answer, or an answer): per round, the longest of each."""
     from retrievers.spec import by_reader
 
     ran = frozenset().union(*rounds) if rounds else frozenset()
@@ -118,20 +145,13 @@ def round_work(result: Any, rounds: Sequence[frozenset]) -> dict[str, tuple[floa
         out[reader] = [float(t.prompt - t.cached), 0.0]
     made: set[str] = set()
     for rnd in rounds:
-        longest: dict[str, float] = {}
-        new: set[str] = set()
         for reader, members in by_reader(sorted(rnd)).items():
-            for s in members:
-                c = cands.get(s)
-                if c is None:
-                    continue
-                wait = sum(result.shared_tokens[d].generated for d in c.shared
-                           if d not in made and d in result.shared_tokens)
-                new |= set(c.shared)
-                longest[reader] = max(longest.get(reader, 0.0), float(c.tokens.generated + wait))
-        made |= new
-        for reader, steps in longest.items():
-            out[reader][1] += steps
+            ran_here = [cands[s] for s in members if s in cands]
+            docs = {d for c in ran_here for d in c.shared if d not in made and d in result.shared_tokens}
+            made |= docs
+            # the round's stages: the shared documents, then each member's summary and answer
+            out[reader][1] += max((result.shared_tokens[d].generated for d in docs), default=0) + \
+                max((c.tokens.generated for c in ran_here), default=0)
     return {r: (p, s) for r, (p, s) in out.items()}
 
 

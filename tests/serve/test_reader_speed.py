@@ -6,7 +6,8 @@ import json
 import pytest
 
 from retrievers.types import Candidate, Context, QuestionResult, ReaderTokens
-from serve.offline.reader_speed import (ReaderSpeed, load_speeds, measure, priced_seconds, round_work, save_speed)
+from serve.offline.reader_speed import (ReaderSpeed, load_speeds, measure, priced_seconds, round_work, save_speed,
+                                        speed_key)
 from tests.retrievers.fakes import FakeEngine
 
 
@@ -26,6 +27,9 @@ def test_a_round_waits_for_its_longest_decode_and_a_document_is_written_once():
     two = round_work(r, (frozenset({"SE@1"}), frozenset({"PK"})))
     assert two[""] == (400, 3 + 204)  # one decode per round: rounds run one after the other
     speeds = {"": ReaderSpeed(1000, 25), "1.5B": ReaderSpeed(300, 15)}
+    cp = Candidate("SE@1@CP", "d", Context("SE@1@CP"), tokens=ReaderTokens(300, 150))  # summary and answer
+    staged = QuestionResult("q", (*r.candidates, cp), r.shared_tokens)
+    assert round_work(staged, (frozenset({"PK", "SE@1@CP"}),))[""][1] == 200 + 150  # documents, then the rest
     assert priced_seconds(r, (frozenset({"SE@1~1.5B"}),), speeds) == pytest.approx(100 / 300 + 5 / 15)
 
 
@@ -45,11 +49,10 @@ def test_the_fit_prices_rounds_by_measured_speed_and_says_so():
     # 100 prompt tokens and 4 decoded per member: a 1.5B member costs 100/300 + 4/15 s, in 0.5B prefill tokens
     one = [f for f in got["layouts"] if f["rounds"] == [["SE@1~1.5B", "Wiki@10~1.5B"]]][0]
     assert one["tokens"] == pytest.approx(1000 * (200 / 300 + 4 / 15), abs=0.1)
-    # a reader without a measured speed: the run logs' price per token, for every reader
+    # a reader without a measured speed: the run logs' price per token, for every system alike
     partial = compare(scored, seconds, pools, build_metrics(MetricOptions.parse("em"), None), ["em"], "mean",
                       calibration=None, speeds={"": speeds[""]})
-    assert partial["systems"]["cascade over both"]["reader_speed"] == {}
-    assert partial["systems"]["default reader only"]["reader_speed"] == {"default": [1000, 25.0]}
+    assert all(s["reader_speed"] == {} for s in partial["systems"].values())
 
 
 def test_a_layout_may_stop_before_the_rest_but_is_never_a_lone_subset():
@@ -68,9 +71,17 @@ def test_speeds_are_kept_by_model_and_a_broken_file_is_named(tmp_path):
     assert load_speeds(path) == {}
     save_speed("m:a:bfloat16", ReaderSpeed(1021.64, 28.31), path)
     save_speed("m:b:bfloat16", ReaderSpeed(300.0, 14.7), path)
-    assert load_speeds(path) == {"m:a:bfloat16": ReaderSpeed(1021.6, 28.3), "m:b:bfloat16": ReaderSpeed(300.0, 14.7)}
+    a, b = speed_key("m:a:bfloat16"), speed_key("m:b:bfloat16")
+    assert a.startswith("m:a:bfloat16@cpu-")  # one measurement per model and CPU kind
+    assert load_speeds(path) == {a: ReaderSpeed(1021.64, 28.31), b: ReaderSpeed(300.0, 14.7)}
     path.write_text(json.dumps({"m": {"prefill_tok_s": 1}}))
     with pytest.raises(ValueError, match="reader-speed.json do not parse.*eor models speed"):
+        load_speeds(path)
+    path.write_text("{not json")
+    with pytest.raises(ValueError, match="reader-speed.json do not parse"):
+        save_speed("m", ReaderSpeed(1.0, 1.0), path)
+    path.write_text(json.dumps({"m": {"prefill_tok_s": 100, "decode_tok_s": 0}}))
+    with pytest.raises(ValueError, match="m not a positive speed"):
         load_speeds(path)
 
 
@@ -81,6 +92,17 @@ def test_the_probe_measures_prefill_and_decode_apart():
     (warm,), batch, (doc,) = [c[0] for c in engine.calls[:1]], engine.calls[1][0], engine.calls[2][0]
     assert len(batch) == 3 and engine.calls[1][1].max_tokens == 1  # prefill: read, one token out
     assert doc.startswith("Generate a background document") and engine.calls[2][1].max_tokens == 200
+
+
+def test_a_probe_that_cannot_time_the_decode_says_so():
+    from retrievers.reader import Generation
+
+    class Silent(FakeEngine):
+        def generate(self, prompts, params):
+            return [Generation("", None, ReaderTokens(10, 0)) for _ in prompts]
+
+    with pytest.raises(RuntimeError, match="could not time the decode"):
+        measure(Silent(), n=2)
 
 
 @pytest.mark.slow
@@ -115,6 +137,7 @@ def test_eor_models_speed_measures_every_configured_reader(eor_home, tmp_path, c
     assert main(["models", "speed", "--config", str(path), "--json"]) == 0
     got = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert set(got) == {"default", "1.5B"} and got["1.5B"]["model"] == "big-fake:fake"
-    assert set(load_speeds(eor_home / "reader-speed.json")) == {"qwen2.5-coder-0.5b:fake", "big-fake:fake"}
+    assert set(load_speeds(eor_home / "reader-speed.json")) == {speed_key("qwen2.5-coder-0.5b:fake"),
+                                                                speed_key("big-fake:fake")}
     assert main(["models", "speed", "3B", "--config", str(path)]) != 0
     assert "no reader named '3B'" in capsys.readouterr().err
