@@ -1,7 +1,8 @@
 """Depth against breadth, on the fit split only: the small reader alone, the strong reader alone
 and the cascade over (retriever, reader) pairs, each fitted as `eor fit` fits its rounds
 (5-fold CV by question, calibrated P, the cheapest layout within the tolerance), compared by
-cross-validated Match against expected latency (each reader's tokens at its measured cost):
+cross-validated Match against expected latency (each reader's prefill and decode at its
+measured speed, `eor models speed`; without it, its run logs' seconds per token):
 
     .venv/bin/python -m serve.offline.reader_frontier --questions ../shared/data/questions.dev.jsonl \\
         --index shared --reader 1.5B --plot var/eval/reader_frontier.png
@@ -118,7 +119,7 @@ def frontier_plot(doc: dict[str, Any], path: Path) -> Path:
         ax.scatter([x for x, _ in pts], [y for _, y in pts], s=14, color=color, alpha=0.6)
         c = s["chosen"]
         ax.scatter([c["latency_s"]], [c["cv_match"]], s=90, marker="*", color=color, label=f"{name} (chosen)")
-    ax.set_xlabel("expected seconds per question (each reader's tokens at its measured cost)")
+    ax.set_xlabel("expected seconds per question (the fit's latency model: measured speeds, where kept)")
     ax.set_ylabel("cross-validated Match (fit split)")
     ax.set_title(f"readers and layouts, {doc['fit_questions']} fit questions", fontsize=9)
     ax.legend(fontsize=7, loc="lower right")
