@@ -272,7 +272,7 @@ def _splits(members: Sequence[str], firsts: Sequence[int], seconds: Sequence[int
 
 
 def candidate_layouts(pool: Sequence[str], accuracy: dict[str, float], cost: dict[str, float],
-                      firsts: Sequence[int] = (1, 2, 3), seconds: Sequence[int] = (0, 3, 5)) -> list[Layout]:
+                      firsts: Sequence[int] = (1, 2, 3), seconds: Sequence[int] = (0, 1, 2, 3, 5)) -> list[Layout]:
     """Round layouts to compare: the first round is the best members by accuracy per token
     cost (so it can answer alone), an optional middle round the next best, the last the rest;
     and the one-round layout (the whole pool, no stop). In a pool of several readers, also each

@@ -64,6 +64,8 @@ def test_a_layout_may_stop_before_the_rest_but_is_never_a_lone_subset():
     assert (("SE@1",), ("Wiki@10", "PK")) in layouts  # PK's decode need not be paid for
     assert (("SE@1",), ("Wiki@10", "PK"), ("ReFree",)) in layouts
     assert [lay for lay in layouts if len(lay) == 1] == [(tuple(pool),)]  # the anchor stays the whole vote
+    every = candidate_layouts(pool, acc, {s: 100.0 for s in pool})
+    assert (("SE@1",), ("Wiki@10",)) in every and (("SE@1",), ("Wiki@10",), ("PK", "ReFree")) in every  # one more
 
 
 def test_speeds_are_kept_by_model_and_a_broken_file_is_named(tmp_path):
