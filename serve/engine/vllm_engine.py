@@ -33,7 +33,10 @@ class VLLMConfig:
     gpu_memory_utilization: float = 0.2  # on CPU: the share of RAM for the KV cache
     enable_prefix_caching: bool = True
     cpu_threads: str = "auto"  # VLLM_CPU_OMP_THREADS_BIND; auto = all cores
-    cpu_kv_cache_gib: float = 2.0  # VLLM_CPU_KVCACHE_SPACE: ~45k tokens of SmolLM2-135M in fp32
+    # VLLM_CPU_KVCACHE_SPACE: 1 GiB holds ~87k tokens of the 0.5B in bf16 (12 KiB each; ~43k in fp32), several
+    # whole-pool questions in flight, more than 2 cores batch. Measured in the service with both readers
+    # (session-21 note): the 0.5B's worker 3.46 GiB PSS at 1 GiB against 4.41 at 2, the application 15.46 vs 16.31
+    cpu_kv_cache_gib: float = 1.0
     seed: int = 0
     # torch.compile or not: None = by the job (eor ask and the service on CPU: the quickest start, compiled once
     # its compile cache is warm, else eager, the service then upgrading: `quickest_start`, `service_stages`;

@@ -108,10 +108,13 @@ def test_a_probe_that_cannot_time_the_decode_says_so():
 
 
 @pytest.mark.slow
-def test_the_real_reader_prefills_faster_than_it_decodes(eor_home):
+def test_the_real_reader_prefills_faster_than_it_decodes():
+    from serve.engine.models import models_dir
     from serve.engine.vllm_engine import VLLMConfig, VLLMEngine
 
-    engine = VLLMEngine(VLLMConfig(model="qwen2.5-coder-0.5b")).load()
+    if not (models_dir() / "qwen2.5-coder-0.5b" / "config.json").exists():
+        pytest.fail("reader model not prepared: run ./setup.sh (eor models prepare qwen2.5-coder-0.5b)")
+    engine = VLLMEngine(VLLMConfig(model="qwen2.5-coder-0.5b", enforce_eager=True)).load()
     try:
         speed = measure(engine, n=4)
     finally:
