@@ -55,6 +55,10 @@ def cmd_eval(args) -> int:
     doc["readers"] = {name: r.model_id for name, r in pool.readers.items()}
     doc["pool_seconds_per_question"] = args.seconds_per_question
     doc["confidence"] = sure
+    if len(reports) > 1:  # each dataset's own reliability and risk-coverage (NQ's is issue 36's figure)
+        doc["confidence_by_dataset"] = {r.dataset: confidence_report(
+            scored, runs, r.best_single, [i for i, (q, _) in enumerate(scored) if q.dataset == r.dataset])
+            for r in reports[:-1]}
     systems = per_system(scored, runs, pool.specs)  # words per answer and tokens per reader of each system
     doc["words_per_answer"] = systems["EoR"]["words_per_answer"]
     doc["systems"] = systems

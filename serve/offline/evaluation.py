@@ -338,13 +338,18 @@ def replay_ensembles(scored: Scored, saved: SavedWeights, metrics: Sequence[Any]
     return EnsembleRuns(answers, tokens, rates, stages, sweep, ran=ran)
 
 
-def confidence_report(scored: Scored, runs: EnsembleRuns, best_single: str) -> dict[str, Any]:
-    """How sure EoR is, on these questions: reliability bins and ECE of its confidence (when
-    the voter gives one), and the risk-coverage table beside `best_single`'s, that retriever's
-    answers ranked by its own mean token log-probability (unknown: least sure)."""
+def confidence_report(scored: Scored, runs: EnsembleRuns, best_single: str,
+                      rows: Sequence[int] | None = None) -> dict[str, Any]:
+    """How sure EoR is, on these questions (`rows` of them: one dataset's): reliability bins and
+    ECE of its confidence (when the voter gives one), and the risk-coverage table beside
+    `best_single`'s, that retriever's answers ranked by its own mean token log-probability
+    (unknown: least sure)."""
+    rows = list(range(len(scored))) if rows is None else list(rows)
+    answers = [runs.answers[EOR][i] for i in rows]
+    conf = None if runs.confidence is None else [runs.confidence[i] for i in rows]
+    scored = [scored[i] for i in rows]
     golds = [q.answers for q, _ in scored]
-    right = [match(a, g) for a, g in zip(runs.answers[EOR], golds)]
-    conf = runs.confidence
+    right = [match(a, g) for a, g in zip(answers, golds)]
     single = [{c.retriever: c for c in r.candidates}.get(best_single) for _, r in scored]
     single_right = [match(c.answer, g) if c is not None and c.error is None else 0.0 for c, g in zip(single, golds)]
     single_conf = [c.confidence if c is not None and c.error is None else None for c in single]

@@ -270,3 +270,30 @@ def test_eval_reports_calibration_and_risk_coverage_by_hand(tmp_path, eor_home, 
     printed = capsys.readouterr().out
     assert f"confidence of EoR's answers: calibrated P(right); ECE (10 bins) {ece:.3f} over 8 answers" in printed
     assert "coverage  50%: EoR  0.750  SE@1  0.750  (4 answered)" in printed
+
+
+def test_eval_reports_each_datasets_confidence(tmp_path, eor_home, use_pool, capsys):
+    from voter.adaptive import AdaptiveModel
+    from voter.calibration import Calibrator
+    from voter.question_vote import equal_weights
+    from tests.voter.conftest import logprob_scorer
+    from voter.weights_io import Provenance, SavedWeights, save_weights
+
+    qfile = write_questions(tmp_path / "sure.jsonl", [
+        {"qid": q[:-1], "dataset": "a" if int(q[1]) <= 4 else "b", "question": q, "answers": [g]}
+        for q, (g, _) in SURE.items()])
+    base = equal_weights(SPECS, ["em"])
+    saved = SavedWeights(base.pool, base.metrics, base.pooling, base.threshold, base.weights,
+                         Provenance("other.jsonl", 10, "r", 0.5),
+                         adaptive=AdaptiveModel((tuple(SPECS),), logprob_scorer(SPECS), (),
+                                                Calibrator.from_dict({"method": "platt", "a": 1.0, "b": 0.0})))
+    save_weights(tmp_path / "v4.json", saved)
+    use_pool(LoggedPool(SPECS, lambda q: {s: (a if isinstance(a, Exception) else a[0])
+                                          for s, a in SURE[q][1].items()}))
+    doc = run_eval(capsys, "--questions", str(qfile), "--out-dir", str(tmp_path / "r"), "--weights",
+                   str(tmp_path / "v4.json"))
+    by = doc["confidence_by_dataset"]
+    assert set(by) == {"a", "b"} and by["a"]["n"] == 4 and by["b"]["n"] == 4
+    # a: s1 R, s2 R, s3 W, s4 R; b: s5 W, s6 R, s7 W, s8 W (the whole split's table is doc["confidence"])
+    assert by["a"]["risk_coverage"][0]["eor_match"] == 0.75 and by["b"]["risk_coverage"][0]["eor_match"] == 0.25
+    assert by["a"]["risk_coverage"][2]["eor_answered"] == 2 and by["a"]["risk_coverage"][2]["eor_match"] == 1.0
