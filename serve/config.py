@@ -196,14 +196,14 @@ class ServiceConfig:
 # (retrievers/spec.py: `Wiki@10~1.5B`); a file's `readers` section adds to these. A line: `1.5B: qwen2.5-coder-1.5b` (a model, with the
 # `reader` section's engine settings) or `1.5B: {model: ..., cpu_kv_cache_gib: 3}` (settings of its
 # own). Each is its own engine (KV cache, prefix cache, reader-cache keys); only the readers a pool
-# member names are ever started. The 1.5B's KV cache is 1 GiB (37k tokens: more than 2 cores batch):
-# both readers in one process then peak at 15.0 GiB PSS, against 17.6 at 2 GiB (session-19 note).
+# member names are ever started. The 1.5B's KV cache is 1 GiB (37k tokens: more than 2 cores batch), as the
+# 0.5B's (VLLMConfig): `eor serve` with both started holds 15.3-15.5 GiB PSS (session-21 note).
 STRONG_READER_NAME = "1.5B"
 DEFAULT_READERS = {STRONG_READER_NAME: {"model": STRONG_READER, "cpu_kv_cache_gib": 1}}
 
 # The retrievers the strong reader reads in the default pool: neither the @CP compressions (a 200-token
-# summary each, then the answer: most of a question's reader time, at 2.4x the cost through the
-# 1.5B) nor the two 10-passage reranks (SE@RR@10, HB@RR@10: ~1,350 prompt tokens each, a third of
+# summary each, then the answer: most of a question's reader time, and the 1.5B prefills at 0.3x and
+# decodes at 0.5x the 0.5B's speed) nor the two 10-passage reranks (SE@RR@10, HB@RR@10: ~1,350 prompt tokens each, a third of
 # the rest, and the weakest through the 1.5B on the first 20 fit questions).
 STRONG_DROPPED = ("SE@RR@10", "HB@RR@10")
 STRONG_SPECS = tuple(s for s in PAPER_POOL if not parse_spec(s).compress and s not in STRONG_DROPPED)
