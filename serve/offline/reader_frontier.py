@@ -75,9 +75,7 @@ def compare(scored: Sequence, seconds: dict[str, dict[str, float]], pools: dict[
             costs: Any = None, speeds: Any = None) -> dict[str, Any]:
     """Each pool's rounds fitted as `eor fit` fits them, on the same questions; its chosen layout,
     every candidate layout (the frontier) and its best single member, by CV on `scored`."""
-    from serve.offline.adaptive import fit_adaptive
-
-    from serve.offline.adaptive import priced_speeds
+    from serve.offline.adaptive import fit_adaptive, priced_speeds
 
     # one latency model for every system (a table of latencies priced two ways compares nothing)
     speeds = priced_speeds(sorted({s for specs in pools.values() for s in specs}), speeds)

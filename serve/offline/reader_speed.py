@@ -61,8 +61,9 @@ def load_speeds(path: Path | None = None) -> dict[str, ReaderSpeed]:
     """speed_key -> its measured speed; {} when never measured (a file that does not parse, or a
     speed that is not a positive number: an error that names it)."""
     path = path or speed_path()
+    raw = _read(path)  # a file that is not a JSON object: its own one-line error
     try:
-        out = {key: ReaderSpeed(float(v["prefill_tok_s"]), float(v["decode_tok_s"])) for key, v in _read(path).items()}
+        out = {key: ReaderSpeed(float(v["prefill_tok_s"]), float(v["decode_tok_s"])) for key, v in raw.items()}
     except (KeyError, TypeError, AttributeError, ValueError) as e:
         raise ValueError(f"reader speeds {path} do not parse ({e}); remove it and run `eor models speed`") from None
     bad = sorted(k for k, v in out.items() if not (v.prefill_tok_s > 0 and v.decode_tok_s > 0))

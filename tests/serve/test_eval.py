@@ -9,6 +9,7 @@ the earlier retriever). Dataset "a":
 Dataset "b": q5 everyone says X-ray (right); q6 gold seven: W seven, S six, F eight -> EoR seven.
 """
 import json
+from pathlib import Path
 
 import pytest
 
@@ -226,28 +227,34 @@ class LoggedPool(FakePool):
                                           for c in r.candidates)) for r in out]
 
 
-def test_eval_reports_calibration_and_risk_coverage_by_hand(tmp_path, eor_home, use_pool, capsys):
-    import math
-
+def sure_eval(tmp_path, use_pool, dataset) -> tuple[Path, Path]:
+    """(questions file, voter file) for SURE: each question in `dataset(question)`, a voter whose P(right)
+    is the log-prob scorer's (a Platt calibrator with a = 1, b = 0), the pool answering as SURE says."""
     from voter.adaptive import AdaptiveModel
     from voter.calibration import Calibrator
     from voter.question_vote import equal_weights
     from tests.voter.conftest import logprob_scorer
     from voter.weights_io import Provenance, SavedWeights, save_weights
 
-    qfile = write_questions(tmp_path / "sure.jsonl", [{"qid": q[:-1], "dataset": "c", "question": q, "answers": [g]}
-                                                      for q, (g, _) in SURE.items()])
-    scorer = logprob_scorer(SPECS)
+    qfile = write_questions(tmp_path / "sure.jsonl", [{"qid": q[:-1], "dataset": dataset(q), "question": q,
+                                                       "answers": [g]} for q, (g, _) in SURE.items()])
     base = equal_weights(SPECS, ["em"])
     saved = SavedWeights(base.pool, base.metrics, base.pooling, base.threshold, base.weights,
                          Provenance("other.jsonl", 10, "r", 0.5),
-                         adaptive=AdaptiveModel((tuple(SPECS),), scorer, (),
+                         adaptive=AdaptiveModel((tuple(SPECS),), logprob_scorer(SPECS), (),
                                                 Calibrator.from_dict({"method": "platt", "a": 1.0, "b": 0.0})))
-    save_weights(tmp_path / "v4.json", saved)
+    voter = save_weights(tmp_path / "v4.json", saved)
     use_pool(LoggedPool(SPECS, lambda q: {s: (a if isinstance(a, Exception) else a[0])
                                           for s, a in SURE[q][1].items()}))
+    return qfile, voter
+
+
+def test_eval_reports_calibration_and_risk_coverage_by_hand(tmp_path, eor_home, use_pool, capsys):
+    import math
+
+    qfile, voter = sure_eval(tmp_path, use_pool, lambda q: "c")
     out_dir = tmp_path / "r"
-    doc = run_eval(capsys, "--questions", str(qfile), "--out-dir", str(out_dir), "--weights", str(tmp_path / "v4.json"))
+    doc = run_eval(capsys, "--questions", str(qfile), "--out-dir", str(out_dir), "--weights", str(voter))
     c = doc["confidence"]
     p = {lp: 1 / (1 + math.exp(-(5 * lp + 2.5))) for lp in (0.0, -0.1, -0.3, -0.5, -0.7, -0.9)}
     # bins: 9 {s1 right}, 8 {s2 right, s3 wrong}, 7 {s4 right}, 5 {s5 wrong}, 2 {s6 right, s7 wrong}, 1 {s8 wrong}
@@ -266,32 +273,15 @@ def test_eval_reports_calibration_and_risk_coverage_by_hand(tmp_path, eor_home, 
     assert (out_dir / "reliability.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert str(out_dir / "reliability.png") in doc["plots"]
     assert main(["eval", "--questions", str(qfile), "--split", "all", "--no-progress", "--out-dir", str(out_dir),
-                 "--weights", str(tmp_path / "v4.json")]) == 0
+                 "--weights", str(voter)]) == 0
     printed = capsys.readouterr().out
     assert f"confidence of EoR's answers: calibrated P(right); ECE (10 bins) {ece:.3f} over 8 answers" in printed
     assert "coverage  50%: EoR  0.750  SE@1  0.750  (4 answered)" in printed
 
 
 def test_eval_reports_each_datasets_confidence(tmp_path, eor_home, use_pool, capsys):
-    from voter.adaptive import AdaptiveModel
-    from voter.calibration import Calibrator
-    from voter.question_vote import equal_weights
-    from tests.voter.conftest import logprob_scorer
-    from voter.weights_io import Provenance, SavedWeights, save_weights
-
-    qfile = write_questions(tmp_path / "sure.jsonl", [
-        {"qid": q[:-1], "dataset": "a" if int(q[1]) <= 4 else "b", "question": q, "answers": [g]}
-        for q, (g, _) in SURE.items()])
-    base = equal_weights(SPECS, ["em"])
-    saved = SavedWeights(base.pool, base.metrics, base.pooling, base.threshold, base.weights,
-                         Provenance("other.jsonl", 10, "r", 0.5),
-                         adaptive=AdaptiveModel((tuple(SPECS),), logprob_scorer(SPECS), (),
-                                                Calibrator.from_dict({"method": "platt", "a": 1.0, "b": 0.0})))
-    save_weights(tmp_path / "v4.json", saved)
-    use_pool(LoggedPool(SPECS, lambda q: {s: (a if isinstance(a, Exception) else a[0])
-                                          for s, a in SURE[q][1].items()}))
-    doc = run_eval(capsys, "--questions", str(qfile), "--out-dir", str(tmp_path / "r"), "--weights",
-                   str(tmp_path / "v4.json"))
+    qfile, voter = sure_eval(tmp_path, use_pool, lambda q: "a" if int(q[1]) <= 4 else "b")
+    doc = run_eval(capsys, "--questions", str(qfile), "--out-dir", str(tmp_path / "r"), "--weights", str(voter))
     by = doc["confidence_by_dataset"]
     assert set(by) == {"a", "b"} and by["a"]["n"] == 4 and by["b"]["n"] == 4
     # a: s1 R, s2 R, s3 W, s4 R; b: s5 W, s6 R, s7 W, s8 W (the whole split's table is doc["confidence"])
