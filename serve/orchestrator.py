@@ -26,7 +26,7 @@ from retrievers.spec import parse_spec
 from retrievers.types import Failure, Passage, QuestionResult
 from serve.deadline import Deadline
 from serve.ensemble import EnsembleAnswer, OnProvisional, VoteDeadline, answer_async, joined
-from voter.cascade import Cascade
+from voter.cascade import Cascade, early_members
 from voter.decision import Decision
 
 # (results so far, the cascade being run, its 0-based stage) -> the voter's decisions (voter/decision.py)
@@ -92,8 +92,9 @@ class AskRounds:
     """One Ask's questions through the cascade's rounds. `deadline` (None: none) bounds every
     call; a round starts only with time left for the vote after it (`vote_reserve_s`, at most a
     quarter of the deadline), and that vote gets at least that long. `early_answer` (a stream):
-    round 1's one-step retrievers (one reader call each) are read and voted on their own first
-    (`stopped_at = 0`) while the rest of round 1 reads beside them."""
+    round 1's quick members (voter/cascade.py: early_members: the default reader's one-step reads
+    beside a slower reader's, or the one-step reads beside two-step ones) are read and voted on
+    their own first (`stopped_at = 0`) while the rest of round 1 reads beside them."""
 
     def __init__(self, questions: Sequence[str], cascade: Cascade, crew: Crew, config: PoolConfig,
                  deadline: Deadline | None = None, documents: Sequence[Sequence[Passage] | None] | None = None,
@@ -123,11 +124,11 @@ class AskRounds:
 
     async def _round(self, open_: list[int], specs: list[str]) -> list[QuestionResult]:
         searches = self._search(open_, specs)
-        quick = [s for s in specs if parse_spec(s).reader_steps == 1]
+        quick = list(early_members(specs))
         first = list(specs) == list(self.cascade.stages[0])
         later = None
         try:
-            if not (self.early_answer and first and quick and len(quick) < len(specs)):
+            if not (self.early_answer and first and len(quick) < len(specs)):
                 return await self._fan_out(open_, specs, searches)
             later = asyncio.ensure_future(self._fan_out(open_, [s for s in specs if s not in quick], searches))
             early = await self._fan_out(open_, quick, searches)

@@ -23,13 +23,17 @@ import numpy as np
 
 from retrievers.spec import parse_spec, split_reader
 from voter.calibration import Calibrator, cross_validated_ece, expected_calibration_error, fit_calibrator
-from voter.cascade import Cascade, stop_stages
+from voter.cascade import Cascade, early_members, stop_stages
 from voter.selector import (AnswerScorer, RoundTrace, RoundView, candidate_features, evaluate_stop,
                             feature_names, fit_stop_thresholds, frontier)
 
 DEFAULT_ROUND_OVERHEAD_S = 1.0  # measured in the service: each stage is ~1 s beyond its tokens (issue 26)
 CV_FOLDS, CV_SEED, SCORER_C = 5, 0, 1.0  # the adaptive fit's cross-validation and regularisation
 DEFAULT_TOKENS_PER_S = 400.0  # reader tokens computed per second on the 2-core CPU (bf16); set from the run
+# the one-retriever service (through the default reader) whose whole answer a stream's first reply
+# must not trail (issue 33: bench.load_test compare's --single)
+SERVICE_BASELINE = "Wiki@10"
+LATENCY_CAP = 3.0  # the cascade's expected latency over that service's at most (issue 33), for a quick first reply
 
 
 @dataclass
@@ -147,6 +151,7 @@ class LayoutFit:
     frontier: list[dict[str, float]]
     calibrator: Calibrator | None = None  # None: the stop rule and the caller read the scorer's raw P
     cv_ece: float = math.nan  # ECE (10 bins) of that P on questions neither scorer nor calibrator saw
+    first_reply_s: float = math.nan  # expected seconds to a stream's first reply (round 1's early answer)
 
 
 def fit_layout(run: PoolRun, layout: Layout, latency: LatencyModel, folds: int = CV_FOLDS, C: float = SCORER_C,
@@ -169,9 +174,11 @@ def fit_layout(run: PoolRun, layout: Layout, latency: LatencyModel, folds: int =
     tau = fit_stop_thresholds(trace, tolerance)
     acc, lat, stop = evaluate_stop(trace, tau)
     rows = np.arange(n)
+    early = (frozenset(early_members(layout[0])),)  # a stream's first reply: round 1's early answer
+    first_reply = float(np.mean([latency.seconds(1, run.cost(i, early)) for i in range(n)]))
     return LayoutFit(layout, tau, acc, float(ok[:, -1].mean()), float(tokens[rows, stop].mean()),
                      float(rounds[rows, stop].mean()), lat, float((stop == 0).mean()), frontier(trace),
-                     calibrator, ece)
+                     calibrator, ece, first_reply)
 
 
 @dataclass(frozen=True)
@@ -223,18 +230,21 @@ class AdaptiveModel:
 
 
 def fit_record(chosen: LayoutFit, layouts: Sequence[LayoutFit], latency: LatencyModel, *, tolerance: float,
-               C: float, folds: int, seed: int, calibration: str | None) -> dict[str, Any]:
+               C: float, folds: int, seed: int, calibration: str | None,
+               first_reply: tuple[str, float] | None = None) -> dict[str, Any]:
     """What the voter file says about its adaptive fit, so a reader can audit the choice: the
     settings, the latency model it assumed and every candidate layout with its CV figures."""
     def r(x: float) -> float | None:
         return round(float(x), 4) if math.isfinite(x) else None
 
+    bound = {} if first_reply is None else {"first_reply_vs": first_reply[0], "first_reply_bound_s": r(first_reply[1]),
+                                            "latency_cap_s": r(LATENCY_CAP * first_reply[1])}
     return {"tolerance": tolerance, "C": C, "cv_folds": folds, "cv_seed": seed, "calibration": calibration,
-            "tokens_per_s": r(latency.tokens_per_s), "round_overhead_s": latency.round_overhead_s,
+            "tokens_per_s": r(latency.tokens_per_s), "round_overhead_s": latency.round_overhead_s, **bound,
             "layouts": [{"rounds": [list(x) for x in f.layout], "chosen": f is chosen, "cv_match": r(f.cv_accuracy),
                          "cv_match_all_rounds": r(f.cv_all_rounds), "latency_s": r(f.latency_s),
                          "tokens": r(f.tokens), "rounds_run": r(f.rounds), "first_round_share": r(f.first_round_share),
-                         "cv_ece": r(f.cv_ece)} for f in layouts]}
+                         "cv_ece": r(f.cv_ece), "first_reply_s": r(f.first_reply_s)} for f in layouts]}
 
 
 def fit_model(run: PoolRun, fit: LayoutFit, C: float = SCORER_C, record: dict[str, Any] | None = None) -> AdaptiveModel:
@@ -280,7 +290,10 @@ def candidate_layouts(pool: Sequence[str], accuracy: dict[str, float], cost: dic
     reader's vote is not the whole pool's, where the small reader's many answers outvote it) and
     the escalations: the best default-reader members first, then the stronger readers reading
     those same retrievers' passages, then the rest, or the stronger readers' rest alone
-    (FrugalGPT's cascade, over retrievers too). A layout need not ask every member: each
+    (FrugalGPT's cascade, over retrievers too); and the stronger readers' layouts with the default
+    reader's best member as a round of its own before them, or beside their round 1 (its early
+    answer, voter/cascade.py: early_members): a stream's first reply as soon as the one-retriever
+    service's (choose_layout's bound). A layout need not ask every member: each
     (first, middle) split is also a layout of its own, without the rest (never one round alone:
     a subset's one-round vote would move the all-kept anchor choose_layout measures from)."""
     from retrievers.spec import by_reader
@@ -309,6 +322,13 @@ def candidate_layouts(pool: Sequence[str], accuracy: dict[str, float], cost: dic
                     add(first, mid)
         plain = groups.get("", [])
         strong = [s for s in value if parse_spec(s).reader]
+        if plain and strong:  # a quick first answer: the default reader's best member, alone or beside
+            for first, mid in _splits(strong, firsts, seconds):  # a strong layout's round 1
+                rest = [s for s in strong if s not in first and s not in mid]
+                for lead in ([plain[:1], first], [plain[:1] + first]):
+                    add(*lead, mid, rest)
+                    if mid:
+                        add(*lead, mid)
         for f in firsts:
             first = plain[:f]
             up = [s for s in strong if split_reader(s)[0] in first]
@@ -320,13 +340,20 @@ def candidate_layouts(pool: Sequence[str], accuracy: dict[str, float], cost: dic
     return out
 
 
-def choose_layout(fits: Sequence[LayoutFit], tolerance: float = 0.005) -> LayoutFit:
+def choose_layout(fits: Sequence[LayoutFit], tolerance: float = 0.005,
+                  first_reply_s: float | None = None, latency_cap_s: float | None = None) -> LayoutFit:
     """The lowest expected latency among layouts whose CV accuracy is within `tolerance` of the
     all-kept vote's (a one-round layout: every retriever, no stop; with several readers, the best
     of the whole pool's and each reader's own). Anchored there, not on the best layout's: on a fit
     split of ~100 questions the best of a dozen layouts leads by a question or two of noise, and
-    chasing it picked a layout 3x as slow for 1 question in 140."""
+    chasing it picked a layout 3x as slow for 1 question in 140. `first_reply_s` (None: no bound):
+    among those, only layouts whose early answer comes within it (a stream's first reply no later
+    than the one-retriever service's whole answer) and whose expected latency is within
+    `latency_cap_s` (None: any), where any is; else the bound is not met (the mean latency is kept)."""
     whole = [f for f in fits if len(f.layout) == 1]
     anchor = max(f.cv_accuracy for f in (whole or fits))
     ok = [f for f in fits if f.cv_accuracy >= anchor - tolerance]
+    if first_reply_s is not None:
+        cap = math.inf if latency_cap_s is None else latency_cap_s
+        ok = [f for f in ok if f.first_reply_s <= first_reply_s and f.latency_s <= cap] or ok
     return min(ok, key=lambda f: (f.latency_s, -f.cv_accuracy))

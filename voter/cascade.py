@@ -102,6 +102,24 @@ def settled(stage: int, stat: float | np.ndarray, thresholds: Sequence[float]) -
     return np.isfinite(t) & (stat >= t) if isinstance(stat, np.ndarray) else (math.isfinite(t) and stat >= t)
 
 
+def early_members(first_round: Sequence[str]) -> tuple[str, ...]:
+    """What a stream answers first, voted on its own while the rest of round 1 reads beside it:
+    round 1's one-step members on the default reader when the round also asks a slower reader;
+    else its one-step members when some take two steps (a document written first); else the
+    whole round (no early answer). The one rule the service (serve/orchestrator.py) and the fit's
+    first-reply price (voter/adaptive.py) share."""
+    from retrievers.spec import DEFAULT_READER_NAME, parse_spec
+
+    specs = [(s, parse_spec(s)) for s in first_round]
+    quick = [(s, p) for s, p in specs if p.reader_steps == 1]
+    default = [s for s, p in quick if p.reader == DEFAULT_READER_NAME]
+    if default and len({p.reader for _, p in specs}) > 1:
+        return tuple(default)
+    if quick and len(quick) < len(specs):
+        return tuple(s for s, _ in quick)
+    return tuple(first_round)
+
+
 def settle_stat(scores: np.ndarray, answers: Sequence[str | None]) -> float:
     """The settle statistic of one question's vote (scores [M], -inf where it cannot win)."""
     finite = np.isfinite(scores)

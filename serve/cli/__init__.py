@@ -121,6 +121,9 @@ def build_parser() -> argparse.ArgumentParser:
     f.add_argument("--calibration", choices=("platt", "isotonic", "none"), default="platt",
                    help="calibrate the answer scorer's P(right) on the fit split (cross-validated), the confidence "
                    "every answer carries and the stop rule reads (default platt; none: the raw P, a v3 file)")
+    f.add_argument("--first-reply-vs", default="Wiki@10", metavar="MEMBER",
+                   help="round 1 must answer no later than this member alone does (expected, priced): a stream's "
+                   "first reply as quick as the one-retriever service (default Wiki@10; none: no bound)")
     f.add_argument("--push", metavar="HOST:PORT", help="after fitting, push the weights to a running `eor serve` "
                    "(live update, no restart) if they pass the gate: judged against the live voter on held-out "
                    "questions, the deployed path")

@@ -97,8 +97,9 @@ def _fit_adaptive(args, config, pool, selection, scored, metrics, saved, specs=N
     readers = by_reader(specs)
     seconds = {r: s for r, s in ReaderRuns(config, pool, selection.path).seconds().items() if r in readers}
     method = None if args.calibration == "none" else args.calibration
+    ref = None if args.first_reply_vs == "none" else args.first_reply_vs
     fitted = fit_adaptive(scored, specs, metrics, saved.metrics, saved.pooling, seconds, calibration=method,
-                          speeds=pool_speeds(pool))
+                          speeds=pool_speeds(pool), first_reply_vs=ref)
     c = fitted.chosen
     priced = ("rounds priced by each reader's measured prefill and decode speed" if fitted.speeds else
               "rounds priced by the run logs' seconds per token (no measured speed for every reader: "
@@ -108,9 +109,19 @@ def _fit_adaptive(args, config, pool, selection, scored, metrics, saved, specs=N
     summary = (f"confidence-aware rounds: {rounds}; thresholds {[round(t, 3) for t in c.thresholds]} on "
                f"{calibrated}, cross-validated ECE {c.cv_ece:.3f}; "
                f"CV Match {c.cv_accuracy:.3f} (every round {c.cv_all_rounds:.3f}), "
-               f"{c.rounds:.2f} rounds, {c.first_round_share:.0%} stop after round 1, expected {c.latency_s:.1f} s "
-               f"({priced})")
+               f"{c.rounds:.2f} rounds, {c.first_round_share:.0%} stop after round 1, expected {c.latency_s:.1f} s, "
+               f"first reply {c.first_reply_s:.1f} s{_first_reply_bound(fitted.model.fit, c.first_reply_s)} ({priced})")
     return replace(saved, adaptive=fitted.model), summary
+
+
+def _first_reply_bound(record: dict, first_reply_s: float) -> str:
+    """What the first reply was held to, and whether the chosen rounds met it."""
+    if "first_reply_bound_s" not in record:
+        return ""
+    bound, ref = record["first_reply_bound_s"], record["first_reply_vs"]
+    met = "within" if first_reply_s <= bound else (
+        f"NOT within (no layout near the anchor's accuracy was, at most {record['latency_cap_s']:.1f} s expected)")
+    return f" ({met} {ref} alone: {bound:.1f} s)"
 
 
 def _with_best_single(report, specs):

@@ -137,6 +137,25 @@ def test_the_first_answer_comes_when_round_1s_one_step_retrievers_have_read():
     assert reply.final and calls[0] == ["SE@1", "SE@1@CP"]
 
 
+def test_the_first_answer_comes_from_the_default_readers_members_beside_a_slower_reader():
+    """Round 1 holds SE@1 (the 0.5B) and SE@1~1.5B: a stream gets SE@1's answer first (stage 0)
+    while the 1.5B reads, then round 1's vote over both."""
+    calls = []
+    handle = group(delay=lambda specs: 0.2 if any("~" in s for s in specs) else 0.01, started=calls)
+    stages = (("SE@1", "SE@1~1.5B"), ("Wiki@10~1.5B",))
+
+    def vote(results, cascade, stage):
+        votes = [Vote(r.candidates[0].retriever, r.candidates[0].answer, 0.5, None, {}) for r in results]
+        return decisions(votes, [float("inf") if len(r.candidates) >= 3 else 0.0 for r in results], cascade, stage)
+    plan = _Handle(plan=lambda: VoterPlan("k", Cascade(stages, (1.0,)), "test voter"),
+                   decide=lambda results, key, cascade, stage, deadline: vote(results, cascade, stage))
+    items = asyncio.run(collect(_ingress(_Handle(), handle, plan), eor_pb2.AskRequest(question="who?")))
+    replies = [r for r, _, _ in items]
+    assert [r.stopped_at_stage for r in replies] == [0, 1, 2]
+    assert list(replies[0].ran) == ["SE@1"] and list(replies[1].ran) == ["SE@1", "SE@1~1.5B"]
+    assert sorted(map(tuple, calls[:2])) == [("SE@1",), ("SE@1~1.5B",)]
+
+
 def test_a_question_no_retriever_answered_fails_the_ask_as_unavailable_never_ok_with_nothing():
     """A lost node: every member asked failed. An OK with an empty answer would look like one."""
     from retrievers.types import Candidate

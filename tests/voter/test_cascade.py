@@ -113,3 +113,13 @@ def test_an_infinite_threshold_never_stops_and_unanimous_only_stops_unanimous_vo
     assert list(stop_stages(stats, (math.inf, UNANIMOUS_ONLY))) == [1, 2]
     with pytest.raises(ValueError, match="-inf"):
         Cascade((("A",), ("B",)), (-math.inf,))
+
+
+def test_the_early_answer_is_the_default_readers_quick_members_or_the_one_step_ones():
+    from voter.cascade import early_members
+
+    assert early_members(["SE@1", "SE@1~1.5B", "PK"]) == ("SE@1",)  # beside a slower reader
+    assert early_members(["SE@1", "SE@1@CP"]) == ("SE@1",)  # beside a two-step member
+    assert early_members(["SE@1", "Wiki@10"]) == ("SE@1", "Wiki@10")  # all alike: the round itself
+    assert early_members(["SE@1~1.5B", "PK~1.5B"]) == ("SE@1~1.5B",)
+    assert early_members(["PK", "SE@1~1.5B"]) == ("SE@1~1.5B",)  # no quick default member: the one-step rule

@@ -114,6 +114,8 @@ def test_layout_fit_stops_early_and_beats_the_best_single_on_held_out_questions(
     fits = [fit_layout(fit_run, lay, latency) for lay in layouts]
     best = choose_layout(fits)
     assert best.layout == (("A",), ("B", "C", "D")) and best.first_round_share > 0.5
+    # round 1's expected answer time: one round's overhead + A's 100 tokens at 100/s; the whole pool's: 10 s
+    assert best.first_reply_s == pytest.approx(2.0) and fits[0].first_reply_s == pytest.approx(11.0)
     model = fit_model(fit_run, best)
     out = apply_model(eval_run, model)
     single = float(eval_run.right[:, 0].mean())
@@ -141,6 +143,22 @@ def test_choose_layout_takes_the_cheapest_within_tolerance_of_the_all_kept_vote(
     strong_rounds = fit((("A~1.5B",), ("B~1.5B",)), 0.708, 7.3)
     small_rounds = fit((("A",), ("B", "C", "D")), 0.60, 5.0)
     assert choose_layout([mixed, strong_vote, strong_rounds, small_rounds]) is strong_rounds
+
+
+def test_choose_layout_holds_round_one_to_the_first_reply_bound_where_a_layout_near_the_anchor_can():
+    def fit(layout, cv, latency, first):
+        return LayoutFit(layout, (), cv, cv, 0.0, float(len(layout)), latency, 0.0, [], first_reply_s=first)
+
+    whole = fit((POOL,), 0.60, 30.0, 30.0)
+    slow_start = fit((("A~1.5B",), ("B~1.5B",)), 0.60, 4.0, 1.9)  # the cheapest, but round 1 is slow
+    quick_start = fit((("A",), ("A~1.5B",), ("B~1.5B",)), 0.597, 4.6, 0.7)
+    quick_but_worse = fit((("A",), ("B",)), 0.55, 1.5, 0.7)
+    fits = [whole, slow_start, quick_start, quick_but_worse]
+    assert choose_layout(fits) is slow_start  # no bound: least expected latency
+    assert choose_layout(fits, first_reply_s=1.4) is quick_start  # the accuracy anchor still rules
+    assert choose_layout([whole, slow_start, quick_but_worse], first_reply_s=1.4) is slow_start  # none can: unbound
+    # a quick first reply, but at more than the cap's mean latency: the bound is given up, not the mean
+    assert choose_layout(fits, first_reply_s=1.4, latency_cap_s=4.5) is slow_start
 
 
 def test_paired_counts_count_the_questions_only_one_side_got_right():
