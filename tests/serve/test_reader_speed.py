@@ -172,5 +172,7 @@ def test_the_fit_holds_round_one_to_the_one_retriever_service_and_records_it():
     first = {tuple(map(tuple, f["rounds"])): f["first_reply_s"] for f in held.model.fit["layouts"]}
     # a 1.5B member first: its 100 prompt tokens and 4 decoded at the 1.5B's speed, in 0.5B prefill tokens
     assert first[(("SE@1~1.5B",), ("Wiki@10~1.5B",))] == pytest.approx(1.0 + (100 / 300 + 4 / 15), abs=1e-3)
-    # the 0.5B's SE@1 beside it answers first (its early answer): the bound's price
-    assert first[(("SE@1", "SE@1~1.5B"), ("Wiki@10~1.5B",))] == pytest.approx(bound, abs=1e-3)
+    # the 0.5B's SE@1 beside it answers first (its early answer), sharing the cores with the 1.5B's
+    # longer read: twice its own work (260 of the unit's tokens), over the bound
+    assert first[(("SE@1", "SE@1~1.5B"), ("Wiki@10~1.5B",))] == pytest.approx(1.0 + 2 * 0.26, abs=1e-3)
+    assert first[(("SE@1",), ("SE@1~1.5B",), ("Wiki@10~1.5B",))] == pytest.approx(bound, abs=1e-3)  # alone
