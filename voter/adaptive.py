@@ -184,8 +184,8 @@ def early_answer_work(run: PoolRun, i: int, first_round: Sequence[str]) -> float
     """The work (latency-model tokens) before question i's first streamed reply: round 1's early
     answer (voter/cascade.py: early_members) while the rest of round 1 reads beside it on the same
     cores. Processor sharing: with a of its own and b beside it, it ends at 2a (a <= b), else a + b.
-    Measured in the service (session 22): the 0.5B's SE@1 beside the 1.5B's answered in 2.41 s, not
-    its 0.75 s alone."""
+    Measured in the service (session 22): the 0.5B's SE@1 beside the 1.5B's SE@1 answered in 2.41 s;
+    priced alone, 1.75 s with the round's overhead (2.5 s shared)."""
     early = early_members(first_round)
     a = run.cost(i, (frozenset(early),))
     rest = frozenset(first_round) - frozenset(early)
@@ -245,14 +245,17 @@ class AdaptiveModel:
 
 def fit_record(chosen: LayoutFit, layouts: Sequence[LayoutFit], latency: LatencyModel, *, tolerance: float,
                C: float, folds: int, seed: int, calibration: str | None,
-               first_reply: tuple[str, float] | None = None) -> dict[str, Any]:
+               first_reply: tuple[str, float, float] | None = None) -> dict[str, Any]:
     """What the voter file says about its adaptive fit, so a reader can audit the choice: the
     settings, the latency model it assumed and every candidate layout with its CV figures."""
     def r(x: float) -> float | None:
         return round(float(x), 4) if math.isfinite(x) else None
 
-    bound = {} if first_reply is None else {"first_reply_vs": first_reply[0], "first_reply_bound_s": r(first_reply[1]),
-                                            "latency_cap_s": r(LATENCY_CAP * first_reply[1])}
+    bound = {}
+    if first_reply is not None:  # (the member, its first reply, the latency cap), and whether the chosen met both
+        ref, reply_s, cap_s = first_reply
+        bound = {"first_reply_vs": ref, "first_reply_bound_s": r(reply_s), "latency_cap_s": r(cap_s),
+                 "first_reply_met": bool(chosen.first_reply_s <= reply_s and chosen.latency_s <= cap_s)}
     return {"tolerance": tolerance, "C": C, "cv_folds": folds, "cv_seed": seed, "calibration": calibration,
             "tokens_per_s": r(latency.tokens_per_s), "round_overhead_s": latency.round_overhead_s, **bound,
             "layouts": [{"rounds": [list(x) for x in f.layout], "chosen": f is chosen, "cv_match": r(f.cv_accuracy),
@@ -336,11 +339,13 @@ def candidate_layouts(pool: Sequence[str], accuracy: dict[str, float], cost: dic
                     add(first, mid)
         plain = groups.get("", [])
         strong = [s for s in value if parse_spec(s).reader]
-        if plain and strong:  # a quick first answer: the default reader's best member, alone or beside
-            for first, mid in _splits(strong, firsts, seconds):  # a strong layout's round 1
+        quick = [s for s in plain if parse_spec(s).reader_steps == 1][:1]  # its best one-step member
+        if quick and strong:  # a quick first answer, alone or beside a strong layout's round 1
+            for first, mid in _splits(strong, firsts, seconds):
                 rest = [s for s in strong if s not in first and s not in mid]
-                for lead in ([plain[:1], first], [plain[:1] + first]):
-                    add(*lead, mid, rest)
+                for lead in ([quick, first], [quick + first]):
+                    if len(lead) + bool(mid) + bool(rest) > 1:  # never a one-round subset (no anchor)
+                        add(*lead, mid, rest)
                     if mid:
                         add(*lead, mid)
         for f in firsts:
@@ -363,7 +368,8 @@ def choose_layout(fits: Sequence[LayoutFit], tolerance: float = 0.005,
     chasing it picked a layout 3x as slow for 1 question in 140. `first_reply_s` (None: no bound):
     among those, only layouts whose early answer comes within it (a stream's first reply no later
     than the one-retriever service's whole answer) and whose expected latency is within
-    `latency_cap_s` (None: any), where any is; else the bound is not met (the mean latency is kept)."""
+    `latency_cap_s` (None: any), where any is; else the bound is not met (the mean latency is kept).
+    The cap applies only with a first-reply bound."""
     whole = [f for f in fits if len(f.layout) == 1]
     anchor = max(f.cv_accuracy for f in (whole or fits))
     ok = [f for f in fits if f.cv_accuracy >= anchor - tolerance]

@@ -33,6 +33,7 @@ from serve.cli.prepare import cmd_index, cmd_models
 from serve.cli.runs import cmd_run
 from serve.cli.service import cmd_serve
 from serve.cli.status import cmd_status, cmd_stop
+from voter.adaptive import LATENCY_CAP, SERVICE_BASELINE
 
 __all__ = ["main", "build_parser", "push_weights"]
 
@@ -121,9 +122,10 @@ def build_parser() -> argparse.ArgumentParser:
     f.add_argument("--calibration", choices=("platt", "isotonic", "none"), default="platt",
                    help="calibrate the answer scorer's P(right) on the fit split (cross-validated), the confidence "
                    "every answer carries and the stop rule reads (default platt; none: the raw P, a v3 file)")
-    f.add_argument("--first-reply-vs", default="Wiki@10", metavar="MEMBER",
-                   help="round 1 must answer no later than this member alone does (expected, priced): a stream's "
-                   "first reply as quick as the one-retriever service (default Wiki@10; none: no bound)")
+    f.add_argument("--first-reply-vs", default=None, metavar="MEMBER",
+                   help="prefer layouts whose first streamed answer comes no later than this member's alone, at most "
+                   f"{LATENCY_CAP:g}x its expected latency (priced): as quick as the one-retriever service (default "
+                   f"{SERVICE_BASELINE}, where the pool has it; none: no bound)")
     f.add_argument("--push", metavar="HOST:PORT", help="after fitting, push the weights to a running `eor serve` "
                    "(live update, no restart) if they pass the gate: judged against the live voter on held-out "
                    "questions, the deployed path")

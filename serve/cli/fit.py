@@ -92,12 +92,18 @@ def _fit_adaptive(args, config, pool, selection, scored, metrics, saved, specs=N
     from serve.offline.adaptive import fit_adaptive
     from serve.offline.reader_runs import ReaderRuns
     from serve.offline.reader_speed import pool_speeds
+    from voter.adaptive import SERVICE_BASELINE
 
     specs = list(pool.specs if specs is None else specs)
     readers = by_reader(specs)
     seconds = {r: s for r, s in ReaderRuns(config, pool, selection.path).seconds().items() if r in readers}
     method = None if args.calibration == "none" else args.calibration
-    ref = None if args.first_reply_vs == "none" else args.first_reply_vs
+    given = args.first_reply_vs
+    ref = SERVICE_BASELINE if given is None else (None if given == "none" else given)
+    if ref is not None and ref not in specs:  # the service's member not here: no bound, and the summary says so
+        if given is not None and ref not in pool.specs:
+            raise ValueError(f"--first-reply-vs {ref}: not a member of the pool ({len(pool.specs)} members)")
+        ref = None
     fitted = fit_adaptive(scored, specs, metrics, saved.metrics, saved.pooling, seconds, calibration=method,
                           speeds=pool_speeds(pool), first_reply_vs=ref)
     c = fitted.chosen
@@ -115,13 +121,13 @@ def _fit_adaptive(args, config, pool, selection, scored, metrics, saved, specs=N
 
 
 def _first_reply_bound(record: dict, first_reply_s: float) -> str:
-    """What the first reply was held to, and whether the chosen rounds met it."""
+    """What the first reply was held to, and whether the chosen rounds met it (and the cap)."""
     if "first_reply_bound_s" not in record:
-        return ""
-    bound, ref = record["first_reply_bound_s"], record["first_reply_vs"]
-    met = "within" if first_reply_s <= bound else (
-        f"NOT within (no layout near the anchor's accuracy was, at most {record['latency_cap_s']:.1f} s expected)")
-    return f" ({met} {ref} alone: {bound:.1f} s)"
+        return " (no first-reply bound)"
+    bound, ref, cap = record["first_reply_bound_s"], record["first_reply_vs"], record["latency_cap_s"]
+    met = "within" if record.get("first_reply_met") else (
+        f"NOT within (no layout near the anchor's accuracy was, at most {cap} s expected)")
+    return f" ({met} {ref} alone: {bound} s)"
 
 
 def _with_best_single(report, specs):

@@ -24,8 +24,8 @@ from typing import Any, Sequence
 import numpy as np
 
 from serve.offline.reader_speed import ReaderSpeed, priced_seconds
-from voter.adaptive import (CV_FOLDS, CV_SEED, LATENCY_CAP, SCORER_C, SERVICE_BASELINE, AdaptiveModel, LatencyModel,
-                            LayoutFit, PoolRun, apply_model, candidate_layouts, choose_layout, fit_layout, fit_model, fit_record)
+from voter.adaptive import (CV_FOLDS, CV_SEED, LATENCY_CAP, SCORER_C, AdaptiveModel, LatencyModel, LayoutFit,
+                            PoolRun, apply_model, candidate_layouts, choose_layout, fit_layout, fit_model, fit_record)
 from voter.calibration import expected_calibration_error
 from voter.qa_metrics import exact_match, match, token_f1
 from voter.selector import paired_counts, sign_test
@@ -153,16 +153,17 @@ def fit_adaptive(scored: Sequence, specs: Sequence[str], metrics: Sequence[Any],
                  tolerance: float = 0.005, calibration: str | None = "platt",
                  costs: tuple[LatencyModel, dict[str, float]] | None = None,
                  speeds: dict[str, ReaderSpeed] | None = None,
-                 first_reply_vs: str | None = SERVICE_BASELINE) -> AdaptiveFit:
+                 first_reply_vs: str | None = None) -> AdaptiveFit:
     """Layouts compared by 5-fold CV on the fit questions; the chosen one refitted on all of them.
     `calibration`: voter/calibration.py's method for P(right) (None: the raw P, as a v3 file).
     `speeds`: reader name -> its measured prefill and decode speed (serve/offline/reader_speed.py);
     where every reader of `specs` has one, a round is priced by them. Else `seconds`: reader name ->
     qid -> cold seconds of its run log (ReaderRuns.seconds), one price per token per reader; `costs`
     (the latency model and each reader's cost per token) replaces both. `first_reply_vs` (a member
-    of `specs`; None: no bound): round 1's early answer must come no later than that member alone
-    answers, at no more than LATENCY_CAP times its expected latency (voter/adaptive.py: choose_layout),
-    so a stream's first reply is as quick as the service with it."""
+    of `specs`; None: no bound; `eor fit` passes SERVICE_BASELINE): prefer layouts whose early answer
+    comes no later than that member alone answers, at no more than LATENCY_CAP times its expected
+    latency (voter/adaptive.py: choose_layout), so a stream's first reply is as quick as the service
+    with it; the record says whether the chosen layout met both."""
     speeds = None if costs else priced_speeds(specs, speeds)
     if speeds:
         latency, weights = LatencyModel(round_overhead_s, unit_speed(speeds)), {}
@@ -175,10 +176,13 @@ def fit_adaptive(scored: Sequence, specs: Sequence[str], metrics: Sequence[Any],
     fits = [fit_layout(run, lay, latency, folds=folds, C=C, tolerance=tolerance, seed=seed, calibration=calibration)
             for lay in candidate_layouts(list(specs), acc, cost)]
     bound = None
-    if first_reply_vs in specs:
+    if first_reply_vs is not None:
+        if first_reply_vs not in specs:
+            raise ValueError(f"--first-reply-vs {first_reply_vs}: not a member of the pool fitted")
         one = (frozenset({first_reply_vs}),)
-        bound = (first_reply_vs, float(np.mean([latency.seconds(1, run.cost(i, one)) for i in range(len(run))])))
-    chosen = choose_layout(fits, tolerance, *((None, None) if bound is None else (bound[1], LATENCY_CAP * bound[1])))
+        reply_s = float(np.mean([latency.seconds(1, run.cost(i, one)) for i in range(len(run))]))
+        bound = (first_reply_vs, reply_s, LATENCY_CAP * reply_s)
+    chosen = choose_layout(fits, tolerance, *((None, None) if bound is None else bound[1:]))
     record = fit_record(chosen, fits, latency, tolerance=tolerance, C=C, folds=folds, seed=seed,
                         calibration=calibration, first_reply=bound)
     if speeds:  # what each reader's prompt token and decode step were taken to cost

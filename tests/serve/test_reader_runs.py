@@ -118,6 +118,8 @@ def test_escalation_layouts_and_a_reader_feature():
     assert (("SE@1",), ("SE@1~1.5B",), ("Wiki@10~1.5B", "PK~1.5B")) in layouts
     # a quick first answer, then a 1.5B layout with a middle round: SE@1 | SE@1~1.5B | Wiki@10~1.5B | PK~1.5B
     assert (("SE@1",), ("SE@1~1.5B",), ("Wiki@10~1.5B",), ("PK~1.5B",)) in layouts
+    # one round is the whole pool or one reader's own vote, never a subset (an anchor of its own)
+    assert [lay for lay in layouts if len(lay) == 1] == [(tuple(pool),), (("SE@1", "Wiki@10", "PK"),), (strong,)]
     lone = candidate_layouts(["SE@1", "Wiki@10", "SE@1~1.5B"], acc, cost)  # one 1.5B member: never alone
     assert all(lay[0] != ("SE@1~1.5B",) or len(lay) > 1 for lay in lone) and (("SE@1~1.5B",),) not in lone
     assert feature_names(pool)[-1] == "reader:1.5B" and not any(f.startswith("reader:") for f in feature_names(pool[:3]))

@@ -155,20 +155,25 @@ def test_the_fit_holds_round_one_to_the_one_retriever_service_and_records_it():
 
     scored = synthetic()
     specs = ["SE@1", "Wiki@10", "SE@1~1.5B", "Wiki@10~1.5B"]
+    speeds0 = {"": ReaderSpeed(1000.0, 25.0), "1.5B": ReaderSpeed(300.0, 15.0)}
+    with pytest.raises(ValueError, match="not a member"):
+        fit_adaptive(scored, specs, build_metrics(MetricOptions.parse("em"), None), ["em"], "mean", {},
+                     calibration=None, speeds=speeds0, first_reply_vs="HB@RR@10")
     speeds = {"": ReaderSpeed(1000.0, 25.0), "1.5B": ReaderSpeed(300.0, 15.0)}
     metrics = build_metrics(MetricOptions.parse("em"), None)
 
     def fit(**kw):
         return fit_adaptive(scored, specs, metrics, ["em"], "mean", {}, calibration=None, speeds=speeds, **kw)
 
-    free, held = fit(first_reply_vs=None), fit()
+    free, held = fit(), fit(first_reply_vs="Wiki@10")
     assert "first_reply_vs" not in free.model.fit
     assert held.model.fit["first_reply_vs"] == "Wiki@10"
     # one round's overhead (1 s) + Wiki@10 alone: 100 prompt tokens and 4 decoded at the 0.5B's speed
     bound = 1.0 + (100 + 4 * 1000 / 25) / 1000
     assert held.model.fit["first_reply_bound_s"] == pytest.approx(bound, abs=1e-3)
     assert held.model.fit["latency_cap_s"] == pytest.approx(3 * bound, abs=1e-3)
-    assert held.chosen.first_reply_s <= bound
+    assert held.chosen.first_reply_s <= bound < free.chosen.first_reply_s  # the bound changed the choice
+    assert held.model.fit["first_reply_met"] is True
     first = {tuple(map(tuple, f["rounds"])): f["first_reply_s"] for f in held.model.fit["layouts"]}
     # a 1.5B member first: its 100 prompt tokens and 4 decoded at the 1.5B's speed, in 0.5B prefill tokens
     assert first[(("SE@1~1.5B",), ("Wiki@10~1.5B",))] == pytest.approx(1.0 + (100 / 300 + 4 / 15), abs=1e-3)
