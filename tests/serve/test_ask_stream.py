@@ -113,21 +113,28 @@ def test_a_caller_that_goes_away_cancels_the_ask():
     assert ["ReFree"] not in started  # nothing after the caller left
 
 
+def first_vote_plan(stages):
+    """A voter over `stages` that votes the first candidate and settles once three have answered."""
+    def vote(results, cascade, stage):
+        votes = [Vote(r.candidates[0].retriever, r.candidates[0].answer, 0.5, None, {}) for r in results]
+        return decisions(votes, [float("inf") if len(r.candidates) >= 3 else 0.0 for r in results], cascade, stage)
+    return _Handle(plan=lambda: VoterPlan("k", Cascade(stages, (1.0,)), "test voter"),
+                   decide=lambda results, key, cascade, stage, deadline: vote(results, cascade, stage))
+
+
+def stream(handle, plan):
+    items = asyncio.run(collect(_ingress(_Handle(), handle, plan), eor_pb2.AskRequest(question="who?")))
+    return [r for r, _, _ in items]
+
+
 def test_the_first_answer_comes_when_round_1s_one_step_retrievers_have_read():
     """Round 1 holds SE@1 (one reader call) and SE@1@CP (compression, then the answer): a
     stream gets SE@1's answer first (stage 0), then round 1's vote over both, then the final;
     a plain Ask runs round 1 as one call."""
     calls = []
     handle = group(delay=lambda specs: 0.2 if any(s.endswith("@CP") for s in specs) else 0.01, started=calls)
-    stages = (("SE@1", "SE@1@CP"), ("Wiki@10",))
-
-    def vote(results, cascade, stage):
-        votes = [Vote(r.candidates[0].retriever, r.candidates[0].answer, 0.5, None, {}) for r in results]
-        return decisions(votes, [float("inf") if len(r.candidates) >= 3 else 0.0 for r in results], cascade, stage)
-    plan = _Handle(plan=lambda: VoterPlan("k", Cascade(stages, (1.0,)), "test voter"),
-                   decide=lambda results, key, cascade, stage, deadline: vote(results, cascade, stage))
-    items = asyncio.run(collect(_ingress(_Handle(), handle, plan), eor_pb2.AskRequest(question="who?")))
-    replies = [r for r, _, _ in items]
+    plan = first_vote_plan((("SE@1", "SE@1@CP"), ("Wiki@10",)))
+    replies = stream(handle, plan)
     assert [r.stopped_at_stage for r in replies] == [0, 1, 2] and [r.final for r in replies] == [False, False, True]
     assert list(replies[0].ran) == ["SE@1"] and list(replies[1].ran) == ["SE@1", "SE@1@CP"]  # pool order kept
     assert sorted(map(tuple, calls[:2])) == [("SE@1",), ("SE@1@CP",)] and calls[2] == ["Wiki@10"]
@@ -142,15 +149,7 @@ def test_the_first_answer_comes_from_the_default_readers_members_beside_a_slower
     while the 1.5B reads, then round 1's vote over both."""
     calls = []
     handle = group(delay=lambda specs: 0.2 if any("~" in s for s in specs) else 0.01, started=calls)
-    stages = (("SE@1", "SE@1~1.5B"), ("Wiki@10~1.5B",))
-
-    def vote(results, cascade, stage):
-        votes = [Vote(r.candidates[0].retriever, r.candidates[0].answer, 0.5, None, {}) for r in results]
-        return decisions(votes, [float("inf") if len(r.candidates) >= 3 else 0.0 for r in results], cascade, stage)
-    plan = _Handle(plan=lambda: VoterPlan("k", Cascade(stages, (1.0,)), "test voter"),
-                   decide=lambda results, key, cascade, stage, deadline: vote(results, cascade, stage))
-    items = asyncio.run(collect(_ingress(_Handle(), handle, plan), eor_pb2.AskRequest(question="who?")))
-    replies = [r for r, _, _ in items]
+    replies = stream(handle, first_vote_plan((("SE@1", "SE@1~1.5B"), ("Wiki@10~1.5B",))))
     assert [r.stopped_at_stage for r in replies] == [0, 1, 2]
     assert list(replies[0].ran) == ["SE@1"] and list(replies[1].ran) == ["SE@1", "SE@1~1.5B"]
     assert sorted(map(tuple, calls[:2])) == [("SE@1",), ("SE@1~1.5B",)]
