@@ -146,6 +146,15 @@ def test_fit_adds_the_confidence_aware_rounds_by_default_from_20_questions(tmp_p
     assert all(0 <= lay["cv_match"] <= 1 and lay["latency_s"] > 0 for lay in fit["layouts"])
     assert [list(r) for r in v4.adaptive.layout] == next(lay["rounds"] for lay in fit["layouts"] if lay["chosen"])
     assert v4.adaptive.fit == fit  # loaded back as written
+    # a stream's first reply held to Wiki@10's alone (the one-retriever service), at most 3x its mean; said and kept
+    assert fit["first_reply_vs"] == "Wiki@10" and fit["latency_cap_s"] == pytest.approx(3 * fit["first_reply_bound_s"])
+    assert isinstance(fit["first_reply_met"], bool) and all(lay["first_reply_s"] > 0 for lay in fit["layouts"])
+    assert ("(within Wiki@10 alone" if fit["first_reply_met"] else "(NOT within") in printed
+    assert main(base + ["--out", str(tmp_path / "free.json"), "--first-reply-vs", "none"]) == 0
+    assert "(no first-reply bound)" in capsys.readouterr().out
+    assert main(base + ["--out", str(tmp_path / "bad.json"), "--first-reply-vs", "HB@RR@10"]) == 2
+    err = capsys.readouterr().err
+    assert "--first-reply-vs HB@RR@10: not a member of the pool" in err and "Traceback" not in err
     assert main(base + ["--out", str(tmp_path / "v3.json"), "--calibration", "none"]) == 0
     assert "on the scorer's raw P(right) (not calibrated)" in capsys.readouterr().out
     v3 = load_weights(tmp_path / "v3.json", pool=SPECS, metrics=["em"])
