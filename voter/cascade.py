@@ -105,9 +105,8 @@ def settled(stage: int, stat: float | np.ndarray, thresholds: Sequence[float]) -
 def early_members(first_round: Sequence[str]) -> tuple[str, ...]:
     """What a stream answers first, voted on its own while the rest of round 1 reads beside it:
     round 1's one-step members on the default reader (the smallest, fastest) when the round also
-    asks another reader;
-    else its one-step members when some take two steps (a document written first); else the
-    whole round (no early answer). The one rule the service (serve/orchestrator.py) and the fit's
+    asks another reader; else its one-step members when some take two steps (a document written
+    first); else the whole round (no early answer). The one rule the service (serve/orchestrator.py) and the fit's
     first-reply price (voter/adaptive.py) share."""
     from retrievers.spec import DEFAULT_READER_NAME, parse_spec
 

@@ -116,11 +116,11 @@ def _fit_adaptive(args, config, pool, selection, scored, metrics, saved, specs=N
                f"{calibrated}, cross-validated ECE {c.cv_ece:.3f}; "
                f"CV Match {c.cv_accuracy:.3f} (every round {c.cv_all_rounds:.3f}), "
                f"{c.rounds:.2f} rounds, {c.first_round_share:.0%} stop after round 1, expected {c.latency_s:.1f} s, "
-               f"first reply {c.first_reply_s:.1f} s{_first_reply_bound(fitted.model.fit, c.first_reply_s)} ({priced})")
+               f"first reply {c.first_reply_s:.1f} s{_first_reply_bound(fitted.model.fit)} ({priced})")
     return replace(saved, adaptive=fitted.model), summary
 
 
-def _first_reply_bound(record: dict, first_reply_s: float) -> str:
+def _first_reply_bound(record: dict) -> str:
     """What the first reply was held to, and whether the chosen rounds met it (and the cap)."""
     if "first_reply_bound_s" not in record:
         return " (no first-reply bound)"

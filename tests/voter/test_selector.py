@@ -179,7 +179,11 @@ def test_the_early_answer_shares_the_cores_with_the_rest_of_round_one():
     from voter.adaptive import early_answer_work
 
     work = {"SE@1": 3.0, "SE@1~1.5B": 10.0, "PK~1.5B": 2.0}
-    run = SimpleNamespace(cost=lambda i, rounds: sum(work[s] for r in rounds for s in r))
-    assert early_answer_work(run, 0, ["SE@1", "SE@1~1.5B"]) == 6.0  # shorter than the rest: twice its own
-    assert early_answer_work(run, 0, ["SE@1", "PK~1.5B"]) == 5.0  # the rest ends first: both
-    assert early_answer_work(run, 0, ["SE@1~1.5B"]) == 10.0  # no early answer: the round itself
+
+    class OneQuestion(SimpleNamespace):
+        def __len__(self):
+            return 1
+    run = OneQuestion(cost=lambda i, rounds: sum(work[s] for r in rounds for s in r))
+    assert early_answer_work(run, ["SE@1", "SE@1~1.5B"]).tolist() == [6.0]  # shorter than the rest: twice its own
+    assert early_answer_work(run, ["SE@1", "PK~1.5B"]).tolist() == [5.0]  # the rest ends first: both
+    assert early_answer_work(run, ["SE@1~1.5B"]).tolist() == [10.0]  # no early answer: the round itself
