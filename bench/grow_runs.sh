@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Grow run logs by steps, in the background, resumably:
 #   bench/grow_runs.sh [STEP] [MAX]        (default 20 and 800 questions per split)
+#   EOR_FROM=420 EOR_SPLITS=eval bench/grow_runs.sh 40 500  (start at 420, skipping the steps already in the log)
 #   EOR_CONFIG=deploy/eor-15b.yaml EOR_SPLITS=eval bench/grow_runs.sh 40 380      (the 1.5B's part only)
 #   EOR_CONFIG=deploy/eor-paper16.yaml EOR_SPLITS=eval bench/grow_runs.sh 40 380  (the 0.5B's 16 only)
 # Each step runs the whole pool (the default: the paper's 16 through the 0.5B and 7 through the
@@ -20,7 +21,7 @@ read -r -a models <<<"${EOR_MODELS:-}"
 read -r -a splits <<<"${EOR_SPLITS:-eval fit}"
 home=${EOR_HOME:-var}
 mkdir -p "$home/logs"
-for ((n = step; n <= max; n += step)); do
+for ((n = ${EOR_FROM:-$step}; n <= max; n += step)); do
   for split in "${splits[@]}"; do
     for model in "${models[@]:-}"; do
       echo "$(date -u +%FT%TZ) $split --limit $n ${model:-(shipped reader)}"

@@ -22,7 +22,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from retrievers.spec import parse_spec, split_reader
-from voter.calibration import Calibrator, cross_validated_ece, expected_calibration_error, fit_calibrator
+from voter.calibration import Calibrator, expected_calibration_error, fit_calibrator
 from voter.cascade import Cascade, early_members, stop_stages
 from voter.selector import (AnswerScorer, RoundTrace, RoundView, candidate_features, evaluate_stop,
                             feature_names, fit_stop_thresholds, frontier)
@@ -150,7 +150,7 @@ class LayoutFit:
     first_round_share: float
     frontier: list[dict[str, float]]
     calibrator: Calibrator | None = None  # None: the stop rule and the caller read the scorer's raw P
-    cv_ece: float = math.nan  # ECE (10 bins) of that P on questions neither scorer nor calibrator saw
+    cv_ece: float = math.nan  # ECE (10 bins) of the answers delivered, on questions neither scorer nor calibrator saw
     first_reply_s: float = math.nan  # expected seconds to a stream's first reply (round 1's early answer)
 
 
@@ -168,16 +168,37 @@ def fit_layout(run: PoolRun, layout: Layout, latency: LatencyModel, folds: int =
         p[test], ok[test], _ = picks(views, run.right, run.pool, scorer, test)
     cost = np.vectorize(latency.seconds)(rounds, tokens)
     calibrator = fit_calibrator(p, ok, calibration) if calibration else None
-    ece = cross_validated_ece(p, ok, calibration, folds, seed) if calibration else expected_calibration_error(
-        p.ravel(), ok.ravel())
-    trace = RoundTrace(calibrator.predict(p) if calibrator else p, ok, cost)
+    trace = RoundTrace(calibrator.predict_rounds(p) if calibrator else p, ok, cost)
     tau = fit_stop_thresholds(trace, tolerance)
+    ece = delivered_ece(RoundTrace(p, ok, cost), calibration, tolerance, folds, seed)
     acc, lat, stop = evaluate_stop(trace, tau)
     rows = np.arange(n)
     first_reply = float(np.mean(latency.seconds(1, early_answer_work(run, layout[0]))))
     return LayoutFit(layout, tau, acc, float(ok[:, -1].mean()), float(tokens[rows, stop].mean()),
                      float(rounds[rows, stop].mean()), lat, float((stop == 0).mean()), frontier(trace),
                      calibrator, ece, first_reply)
+
+
+def delivered_ece(raw: RoundTrace, calibration: str | None, tolerance: float = 0.005, folds: int = CV_FOLDS,
+                  seed: int = CV_SEED) -> float:
+    """ECE (10 bins) of the P each question's *answer* comes with, the answer of the round it
+    stops after, as a caller gets it: per fold, the calibrator and the stop thresholds fitted on
+    the other questions' out-of-fold P, then applied to these. (Every round's pick pooled is not
+    that: session 23 measured 0.05 there against 0.09 on the answers delivered.)"""
+    n = len(raw.p)
+    if n < 2:
+        return math.nan
+    conf, right = np.zeros(n), np.zeros(n)
+    for test in folds_by_question(n, min(folds, n), seed):
+        train = np.setdiff1d(np.arange(n), test)
+        cal = fit_calibrator(raw.p[train], raw.right[train], calibration) if calibration else None
+        p_train, p_test = ((cal.predict_rounds(raw.p[train]), cal.predict_rounds(raw.p[test])) if cal else
+                           (raw.p[train], raw.p[test]))
+        tau = fit_stop_thresholds(RoundTrace(p_train, raw.right[train], raw.cost[train]), tolerance)
+        stop = stop_stages(p_test, tau)
+        rows = np.arange(len(test))
+        conf[test], right[test] = p_test[rows, stop], raw.right[test][rows, stop]
+    return expected_calibration_error(conf, right)
 
 
 def early_answer_work(run: PoolRun, first_round: Sequence[str]) -> np.ndarray:
@@ -212,11 +233,24 @@ class AdaptiveModel:
         """The rounds and their thresholds on `confidence`: the stages every entry point runs."""
         return Cascade(self.layout, self.thresholds, target=1.0)
 
-    def confidence(self, p: np.ndarray | float) -> np.ndarray | float:
-        """The scorer's P(right) as the caller gets it and the stop rule reads it."""
-        if self.calibrator is None:
-            return p
-        return self.calibrator.predict(p) if isinstance(p, np.ndarray) else self.calibrator(p)
+    def confidence(self, p: float, stage: int | None = None) -> float:
+        """The scorer's P(right) for the answer after 0-based round `stage` (None: after a set of
+        members that is none of the rounds), as the caller gets it and the stop rule reads it."""
+        return p if self.calibrator is None else self.calibrator(p, stage)
+
+    def confidence_rounds(self, p: np.ndarray) -> np.ndarray:
+        """[N, R] P per question and round -> their confidences."""
+        return p if self.calibrator is None else self.calibrator.predict_rounds(p)
+
+    def stage_of(self, members: Sequence[str]) -> int | None:
+        """The round whose answer a vote over `members` (those that answered) is: the first k whose
+        rounds 1..k hold them all. None: a member no round holds (a caller's own retrievers)."""
+        ran, have = set(members), set()
+        for k, rnd in enumerate(self.layout):
+            have |= set(rnd)
+            if ran <= have:
+                return k
+        return None
 
     def to_dict(self, pool: Sequence[str]) -> dict[str, Any]:
         d = {"rounds": [list(r) for r in self.layout],
@@ -238,6 +272,9 @@ class AdaptiveModel:
         if len(tau) != len(layout) - 1:
             raise ValueError(f"adaptive model: {len(tau)} thresholds for {len(layout)} rounds")
         calibrator = Calibrator.from_dict(d["calibrator"]) if d.get("calibrator") is not None else None
+        if calibrator is not None and calibrator.n_rounds not in (None, len(layout)):
+            raise ValueError(f"adaptive model: the calibrator has lines for {calibrator.n_rounds} rounds, "
+                             f"the layout {len(layout)}")
         return cls(layout, AnswerScorer.from_dict(d["scorer"], feature_names(pool)), tau, calibrator,
                    dict(d.get("fit") or {}))
 
@@ -286,7 +323,7 @@ def apply_model(run: PoolRun, model: AdaptiveModel) -> Outcome:
     views, tokens, rounds = round_views(run, model.layout)
     rows = list(range(len(run)))
     p, ok, who = picks(views, run.right, run.pool, model.scorer, rows)
-    conf = model.confidence(p)
+    conf = model.confidence_rounds(p)
     stop = stop_stages(conf, model.thresholds)
     i = np.arange(len(run))
     return Outcome(who[i, stop], ok[i, stop], tokens[i, stop], rounds[i, stop], stop, conf[i, stop])

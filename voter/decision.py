@@ -97,7 +97,8 @@ class ConfidenceRule:
             feats, idx = candidate_features(view, pool)
             p = model.scorer.predict_proba(feats) if len(idx) else []
             per = {s: None for s in pool} | {pool[m]: float(q) for m, q in zip(idx, p)}
-            stat = float(model.confidence(chosen.p))
+            answered = [s for s, a in zip(pool, answers) if a is not None]
+            stat = float(model.confidence(chosen.p, model.stage_of(answered)))  # that round's calibration
             if chosen.index < 0:
                 out.append((Vote(None, "", None, None, per), stat, None))
             else:  # the margin, as every vote's: over the best different answer, here in P(right)

@@ -31,6 +31,7 @@ from serve.cli.evaluate import cmd_eval
 from serve.cli.fit import cmd_fit, push_weights
 from serve.cli.prepare import cmd_index, cmd_models
 from serve.cli.runs import cmd_run
+from voter.calibration import DEFAULT_METHOD as DEFAULT_CALIBRATION, METHODS as CALIBRATION_METHODS
 from serve.cli.service import cmd_serve
 from serve.cli.status import cmd_status, cmd_stop
 from voter.adaptive import LATENCY_CAP, SERVICE_BASELINE
@@ -119,9 +120,10 @@ def build_parser() -> argparse.ArgumentParser:
     f.add_argument("--adaptive", action=argparse.BooleanOptionalAction, default=None,
                    help="fit the confidence-aware rounds, answer scorer and stop rule too (a v3 voter file, the "
                    "measured best: docs/benchmarks.md); default: when the selection has >= 20 questions")
-    f.add_argument("--calibration", choices=("platt", "isotonic", "none"), default="platt",
+    f.add_argument("--calibration", choices=(*CALIBRATION_METHODS, "none"), default=DEFAULT_CALIBRATION,
                    help="calibrate the answer scorer's P(right) on the fit split (cross-validated), the confidence "
-                   "every answer carries and the stop rule reads (default platt; none: the raw P, a v3 file)")
+                   f"every answer carries and the stop rule reads (default {DEFAULT_CALIBRATION}: a line per round, "
+                   "voter/calibration.py; none: the raw P, a v3 file)")
     f.add_argument("--first-reply-vs", default=None, metavar="MEMBER",
                    help="prefer layouts whose first streamed answer comes no later than this member's alone, at most "
                    f"{LATENCY_CAP:g}x its expected latency (priced): as quick as the one-retriever service (default "

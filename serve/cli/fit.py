@@ -113,7 +113,7 @@ def _fit_adaptive(args, config, pool, selection, scored, metrics, saved, specs=N
     rounds = " | ".join(", ".join(r) for r in c.layout)
     calibrated = f"{method}-calibrated P(right)" if method else "the scorer's raw P(right) (not calibrated)"
     summary = (f"confidence-aware rounds: {rounds}; thresholds {[round(t, 3) for t in c.thresholds]} on "
-               f"{calibrated}, cross-validated ECE {c.cv_ece:.3f}; "
+               f"{calibrated}, cross-validated ECE of the answers delivered {c.cv_ece:.3f}; "
                f"CV Match {c.cv_accuracy:.3f} (every round {c.cv_all_rounds:.3f}), "
                f"{c.rounds:.2f} rounds, {c.first_round_share:.0%} stop after round 1, expected {c.latency_s:.1f} s, "
                f"first reply {c.first_reply_s:.1f} s{_first_reply_bound(fitted.model.fit)} ({priced})")
@@ -125,9 +125,10 @@ def _first_reply_bound(record: dict) -> str:
     if "first_reply_bound_s" not in record:
         return " (no first-reply bound)"
     bound, ref, cap = record["first_reply_bound_s"], record["first_reply_vs"], record["latency_cap_s"]
-    met = "within" if record.get("first_reply_met") else (
-        f"NOT within (no layout near the anchor's accuracy was, at most {cap} s expected)")
-    return f" ({met} {ref} alone: {bound} s)"
+    if record.get("first_reply_met"):
+        return f" (within {ref} alone: {bound:.1f} s)"
+    return (f" (NOT within {ref} alone: {bound:.1f} s; no layout near the anchor's accuracy was, "
+            f"at most {cap:.1f} s expected)")
 
 
 def _with_best_single(report, specs):

@@ -26,7 +26,7 @@ import numpy as np
 from serve.offline.reader_speed import ReaderSpeed, priced_seconds
 from voter.adaptive import (CV_FOLDS, CV_SEED, LATENCY_CAP, SCORER_C, AdaptiveModel, LatencyModel, LayoutFit,
                             PoolRun, apply_model, candidate_layouts, choose_layout, fit_layout, fit_model, fit_record)
-from voter.calibration import expected_calibration_error
+from voter.calibration import DEFAULT_METHOD, METHODS, expected_calibration_error
 from voter.qa_metrics import exact_match, match, token_f1
 from voter.selector import paired_counts, sign_test
 
@@ -150,7 +150,7 @@ class AdaptiveFit:
 
 def fit_adaptive(scored: Sequence, specs: Sequence[str], metrics: Sequence[Any], metric_names: Sequence[str],
                  pooling: str, seconds: dict[str, dict[str, float]], round_overhead_s: float = 1.0,
-                 tolerance: float = 0.005, calibration: str | None = "platt",
+                 tolerance: float = 0.005, calibration: str | None = DEFAULT_METHOD,
                  costs: tuple[LatencyModel, dict[str, float]] | None = None,
                  speeds: dict[str, ReaderSpeed] | None = None,
                  first_reply_vs: str | None = None) -> AdaptiveFit:
@@ -342,7 +342,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--eval-limit", type=int, default=None)
     ap.add_argument("--tolerance", type=float, default=0.005, help="Match the stop rule may give up (0.005 = 0.5 pt)")
     ap.add_argument("--round-overhead", type=float, default=1.0, help="seconds each round adds beyond its tokens")
-    ap.add_argument("--calibration", choices=("platt", "isotonic", "none"), default="platt",
+    ap.add_argument("--calibration", choices=(*METHODS, "none"), default=DEFAULT_METHOD,
                     help="calibration of P(right), as `eor fit --calibration` (none: the raw P, a v3 voter)")
     ap.add_argument("--voter", help="the voter file whose cascade is replayed beside the fit (default: the shipped "
                     "voter), e.g. tests/voter/data/voter-v2-8b3d50282f43.json, the one shipped before v3")

@@ -20,6 +20,7 @@ from typing import Any, Sequence
 
 from retrievers.spec import PAPER_POOL, with_reader
 from serve.config import STRONG_SPECS
+from voter.calibration import DEFAULT_METHOD, METHODS
 
 
 def systems(specs: Sequence[str], strong_specs: Sequence[str], reader: str) -> dict[str, list[str]]:
@@ -71,7 +72,7 @@ def frontier(args) -> dict[str, Any]:
 
 def compare(scored: Sequence, seconds: dict[str, dict[str, float]], pools: dict[str, list[str]],
             metrics: Sequence[Any], names: Sequence[str], pooling: str, round_overhead_s: float = 1.0,
-            tolerance: float = 0.005, calibration: str | None = "platt",
+            tolerance: float = 0.005, calibration: str | None = DEFAULT_METHOD,
             costs: Any = None, speeds: Any = None) -> dict[str, Any]:
     """Each pool's rounds fitted as `eor fit` fits them, on the same questions; its chosen layout,
     every candidate layout (the frontier) and its best single member, by CV on `scored`."""
@@ -136,7 +137,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--limit", type=int, default=None, help="the first N fit questions")
     ap.add_argument("--tolerance", type=float, default=0.005)
     ap.add_argument("--round-overhead", type=float, default=1.0)
-    ap.add_argument("--calibration", choices=("platt", "isotonic", "none"), default="platt")
+    ap.add_argument("--calibration", choices=(*METHODS, "none"), default=DEFAULT_METHOD)
     ap.add_argument("--tokens-per-s", type=float, help="the default reader's tokens per second (default: the run logs')")
     ap.add_argument("--reader-cost", type=float, help="the strong reader's cost per token over the default's "
                     "(default: the run logs'; 2.4 measured with the gold passage, issue 33)")

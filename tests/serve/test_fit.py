@@ -133,14 +133,16 @@ def test_fit_adds_the_confidence_aware_rounds_by_default_from_20_questions(tmp_p
     assert main(base + ["--out", str(tmp_path / "v4.json")]) == 0
     printed = capsys.readouterr().out
     assert "confidence-aware rounds:" in printed and "CV Match" in printed
-    assert "on platt-calibrated P(right), cross-validated ECE" in printed
+    assert "on platt-per-round-calibrated P(right), cross-validated ECE of the answers delivered" in printed
     v4 = load_weights(tmp_path / "v4.json", pool=SPECS, metrics=["em"])
     assert json.loads((tmp_path / "v4.json").read_text())["format"] == "eor-voter/4"  # the calibrator is in the file
     assert v4.adaptive is not None and sorted(s for r in v4.adaptive.layout for s in r) == sorted(SPECS)
-    assert v4.adaptive.calibrator.method == "platt" and v4.confidence_kind == "calibrated"
+    assert v4.adaptive.calibrator.method == "platt-per-round" and v4.confidence_kind == "calibrated"
+    assert v4.adaptive.calibrator.n_rounds == len(v4.adaptive.layout)  # a line per round
     # the file says how the adaptive block was fitted: settings, the latency model, every candidate layout
     fit = json.loads((tmp_path / "v4.json").read_text())["adaptive"]["fit"]
-    assert (fit["tolerance"], fit["C"], fit["cv_folds"], fit["cv_seed"], fit["calibration"]) == (0.005, 1.0, 5, 0, "platt")
+    assert (fit["tolerance"], fit["C"], fit["cv_folds"], fit["cv_seed"], fit["calibration"]) == (0.005, 1.0, 5, 0,
+                                                                                               "platt-per-round")
     assert fit["tokens_per_s"] > 0 and fit["round_overhead_s"] == 1.0
     assert sum(lay["chosen"] for lay in fit["layouts"]) == 1 and len(fit["layouts"]) >= 2
     assert all(0 <= lay["cv_match"] <= 1 and lay["latency_s"] > 0 for lay in fit["layouts"])

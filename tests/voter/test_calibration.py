@@ -7,8 +7,8 @@ import math
 import numpy as np
 import pytest
 
-from voter.calibration import (Calibrator, cross_validated_ece, ece_sampling_floor, expected_calibration_error,
-                               fit_calibrator, reliability, risk_coverage)
+from voter.calibration import (Calibrator, ece_sampling_floor, expected_calibration_error, fit_calibrator,
+                               reliability, risk_coverage)
 
 
 def overconfident(n: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -45,11 +45,30 @@ def test_platt_never_reorders_and_a_useless_slope_keeps_the_raw_ranking():
     assert np.all(constant.predict([0.1, 0.9]) > 0.99)
 
 
-def test_cross_validated_ece_is_measured_on_questions_the_calibrator_did_not_see():
-    raw, right, _ = overconfident(6000)
-    rounds_p, rounds_right = raw.reshape(2000, 3), right.reshape(2000, 3)  # 3 rounds per question, one fold
-    assert cross_validated_ece(rounds_p, rounds_right, "platt") < 0.03
-    assert math.isnan(cross_validated_ece(np.array([0.5]), np.array([1.0])))
+def two_rounds(n: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """[N, 2] (raw P, right, true P): after round 1 the scorer is twice as sure as it should be,
+    after round 2 half as sure: one line for both rounds cannot fit either."""
+    rng = np.random.default_rng(seed)
+    z = rng.normal(0.0, 1.5, (n, 2))
+    true = 1 / (1 + np.exp(-z))
+    raw = 1 / (1 + np.exp(-np.stack([2 * z[:, 0], 0.5 * z[:, 1]], axis=1)))
+    return raw, (rng.random((n, 2)) < true).astype(float), true
+
+
+def test_a_line_per_round_calibrates_each_round_where_one_line_for_all_cannot():
+    raw, right, _ = two_rounds(20000)
+    test_raw, test_right, test_true = two_rounds(20000, seed=1)
+    per_round, pooled = fit_calibrator(raw, right, "platt-per-round"), fit_calibrator(raw, right, "platt")
+    assert [a for a, _ in per_round.rounds_] == [pytest.approx(0.5, abs=0.05), pytest.approx(2.0, abs=0.15)]
+    for k in (0, 1):
+        assert expected_calibration_error(per_round.predict(test_raw[:, k], k), test_right[:, k]) < 0.02
+        assert expected_calibration_error(pooled.predict(test_raw[:, k]), test_right[:, k]) > 0.04
+    assert np.abs(per_round.predict_rounds(test_raw) - test_true).mean() < 0.03
+    assert np.allclose(per_round.predict(test_raw[:, 0]), pooled.predict(test_raw[:, 0]))  # no round: the pooled line
+    back = Calibrator.from_dict(per_round.to_dict())
+    assert np.allclose(back.predict_rounds(test_raw[:50]), per_round.predict_rounds(test_raw[:50]), atol=1e-6)
+    with pytest.raises(ValueError, match=r"\[N, R\]"):
+        fit_calibrator(raw[:, 0], right[:, 0], "platt-per-round")
 
 
 def test_a_perfectly_calibrated_p_shows_the_sampling_floor_and_it_shrinks_with_n():
@@ -86,3 +105,7 @@ def test_a_malformed_calibrator_is_refused():
         Calibrator.from_dict({"method": "isotonic", "x": [0.1, 0.5], "y": [0.9, 0.2]})
     with pytest.raises(ValueError, match="finite"):
         Calibrator.from_dict({"method": "platt", "a": float("nan"), "b": 0.0})
+    with pytest.raises(ValueError, match="a line .a, b. per round"):
+        Calibrator.from_dict({"method": "platt-per-round", "a": 1.0, "b": 0.0})
+    with pytest.raises(ValueError, match="finite"):
+        Calibrator.from_dict({"method": "platt-per-round", "a": 1.0, "b": 0.0, "rounds": [{"a": 1.0, "b": float("inf")}]})

@@ -84,6 +84,31 @@ def test_a_confidence_voter_stops_on_the_calibrated_p_it_gives_the_caller():
     assert nobody.vote.retriever is None and nobody.confidence is None
 
 
+def test_each_round_is_calibrated_by_its_own_line_and_a_callers_own_members_by_the_pooled_one(tmp_path):
+    """platt-per-round: after round 1 (A answered) its line (a=1, b=-1), after round 2 (B or C too)
+    its own (a=1, b=+1); a set no round is (D, a caller's own) reads the pooled line (a=1, b=0)."""
+    cal = Calibrator.from_dict({"method": "platt-per-round", "a": 1.0, "b": 0.0,
+                                "rounds": [{"a": 1.0, "b": -1.0}, {"a": 1.0, "b": 1.0}]})
+    model = AdaptiveModel((("A",), ("B", "C")), scorer(), (0.7,), cal)
+    saved = voter(model)
+    assert [model.stage_of(m) for m in (["A"], [], ["A", "C"], ["B"], ["A", "D"])] == [0, 0, 1, 1, None]
+    def line(p: float, b: float) -> float:
+        return 1 / (1 + math.exp(-(math.log(p / (1 - p)) + b)))
+
+    (one,) = decide([result(A=("paris", -0.05))], saved, EM, saved.stages, 0)
+    (two,) = decide([result(A=("paris", -0.05), C=("paris", -0.05))], saved, EM, saved.stages, 1)
+    (own,) = decide([result(B=("paris", -0.05))], saved, EM, Cascade.single_stage(["B"]))  # round 2's member alone
+    assert one.confidence.p == pytest.approx(line(one.vote.score, -1.0)) == one.stat
+    assert two.confidence.p == pytest.approx(line(two.vote.score, +1.0)) == two.stat
+    assert own.confidence.p == pytest.approx(line(own.vote.score, +1.0))  # B alone: within rounds 1..2
+    back = load_weights(save_weights(tmp_path / "v.json", saved))
+    assert back.adaptive.calibrator.to_dict() == cal.to_dict()
+    bad = saved.to_dict()
+    bad["adaptive"]["calibrator"]["rounds"] = bad["adaptive"]["calibrator"]["rounds"][:1]
+    with pytest.raises(ValueError, match="lines for 1 rounds, the layout 2"):
+        AdaptiveModel.from_dict(bad["adaptive"], saved.pool)
+
+
 def test_a_voter_file_with_a_calibrator_is_v4_and_older_files_load_as_they_were(tmp_path):
     cal = Calibrator.from_dict({"method": "isotonic", "x": [0.1, 0.9], "y": [0.2, 0.7]})
     saved = voter(AdaptiveModel((("A",), ("B", "C")), scorer(), (0.6,), cal))

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from voter.adaptive import (AdaptiveModel, LatencyModel, LayoutFit, PoolRun, apply_model, candidate_layouts,
-                            choose_layout, fit_layout, fit_model)
+                            choose_layout, delivered_ece, fit_layout, fit_model)
 from voter.selector import (NO_LOGPROB, AnswerScorer, RoundTrace, RoundView, candidate_features, evaluate_stop,
                             feature_names, fit_stop_thresholds, frontier, paired_counts, pick, sign_test)
 from voter.cascade import stop_stages
@@ -124,6 +124,23 @@ def test_layout_fit_stops_early_and_beats_the_best_single_on_held_out_questions(
     assert back.layout == model.layout and back.thresholds == model.thresholds
     with pytest.raises(ValueError, match="not in the pool"):
         AdaptiveModel.from_dict(model.to_dict(POOL), POOL[:2])
+
+
+def test_the_ece_a_fit_reports_is_of_the_answers_delivered_each_from_the_round_it_stopped_after():
+    """Round 1's P three times as sure as it should be, round 2's a third: one line for every
+    round's pick leaves the answers delivered (round 1's sure ones, round 2's rest) off; a line per
+    round calibrates them as well as the true P is (the sampling floor at n = 6,000)."""
+    rng = np.random.default_rng(0)
+    z = rng.normal(0.0, 1.5, (6000, 2))
+    true = 1 / (1 + np.exp(-z))
+    right = (rng.random(z.shape) < true).astype(float)
+    raw = 1 / (1 + np.exp(-np.stack([3 * z[:, 0], z[:, 1] / 3], axis=1)))
+    cost = np.tile([1.0, 3.0], (6000, 1))
+    none, one_line, per_round = (delivered_ece(RoundTrace(raw, right, cost), m, tolerance=0.02)
+                                 for m in (None, "platt", "platt-per-round"))
+    assert per_round < 0.02 < 0.025 < one_line < 0.1 < none
+    assert delivered_ece(RoundTrace(true, right, cost), None, tolerance=0.02) < 0.02  # the truth: nothing to fix
+    assert math.isnan(delivered_ece(RoundTrace(raw[:1], right[:1], cost[:1]), "platt"))
 
 
 def test_choose_layout_takes_the_cheapest_within_tolerance_of_the_all_kept_vote():
