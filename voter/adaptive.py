@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Iterable, Sequence
 
 import numpy as np
 
@@ -242,9 +242,10 @@ class AdaptiveModel:
         """[N, R] P per question and round -> their confidences."""
         return p if self.calibrator is None else self.calibrator.predict_rounds(p)
 
-    def stage_of(self, members: Sequence[str]) -> int | None:
-        """The round whose answer a vote over `members` (those that answered) is: the first k whose
-        rounds 1..k hold them all. None: a member no round holds (a caller's own retrievers)."""
+    def stage_of(self, members: Iterable[str]) -> int | None:
+        """The round whose answer a vote after asking `members` is: the first k whose rounds 1..k
+        hold them all (the voter's own rounds 1..k: k; round 1's early answer: round 1). None: a
+        member no round holds (a caller's own retrievers from outside the layout)."""
         ran, have = set(members), set()
         for k, rnd in enumerate(self.layout):
             have |= set(rnd)

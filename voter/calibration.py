@@ -39,17 +39,28 @@ def _logit(p: np.ndarray) -> np.ndarray:
     return np.log(p / (1 - p))
 
 
-def _platt(p: np.ndarray, y: np.ndarray) -> tuple[float, float]:
-    """(a, b) of sigmoid(a * logit(P) + b) by maximum likelihood; a slope that is not positive
-    (a higher P never means a lower chance) keeps the raw P; one outcome only: its rate."""
+def _platt(p: np.ndarray, y: np.ndarray) -> tuple[float, float] | None:
+    """(a, b) of sigmoid(a * logit(P) + b) by maximum likelihood; None where there is no such
+    line: one outcome only, or a slope that is not positive (a higher P never means a lower chance)."""
     if len(set(y.tolist())) < 2:
-        rate = (y.mean() + 1e-3) / (1 + 2e-3)
-        return 0.0, float(math.log(rate / (1 - rate)))
+        return None
     from sklearn.linear_model import LogisticRegression
 
     model = LogisticRegression(C=1e4, max_iter=1000).fit(_logit(p)[:, None], y)
     a, b = float(model.coef_[0, 0]), float(model.intercept_[0])
-    return (a, b) if a > 0 else (1.0, 0.0)
+    return (a, b) if a > 0 else None
+
+
+def _pooled_platt(p: np.ndarray, y: np.ndarray) -> tuple[float, float]:
+    """One line for every answer; without one: every answer right or wrong, their rate whatever P
+    says; a slope that is not positive, the raw P (the ranking kept)."""
+    line = _platt(p, y)
+    if line is not None:
+        return line
+    if len(set(y.tolist())) < 2:
+        rate = (y.mean() + 1e-3) / (1 + 2e-3)
+        return 0.0, float(math.log(rate / (1 - rate)))
+    return 1.0, 0.0
 
 
 class Calibrator:
@@ -72,7 +83,8 @@ class Calibrator:
         if self.method == "platt-per-round":
             if p.ndim != 2:
                 raise ValueError("platt-per-round calibration needs P per question and round ([N, R])")
-            self.rounds_ = [_platt(p[:, k], y[:, k]) for k in range(p.shape[1])]
+            pooled = _pooled_platt(p.ravel(), y.ravel())  # a round without a line of its own reads the pooled one
+            self.rounds_ = [_platt(p[:, k], y[:, k]) or pooled for k in range(p.shape[1])]
         p, y = p.ravel(), y.ravel()
         if self.method == "isotonic":
             from sklearn.isotonic import IsotonicRegression
@@ -80,7 +92,7 @@ class Calibrator:
             iso = IsotonicRegression(y_min=0.0, y_max=1.0, increasing=True, out_of_bounds="clip").fit(p, y)
             self.x_, self.y_ = (np.asarray(a, dtype=np.float64) for a in (iso.X_thresholds_, iso.y_thresholds_))
             return self
-        self.a_, self.b_ = _platt(p, y)  # platt-per-round: its pooled line
+        self.a_, self.b_ = _pooled_platt(p, y)  # platt-per-round: its pooled line
         return self
 
     @property
@@ -125,9 +137,15 @@ class Calibrator:
             c.a_, c.b_ = float(d["a"]), float(d["b"])
         if c.method == "platt-per-round":
             rounds = d.get("rounds")
-            if not isinstance(rounds, list) or not rounds:
-                raise ValueError("calibrator: platt-per-round needs a line (a, b) per round")
-            c.rounds_ = [(float(r["a"]), float(r["b"])) for r in rounds]
+            if (not isinstance(rounds, list) or not rounds
+                    or not all(isinstance(r, dict) and {"a", "b"} <= set(r) for r in rounds)):
+                raise ValueError("calibrator: platt-per-round needs a line {a, b} per round")
+            try:
+                c.rounds_ = [(float(r["a"]), float(r["b"])) for r in rounds]
+            except (TypeError, ValueError):
+                raise ValueError("calibrator: each round's a and b must be numbers") from None
+            if any(a < 0 for a, _ in c.rounds_):
+                raise ValueError("calibrator: a round's slope a must not be negative (it would reorder answers)")
         values = (np.concatenate([c.x_, c.y_]) if c.method == "isotonic" else
                   np.array([c.a_, c.b_, *[x for r in getattr(c, "rounds_", []) for x in r]]))
         if not np.all(np.isfinite(values)):

@@ -59,7 +59,7 @@ class Rule(Protocol):
     """A voter file's way to judge a round: the vote, the statistic its thresholds read, P(right)."""
 
     def judge(self, results: Sequence[QuestionResult], grid: Sequence[Sequence[str | None]],
-              X: tuple[np.ndarray, np.ndarray]) -> list[Judged]: ...
+              X: tuple[np.ndarray, np.ndarray], ran: frozenset[str]) -> list[Judged]: ...
 
 
 class MarginRule:
@@ -68,7 +68,7 @@ class MarginRule:
     def __init__(self, saved: SavedWeights):
         self.saved = saved
 
-    def judge(self, results, grid, X) -> list[Judged]:
+    def judge(self, results, grid, X, ran) -> list[Judged]:
         scores = self.saved.voter().decision_scores(X)
         votes = votes_from_scores(scores, grid, self.saved.pool)
         return [(v, settle_stat(row, g), None) for v, row, g in zip(votes, scores, grid)]
@@ -83,10 +83,13 @@ class ConfidenceRule:
         self.saved = saved
         self.model = saved.adaptive
 
-    def judge(self, results, grid, X) -> list[Judged]:
+    def judge(self, results, grid, X, ran) -> list[Judged]:
+        """`ran`: the members asked so far; the calibrator's line is that of the round they are
+        (a member that failed or said nothing still ran, as in the fit's round views)."""
         from voter.selector import RoundView, candidate_features, pick
 
         pool, model = self.saved.pool, self.model
+        stage = model.stage_of(ran)
         scores = equal_weights(pool, self.saved.metrics, self.saved.pooling).voter().decision_scores(X)
         calibrated = model.calibrator is not None
         out: list[Judged] = []
@@ -97,8 +100,7 @@ class ConfidenceRule:
             feats, idx = candidate_features(view, pool)
             p = model.scorer.predict_proba(feats) if len(idx) else []
             per = {s: None for s in pool} | {pool[m]: float(q) for m, q in zip(idx, p)}
-            answered = [s for s, a in zip(pool, answers) if a is not None]
-            stat = float(model.confidence(chosen.p, model.stage_of(answered)))  # that round's calibration
+            stat = float(model.confidence(chosen.p, stage))
             if chosen.index < 0:
                 out.append((Vote(None, "", None, None, per), stat, None))
             else:  # the margin, as every vote's: over the best different answer, here in P(right)
@@ -120,7 +122,9 @@ def decide(results: Sequence[QuestionResult], saved: SavedWeights, metrics: Sequ
     cascade = cascade or saved.stages
     grid = answer_grid(results, saved.pool)
     X = similarity_inputs(results, grid, metrics)
-    return [Decision(v, cascade.settled(stage, stat), conf, stat) for v, stat, conf in rule_for(saved).judge(results, grid, X)]
+    ran = frozenset(s for st in cascade.stages[:stage + 1] for s in st)
+    return [Decision(v, cascade.settled(stage, stat), conf, stat)
+            for v, stat, conf in rule_for(saved).judge(results, grid, X, ran)]
 
 
 def vote(results: Sequence[QuestionResult], saved: SavedWeights, metrics: Sequence[PairSimilarity]) -> list[Vote]:

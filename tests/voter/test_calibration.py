@@ -67,6 +67,10 @@ def test_a_line_per_round_calibrates_each_round_where_one_line_for_all_cannot():
     assert np.allclose(per_round.predict(test_raw[:, 0]), pooled.predict(test_raw[:, 0]))  # no round: the pooled line
     back = Calibrator.from_dict(per_round.to_dict())
     assert np.allclose(back.predict_rounds(test_raw[:50]), per_round.predict_rounds(test_raw[:50]), atol=1e-6)
+    # a round whose picks are all right (or whose P runs backwards) has no line of its own: the pooled one
+    odd = fit_calibrator(np.stack([raw[:, 0], raw[:, 1], raw[:, 1]], axis=1),
+                         np.stack([right[:, 0], np.ones(len(right)), 1 - right[:, 1]], axis=1), "platt-per-round")
+    assert odd.rounds_[1] == odd.rounds_[2] == (odd.a_, odd.b_) and odd.a_ > 0
     with pytest.raises(ValueError, match=r"\[N, R\]"):
         fit_calibrator(raw[:, 0], right[:, 0], "platt-per-round")
 
@@ -105,7 +109,12 @@ def test_a_malformed_calibrator_is_refused():
         Calibrator.from_dict({"method": "isotonic", "x": [0.1, 0.5], "y": [0.9, 0.2]})
     with pytest.raises(ValueError, match="finite"):
         Calibrator.from_dict({"method": "platt", "a": float("nan"), "b": 0.0})
-    with pytest.raises(ValueError, match="a line .a, b. per round"):
-        Calibrator.from_dict({"method": "platt-per-round", "a": 1.0, "b": 0.0})
+    for rounds in (None, [], [[1.0, 0.0]], [{"a": 1.0}]):
+        with pytest.raises(ValueError, match="a line .a, b. per round"):
+            Calibrator.from_dict({"method": "platt-per-round", "a": 1.0, "b": 0.0, "rounds": rounds})
+    with pytest.raises(ValueError, match="must be numbers"):
+        Calibrator.from_dict({"method": "platt-per-round", "a": 1.0, "b": 0.0, "rounds": [{"a": "x", "b": 0}]})
+    with pytest.raises(ValueError, match="must not be negative"):
+        Calibrator.from_dict({"method": "platt-per-round", "a": 1.0, "b": 0.0, "rounds": [{"a": -1.0, "b": 0}]})
     with pytest.raises(ValueError, match="finite"):
         Calibrator.from_dict({"method": "platt-per-round", "a": 1.0, "b": 0.0, "rounds": [{"a": 1.0, "b": float("inf")}]})

@@ -85,8 +85,9 @@ def test_a_confidence_voter_stops_on_the_calibrated_p_it_gives_the_caller():
 
 
 def test_each_round_is_calibrated_by_its_own_line_and_a_callers_own_members_by_the_pooled_one(tmp_path):
-    """platt-per-round: after round 1 (A answered) its line (a=1, b=-1), after round 2 (B or C too)
-    its own (a=1, b=+1); a set no round is (D, a caller's own) reads the pooled line (a=1, b=0)."""
+    """platt-per-round: after round 1 (A asked) its line (a=1, b=-1), after round 2 (B and C asked,
+    whether they answered or not, as the fit's round views) its own (a=1, b=+1); a set holding a
+    member no round has (D, a caller's own) reads the pooled line (a=1, b=0)."""
     cal = Calibrator.from_dict({"method": "platt-per-round", "a": 1.0, "b": 0.0,
                                 "rounds": [{"a": 1.0, "b": -1.0}, {"a": 1.0, "b": 1.0}]})
     model = AdaptiveModel((("A",), ("B", "C")), scorer(), (0.7,), cal)
@@ -97,9 +98,11 @@ def test_each_round_is_calibrated_by_its_own_line_and_a_callers_own_members_by_t
 
     (one,) = decide([result(A=("paris", -0.05))], saved, EM, saved.stages, 0)
     (two,) = decide([result(A=("paris", -0.05), C=("paris", -0.05))], saved, EM, saved.stages, 1)
+    (mute,) = decide([result(A=("paris", -0.05))], saved, EM, saved.stages, 1)  # round 2 ran, said nothing
     (own,) = decide([result(B=("paris", -0.05))], saved, EM, Cascade.single_stage(["B"]))  # round 2's member alone
     assert one.confidence.p == pytest.approx(line(one.vote.score, -1.0)) == one.stat
     assert two.confidence.p == pytest.approx(line(two.vote.score, +1.0)) == two.stat
+    assert mute.confidence.p == pytest.approx(line(mute.vote.score, +1.0))  # round 2's line, as the fit read it
     assert own.confidence.p == pytest.approx(line(own.vote.score, +1.0))  # B alone: within rounds 1..2
     back = load_weights(save_weights(tmp_path / "v.json", saved))
     assert back.adaptive.calibrator.to_dict() == cal.to_dict()
