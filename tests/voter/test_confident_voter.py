@@ -46,7 +46,10 @@ def test_v3_round_trip_and_v2_loading(tmp_path):
     assert old.adaptive is None and old.to_dict()["format"] == FORMAT_V2 and old.digest == "8b3d50282f43"
     v3 = load_weights(V2_VOTER.parent / "voter-v3-abb0f19062fd.json")  # shipped 2026-11-25 to -26: loads as it was
     assert v3.to_dict()["format"] == FORMAT and len(v3.adaptive.layout) >= 2 and v3.digest == "abb0f19062fd"
+    v5 = load_weights(V2_VOTER.parent / "voter-v5-30eff7e9e0a1.json")  # shipped 2026-11-26, one Platt line
+    assert v5.digest == "30eff7e9e0a1" and v5.adaptive.calibrator.method == "platt"
     shipped = load_weights(SHIPPED_VOTER)  # today's: a cascade over two readers, fitted on a mixed split
+    assert shipped.adaptive.calibrator.n_rounds == len(shipped.adaptive.layout)  # a calibration line per round
     assert len(shipped.adaptive.layout) >= 2 and shipped.fallback is not None
     assert shipped.provenance.extra["split"] == "fit" and shipped.provenance.extra["dataset"] is None
 
