@@ -228,7 +228,7 @@ def report(args) -> dict[str, Any]:
     blind_layout = fit_layout(blind_fit, chosen.layout, latency, tolerance=args.tolerance, calibration=calibration)
     blind = apply_model(blind_eval, fit_model(blind_fit, blind_layout))
     out = apply_model(eval_run, model)
-    every = apply_model(eval_run, type(model)(model.layout, model.scorer, (float("inf"),) * (len(model.layout) - 1)))
+    every = apply_model(eval_run, replace(model, thresholds=(float("inf"),) * (len(model.layout) - 1)))
     shipped = replay_ensembles(held, choice.saved, metrics)
     golds = [q.answers for q, _ in held]
     systems: dict[str, list[str]] = {
@@ -271,7 +271,7 @@ def report(args) -> dict[str, Any]:
                            "first_round_share": float((out.stop[rows] == 0).mean())}
     eval_frontier = []  # the chosen rounds and scorer on the eval split, one shared stop threshold
     for tau in (0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0, float("inf")):
-        o = apply_model(eval_run, type(model)(model.layout, model.scorer, (tau,) * (len(model.layout) - 1)))
+        o = apply_model(eval_run, replace(model, thresholds=(tau,) * (len(model.layout) - 1)))
         right = [match(eval_run.answers[i][w] or "", golds[i]) if w >= 0 else 0.0 for i, w in enumerate(o.picked)]
         eval_frontier.append({"scale": tau, "match": float(np.mean(right)), "computed_tokens": float(np.mean(o.tokens)),
                               "rounds": float(np.mean(o.rounds)), "first_round_share": float((o.stop == 0).mean())})

@@ -14,7 +14,7 @@ mean token log-probability.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Sequence
 
 import numpy as np
@@ -262,7 +262,7 @@ def replay_confident(scored: Scored, saved: SavedWeights, metrics: Sequence[Any]
     """The ensembles of a confidence-aware voter (eor-voter/3): EoR is its rounds with the
     scorer's stop rule, pruned EoR every round, EoR-16 the equal-weights vote over all 16."""
     from serve.offline.adaptive import equal_vote, pool_run
-    from voter.adaptive import AdaptiveModel, apply_model
+    from voter.adaptive import apply_model
 
     model = saved.adaptive
     results = [r for _, r in scored]
@@ -271,7 +271,7 @@ def replay_confident(scored: Scored, saved: SavedWeights, metrics: Sequence[Any]
     upto = [set(x for r in model.layout[: k + 1] for x in r) for k in range(len(model.layout))]
 
     def replay(thresholds) -> tuple[list[str], list[ReaderTokens], Any]:
-        out = apply_model(run, AdaptiveModel(model.layout, model.scorer, tuple(thresholds)))
+        out = apply_model(run, replace(model, thresholds=tuple(thresholds)))  # its calibrator too, as it ships
         answers = [(run.answers[i][w] or "") if w >= 0 else "" for i, w in enumerate(out.picked)]
         return answers, [r.reader_tokens(upto[k]) for r, k in zip(results, out.stop)], out
     answers, tokens = {}, {}

@@ -227,9 +227,10 @@ class LoggedPool(FakePool):
                                           for c in r.candidates)) for r in out]
 
 
-def sure_eval(tmp_path, use_pool, dataset) -> tuple[Path, Path]:
+def sure_eval(tmp_path, use_pool, dataset, calibrator: dict | None = None) -> tuple[Path, Path]:
     """(questions file, voter file) for SURE: each question in `dataset(question)`, a voter whose P(right)
-    is the log-prob scorer's (a Platt calibrator with a = 1, b = 0), the pool answering as SURE says."""
+    is the log-prob scorer's (a Platt calibrator with a = 1, b = 0, or `calibrator`), the pool answering as
+    SURE says."""
     from voter.adaptive import AdaptiveModel
     from voter.calibration import Calibrator
     from voter.question_vote import equal_weights
@@ -242,7 +243,8 @@ def sure_eval(tmp_path, use_pool, dataset) -> tuple[Path, Path]:
     saved = SavedWeights(base.pool, base.metrics, base.pooling, base.threshold, base.weights,
                          Provenance("other.jsonl", 10, "r", 0.5),
                          adaptive=AdaptiveModel((tuple(SPECS),), logprob_scorer(SPECS), (),
-                                                Calibrator.from_dict({"method": "platt", "a": 1.0, "b": 0.0})))
+                                                Calibrator.from_dict(calibrator or {"method": "platt", "a": 1.0,
+                                                                                    "b": 0.0})))
     voter = save_weights(tmp_path / "v4.json", saved)
     use_pool(LoggedPool(SPECS, lambda q: {s: (a if isinstance(a, Exception) else a[0])
                                           for s, a in SURE[q][1].items()}))
@@ -287,3 +289,19 @@ def test_eval_reports_each_datasets_confidence(tmp_path, eor_home, use_pool, cap
     # a: s1 R, s2 R, s3 W, s4 R; b: s5 W, s6 R, s7 W, s8 W (the whole split's table is doc["confidence"])
     assert by["a"]["risk_coverage"][0]["eor_match"] == 0.75 and by["b"]["risk_coverage"][0]["eor_match"] == 0.25
     assert by["a"]["risk_coverage"][2]["eor_answered"] == 2 and by["a"]["risk_coverage"][2]["eor_match"] == 1.0
+
+
+def test_eval_replays_the_calibrator_the_voter_ships_with(tmp_path, eor_home, use_pool, capsys):
+    """A calibrator that is not the identity (sigmoid(0.5 logit(P) + 0.5)): the confidence eval scores is
+    the calibrated P every reply carries, not the scorer's raw P (eval dropped the calibrator until
+    session 23)."""
+    import math
+
+    qfile, voter = sure_eval(tmp_path, use_pool, lambda q: "c", {"method": "platt", "a": 0.5, "b": 0.5})
+    doc = run_eval(capsys, "--questions", str(qfile), "--out-dir", str(tmp_path / "r"), "--weights", str(voter))
+    raw = {lp: 1 / (1 + math.exp(-(5 * lp + 2.5))) for lp in (0.0, -0.1, -0.3, -0.5, -0.7, -0.9)}
+    cal = {lp: 1 / (1 + math.exp(-(0.5 * math.log(p / (1 - p)) + 0.5))) for lp, p in raw.items()}
+    total = sum(b["n"] * b["confidence"] for b in doc["confidence"]["reliability"] if b["n"])
+    answers = (0.0, -0.1, -0.1, -0.3, -0.5, -0.7, -0.7, -0.9)  # s1 .. s8's log-probs, as above
+    assert total == pytest.approx(sum(cal[lp] for lp in answers), abs=1e-5)
+    assert abs(total - sum(raw[lp] for lp in answers)) > 0.3  # not the raw P
