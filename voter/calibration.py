@@ -80,19 +80,18 @@ class Calibrator:
         y = (np.asarray(right, dtype=np.float64) > 0).astype(int)
         if p.size == 0:
             raise ValueError("calibration needs at least one answer")
-        if self.method == "platt-per-round":
-            if p.ndim != 2:
-                raise ValueError("platt-per-round calibration needs P per question and round ([N, R])")
-            pooled = _pooled_platt(p.ravel(), y.ravel())  # a round without a line of its own reads the pooled one
-            self.rounds_ = [_platt(p[:, k], y[:, k]) or pooled for k in range(p.shape[1])]
-        p, y = p.ravel(), y.ravel()
+        if self.method == "platt-per-round" and p.ndim != 2:
+            raise ValueError("platt-per-round calibration needs P per question and round ([N, R])")
         if self.method == "isotonic":
             from sklearn.isotonic import IsotonicRegression
 
-            iso = IsotonicRegression(y_min=0.0, y_max=1.0, increasing=True, out_of_bounds="clip").fit(p, y)
+            iso = IsotonicRegression(y_min=0.0, y_max=1.0, increasing=True, out_of_bounds="clip").fit(p.ravel(),
+                                                                                                       y.ravel())
             self.x_, self.y_ = (np.asarray(a, dtype=np.float64) for a in (iso.X_thresholds_, iso.y_thresholds_))
             return self
-        self.a_, self.b_ = _pooled_platt(p, y)  # platt-per-round: its pooled line
+        self.a_, self.b_ = _pooled_platt(p.ravel(), y.ravel())  # platt-per-round: its pooled line
+        if self.method == "platt-per-round":  # a round without a line of its own reads the pooled one
+            self.rounds_ = [_platt(p[:, k], y[:, k]) or (self.a_, self.b_) for k in range(p.shape[1])]
         return self
 
     @property

@@ -31,10 +31,10 @@ from serve.cli.evaluate import cmd_eval
 from serve.cli.fit import cmd_fit, push_weights
 from serve.cli.prepare import cmd_index, cmd_models
 from serve.cli.runs import cmd_run
-from voter.calibration import DEFAULT_METHOD as DEFAULT_CALIBRATION, METHODS as CALIBRATION_METHODS
 from serve.cli.service import cmd_serve
 from serve.cli.status import cmd_status, cmd_stop
 from voter.adaptive import LATENCY_CAP, SERVICE_BASELINE
+from voter.calibration import DEFAULT_METHOD as DEFAULT_CALIBRATION, METHODS as CALIBRATION_METHODS
 
 __all__ = ["main", "build_parser", "push_weights"]
 
