@@ -9,6 +9,7 @@ the earlier retriever). Dataset "a":
 Dataset "b": q5 everyone says X-ray (right); q6 gold seven: W seven, S six, F eight -> EoR seven.
 """
 import json
+import math
 from pathlib import Path
 
 import pytest
@@ -252,8 +253,6 @@ def sure_eval(tmp_path, use_pool, dataset, calibrator: dict | None = None) -> tu
 
 
 def test_eval_reports_calibration_and_risk_coverage_by_hand(tmp_path, eor_home, use_pool, capsys):
-    import math
-
     qfile, voter = sure_eval(tmp_path, use_pool, lambda q: "c")
     out_dir = tmp_path / "r"
     doc = run_eval(capsys, "--questions", str(qfile), "--out-dir", str(out_dir), "--weights", str(voter))
@@ -295,8 +294,6 @@ def test_eval_replays_the_calibrator_the_voter_ships_with(tmp_path, eor_home, us
     """A calibrator that is not the identity (sigmoid(0.5 logit(P) + 0.5)): the confidence eval scores is
     the calibrated P every reply carries, not the scorer's raw P (eval dropped the calibrator until
     session 23)."""
-    import math
-
     qfile, voter = sure_eval(tmp_path, use_pool, lambda q: "c", {"method": "platt", "a": 0.5, "b": 0.5})
     doc = run_eval(capsys, "--questions", str(qfile), "--out-dir", str(tmp_path / "r"), "--weights", str(voter))
     raw = {lp: 1 / (1 + math.exp(-(5 * lp + 2.5))) for lp in (0.0, -0.1, -0.3, -0.5, -0.7, -0.9)}
