@@ -74,13 +74,15 @@ def load_test(client, questions: list[str], n: int, concurrency: int, distinct: 
 
 
 def compare(client, questions: list[str], cold: int, single: str, concurrency: int = 1,
-            pool: tuple[str, ...] = (), settle_s: float = 0.0) -> dict:
+            pool: tuple[str, ...] = (), settle_s: float = 0.0, speed=None) -> dict:
     """Adaptive EoR, one retriever and EoR-16 over three disjoint sets of `cold` questions, in
     one run. `pool`: the 16 specs EoR-16 names explicitly (empty: skip that row). Each row's
     readers are started first (one untimed Ask with its retrievers): a service starts a reader
     on the first Ask that needs it, and that start belongs to no row. `settle_s`: then wait this
     long, for the compiled engines a first start builds in the background (docs/operations.md)
-    to take over before anything is timed."""
+    to take over before anything is timed. `speed` (the default reader's measured ReaderSpeed,
+    serve/offline/reader_speed.py; None: not measured here): the one-retriever row's mean latency
+    less its reader work at that speed is what a round adds in this service (`round_overhead_s`)."""
     n_sets = 3 if pool else 2
     if len(questions) < n_sets * cold:
         raise SystemExit(f"need {n_sets * cold} questions for a cold comparison, have {len(questions)}")
@@ -105,7 +107,16 @@ def compare(client, questions: list[str], cold: int, single: str, concurrency: i
     for kind in ("prompt_tokens", "cached_tokens", "generated_tokens", "computed_tokens"):
         work[kind] = {name: round(r["reader"][kind] / cold, 1) for name, r in rows.items()}
         work[kind]["adaptive_over_single"] = ratio(work[kind]["adaptive"], work[kind]["single"])
-    return {"cold_questions": cold, "single": single, "rows": rows,
+    overhead = None
+    if speed is not None:  # one round, one prompt per question: its tokens are one sequence's
+        from serve.offline.reader_speed import measured_overhead
+
+        mean, computed, steps = rows["single"]["mean_s"], work["computed_tokens"]["single"], \
+            work["generated_tokens"]["single"]
+        overhead = {"seconds": round(measured_overhead(mean, computed, steps, speed), 3), "single_mean_s": mean,
+                    "reader_s": round(speed.seconds(computed, steps), 3),
+                    "speed": {"prefill_tok_s": speed.prefill_tok_s, "decode_tok_s": speed.decode_tok_s}}
+    return {"cold_questions": cold, "single": single, "rows": rows, "round_overhead_s": overhead,
             "latency_ratio_adaptive_over_single": ratio(rows["adaptive"]["mean_s"], rows["single"]["mean_s"]),
             "latency_ratio_eor16_over_single": ratio(rows.get("eor16", {}).get("mean_s"), rows["single"]["mean_s"]),
             "first_streamed_reply_over_single": ratio(rows["adaptive"].get("first_reply_mean_s"),
@@ -276,8 +287,11 @@ def main(argv: list[str] | None = None) -> int:
             if args.mode in ("compare", "all"):
                 from retrievers.spec import PAPER_POOL
 
+                speed = _default_reader_speed(client)
                 report["compare"] = compare(client, fresh, args.cold, args.single,
-                                            pool=() if args.no_eor16 else PAPER_POOL, settle_s=args.settle)
+                                            pool=() if args.no_eor16 else PAPER_POOL, settle_s=args.settle,
+                                            speed=speed)
+                _keep_overhead(report["compare"], args.cold)
             if args.mode == "deadline":
                 report["deadline"] = deadline_test(client, cold, args.deadline)
             if args.mode == "cold":
@@ -313,6 +327,31 @@ def main(argv: list[str] | None = None) -> int:
     failed += report.get("soak", {}).get("failed_production_asks", 0)
     failed += report.get("reader_fault", {}).get("ok_with_empty_answer", 0)
     return 1 if failed else 0
+
+
+def _default_reader_speed(client):
+    """The service's default reader's measured speed on this CPU (`eor models speed`, same
+    machine), or None: then the compare measures no round overhead."""
+    from serve.offline.reader_speed import load_speeds, speed_key
+
+    h = client.health()
+    model = h.readers[0].model if h.readers else h.model
+    speed = load_speeds().get(speed_key(model)) if model else None
+    if speed is None:
+        print(f"no measured speed of the service's reader {model or '(unknown)'} on this CPU: the round overhead "
+              "is not measured (`eor models speed` first)", file=sys.stderr)
+    return speed
+
+
+def _keep_overhead(result: dict, cold: int) -> None:
+    """What a round adds in the service, kept for `eor fit` (serve/offline/reader_speed.py)."""
+    from serve.offline.reader_speed import overhead_path, save_overhead
+
+    if result.get("round_overhead_s"):
+        seconds = result["round_overhead_s"]["seconds"]
+        save_overhead(seconds, f"bench.load_test compare: {result['single']} over {cold} never-asked questions")
+        print(f"a service round adds {seconds:.2f} s beyond its reader work: kept in {overhead_path()}",
+              file=sys.stderr)
 
 
 def _write_report(report: dict, out: str | None) -> int:

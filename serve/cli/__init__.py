@@ -33,7 +33,7 @@ from serve.cli.prepare import cmd_index, cmd_models
 from serve.cli.runs import cmd_run
 from serve.cli.service import cmd_serve
 from serve.cli.status import cmd_status, cmd_stop
-from voter.adaptive import LATENCY_CAP, SERVICE_BASELINE
+from voter.adaptive import DEFAULT_ROUND_OVERHEAD_S, LATENCY_CAP, SERVICE_BASELINE
 from voter.calibration import DEFAULT_METHOD as DEFAULT_CALIBRATION, METHODS as CALIBRATION_METHODS
 
 __all__ = ["main", "build_parser", "push_weights"]
@@ -128,6 +128,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="prefer layouts whose first streamed answer comes no later than this member's alone, at most "
                    f"{LATENCY_CAP:g}x its expected latency (priced): as quick as the one-retriever service (default "
                    f"{SERVICE_BASELINE}, where the pool has it; none: no bound)")
+    f.add_argument("--round-overhead", type=float, default=None, metavar="S",
+                   help="seconds a round adds beyond its reader work (default: what `python -m bench.load_test "
+                   f"compare` measured in the service on this CPU, else {DEFAULT_ROUND_OVERHEAD_S:g})")
     f.add_argument("--push", metavar="HOST:PORT", help="after fitting, push the weights to a running `eor serve` "
                    "(live update, no restart) if they pass the gate: judged against the live voter on held-out "
                    "questions, the deployed path")

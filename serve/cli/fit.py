@@ -91,7 +91,7 @@ def _fit_adaptive(args, config, pool, selection, scored, metrics, saved, specs=N
     from retrievers.spec import by_reader
     from serve.offline.adaptive import fit_adaptive
     from serve.offline.reader_runs import ReaderRuns
-    from serve.offline.reader_speed import pool_speeds
+    from serve.offline.reader_speed import pool_speeds, round_overhead
     from voter.adaptive import SERVICE_BASELINE
 
     specs = list(pool.specs if specs is None else specs)
@@ -104,12 +104,13 @@ def _fit_adaptive(args, config, pool, selection, scored, metrics, saved, specs=N
         if given is not None and ref not in pool.specs:
             raise ValueError(f"--first-reply-vs {ref}: not a member of the pool ({len(pool.specs)} members)")
         ref = None
-    fitted = fit_adaptive(scored, specs, metrics, saved.metrics, saved.pooling, seconds, calibration=method,
-                          speeds=pool_speeds(pool), first_reply_vs=ref)
+    overhead_s, overhead_by = round_overhead(args.round_overhead)
+    fitted = fit_adaptive(scored, specs, metrics, saved.metrics, saved.pooling, seconds, overhead_s,
+                          calibration=method, speeds=pool_speeds(pool), first_reply_vs=ref, overhead_by=overhead_by)
     c = fitted.chosen
     priced = ("rounds priced by each reader's measured prefill and decode speed" if fitted.speeds else
               "rounds priced by the run logs' seconds per token (no measured speed for every reader: "
-              "`eor models speed` measures them)")
+              "`eor models speed` measures them)") + f", {overhead_s:.2f} s a round beyond it ({overhead_by})"
     rounds = " | ".join(", ".join(r) for r in c.layout)
     calibrated = f"{method}-calibrated P(right)" if method else "the scorer's raw P(right) (not calibrated)"
     summary = (f"confidence-aware rounds: {rounds}; thresholds {[round(t, 3) for t in c.thresholds]} on "

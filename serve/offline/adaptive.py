@@ -153,7 +153,7 @@ def fit_adaptive(scored: Sequence, specs: Sequence[str], metrics: Sequence[Any],
                  tolerance: float = 0.005, calibration: str | None = DEFAULT_METHOD,
                  costs: tuple[LatencyModel, dict[str, float]] | None = None,
                  speeds: dict[str, ReaderSpeed] | None = None,
-                 first_reply_vs: str | None = None) -> AdaptiveFit:
+                 first_reply_vs: str | None = None, overhead_by: str | None = None) -> AdaptiveFit:
     """Layouts compared by 5-fold CV on the fit questions; the chosen one refitted on all of them.
     `calibration`: voter/calibration.py's method for P(right) (None: the raw P, as a v3 file).
     `speeds`: reader name -> its measured prefill and decode speed (serve/offline/reader_speed.py);
@@ -163,7 +163,8 @@ def fit_adaptive(scored: Sequence, specs: Sequence[str], metrics: Sequence[Any],
     of `specs`; None: no bound; `eor fit` passes SERVICE_BASELINE): prefer layouts whose early answer
     comes no later than that member alone answers, at no more than LATENCY_CAP times its expected
     latency (voter/adaptive.py: choose_layout), so a stream's first reply is as quick as the service
-    with it; the record says whether the chosen layout met both."""
+    with it; the record says whether the chosen layout met both. `overhead_by`: where
+    `round_overhead_s` came from (serve/cli/fit.py: round_overhead), for the record."""
     speeds = None if costs else priced_speeds(specs, speeds)
     if speeds:
         latency, weights = LatencyModel(round_overhead_s, unit_speed(speeds)), {}
@@ -185,6 +186,8 @@ def fit_adaptive(scored: Sequence, specs: Sequence[str], metrics: Sequence[Any],
     chosen = choose_layout(fits, tolerance, *((None, None) if bound is None else bound[1:]))
     record = fit_record(chosen, fits, latency, tolerance=tolerance, C=C, folds=folds, seed=seed,
                         calibration=calibration, first_reply=bound)
+    if overhead_by:
+        record["round_overhead_by"] = overhead_by
     if speeds:  # what each reader's prompt token and decode step were taken to cost
         record["reader_speed"] = {r or "default": {"prefill_tok_s": round(v.prefill_tok_s, 1),
                                                    "decode_tok_s": round(v.decode_tok_s, 1)} for r, v in speeds.items()}
@@ -204,7 +207,7 @@ def report(args) -> dict[str, Any]:
     from serve.offline.evaluation import EOR, EOR_ALL, EOR_PRUNED, replay_ensembles
     from serve.builder import pool_reader_models
     from serve.offline.reader_runs import ReaderRuns
-    from serve.offline.reader_speed import pool_speeds
+    from serve.offline.reader_speed import pool_speeds, round_overhead
     from voter.question_vote import build_metrics, choose_voter
 
     config, pool, fit, held = finished(args)
@@ -216,8 +219,9 @@ def report(args) -> dict[str, Any]:
     metrics = build_metrics(choice.options, pool.reader)
     seconds = ReaderRuns(config, pool, args.questions).seconds()
     calibration = None if args.calibration == "none" else args.calibration
+    overhead_s, overhead_by = round_overhead(args.round_overhead)
     fitted = fit_adaptive(fit, specs, metrics, choice.saved.metrics, choice.saved.pooling, seconds,
-                          args.round_overhead, args.tolerance, calibration, speeds=pool_speeds(pool))
+                          overhead_s, args.tolerance, calibration, speeds=pool_speeds(pool), overhead_by=overhead_by)
     model, chosen, fits, fit_run, latency, acc = (fitted.model, fitted.chosen, fitted.layouts, fitted.run,
                                                   fitted.latency, fitted.accuracy)
     # reader tokens as the engines counted them, every system alike (the fit's priced cost is its own unit)
@@ -341,7 +345,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--fit-limit", type=int, default=None)
     ap.add_argument("--eval-limit", type=int, default=None)
     ap.add_argument("--tolerance", type=float, default=0.005, help="Match the stop rule may give up (0.005 = 0.5 pt)")
-    ap.add_argument("--round-overhead", type=float, default=1.0, help="seconds each round adds beyond its tokens")
+    ap.add_argument("--round-overhead", type=float, default=None, help="seconds each round adds beyond its tokens "
+                    "(default: as the service measured it here, eor fit's --round-overhead)")
     ap.add_argument("--calibration", choices=(*METHODS, "none"), default=DEFAULT_METHOD,
                     help="calibration of P(right), as `eor fit --calibration` (none: the raw P, a v3 voter)")
     ap.add_argument("--voter", help="the voter file whose cascade is replayed beside the fit (default: the shipped "

@@ -55,16 +55,17 @@ def frontier(args) -> dict[str, Any]:
         raise SystemExit(f"both readers' run logs hold {len(scored)} fit questions: grow them first (bench/grow_runs.sh)")
     names = config.voter.metrics
     metrics = build_metrics(MetricOptions.parse(",".join(names)), pool.reader)
+    from serve.offline.reader_speed import pool_speeds, round_overhead
+
+    overhead_s = round_overhead(args.round_overhead)[0]
     costs = None
     if args.tokens_per_s or args.reader_cost:  # e.g. measured on an idle machine, where the logs' seconds were not
         from serve.offline.adaptive import LatencyModel, measured_latency
 
-        measured, ratio = measured_latency(scored, runs.seconds(), args.round_overhead)
-        costs = (LatencyModel(args.round_overhead, args.tokens_per_s or measured.tokens_per_s),
+        measured, ratio = measured_latency(scored, runs.seconds(), overhead_s)
+        costs = (LatencyModel(overhead_s, args.tokens_per_s or measured.tokens_per_s),
                  {**ratio, "": 1.0, **({args.reader: args.reader_cost} if args.reader_cost else {})})
-    from serve.offline.reader_speed import pool_speeds
-
-    doc = compare(scored, runs.seconds(), pools, metrics, names, config.voter.pooling, args.round_overhead,
+    doc = compare(scored, runs.seconds(), pools, metrics, names, config.voter.pooling, overhead_s,
                   args.tolerance, None if args.calibration == "none" else args.calibration, costs,
                   None if costs else pool_speeds(pool))
     return {**doc, "reader": args.reader, "models": {r or "default": pool.readers[r].model_id for r in pool.readers}}
@@ -136,7 +137,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--reader", default="1.5B", help="the configured reader to compare with the default one")
     ap.add_argument("--limit", type=int, default=None, help="the first N fit questions")
     ap.add_argument("--tolerance", type=float, default=0.005)
-    ap.add_argument("--round-overhead", type=float, default=1.0)
+    ap.add_argument("--round-overhead", type=float, default=None, help="as eor fit's (default: measured here)")
     ap.add_argument("--calibration", choices=(*METHODS, "none"), default=DEFAULT_METHOD)
     ap.add_argument("--tokens-per-s", type=float, help="the default reader's tokens per second (default: the run logs')")
     ap.add_argument("--reader-cost", type=float, help="the strong reader's cost per token over the default's "

@@ -13,6 +13,7 @@ dtype) and CPU kind, for `eor fit`:
 from __future__ import annotations
 
 import json
+import math
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -47,14 +48,14 @@ def speed_key(model_id: str) -> str:
     return f"{model_id}@cpu-{cpu_signature()}"
 
 
-def _read(path: Path) -> dict[str, Any]:
+def _read(path: Path, what: str = "reader speeds", remedy: str = "`eor models speed`") -> dict[str, Any]:
     try:
         raw = json.loads(path.read_text()) if path.exists() else {}
         if not isinstance(raw, dict):
             raise ValueError("not a JSON object")
         return raw
     except ValueError as e:
-        raise ValueError(f"reader speeds {path} do not parse ({e}); remove it and run `eor models speed`") from None
+        raise ValueError(f"{what} {path} do not parse ({e}); remove it and run {remedy}") from None
 
 
 def load_speeds(path: Path | None = None) -> dict[str, ReaderSpeed]:
@@ -159,3 +160,83 @@ def round_work(result: Any, rounds: Sequence[frozenset]) -> dict[str, tuple[floa
 def priced_seconds(result: Any, rounds: Sequence[frozenset], speeds: dict[str, ReaderSpeed]) -> float:
     """Reader seconds of running `rounds` on this machine (round_work at each reader's speed)."""
     return sum(speeds[r].seconds(p, s) for r, (p, s) in round_work(result, rounds).items())
+
+
+# ---- the service's round overhead ---------------------------------------------------------
+# A round costs its reader work at the readers' speeds plus what the service adds around it
+# (retrieval, the Ray hops, the batch window, the vote). `bench.load_test compare` measures it
+# from its one-retriever row (one round per Ask: the mean latency less the reader work priced
+# by the default reader's speed) and keeps it here, so `eor fit` prices a round as the service
+# pays it, not by a constant.
+
+@dataclass(frozen=True)
+class RoundOverhead:
+    """Seconds a service round adds beyond its reader work, measured on this kind of CPU."""
+
+    seconds: float
+    measured: str  # the date it was measured
+    by: str  # what measured it
+
+
+_OVERHEAD_FILE = ("round overheads", "`python -m bench.load_test compare`")  # its errors' words
+
+
+def overhead_path() -> Path:
+    from serve.paths import eor_home
+
+    return eor_home() / "round-overhead.json"
+
+
+def measured_overhead(mean_s: float, computed_tokens: float, decode_steps: float, speed: ReaderSpeed) -> float:
+    """A one-round Ask's latency less its reader work at `speed` (never below 0: a reader faster
+    than its probe measured leaves nothing to add)."""
+    return max(0.0, mean_s - speed.seconds(computed_tokens, decode_steps))
+
+
+def save_overhead(seconds: float, by: str, path: Path | None = None) -> None:
+    from retrievers.hardware import cpu_signature
+
+    if not (math.isfinite(seconds) and seconds >= 0):
+        raise ValueError(f"round overhead {seconds!r}: not a non-negative number of seconds")
+    path = path or overhead_path()
+    raw = _read(path, *_OVERHEAD_FILE)
+    raw[f"cpu-{cpu_signature()}"] = {"round_overhead_s": round(seconds, 3), "measured": time.strftime("%Y-%m-%d"),
+                                     "by": by}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(raw, indent=1, sort_keys=True))
+    tmp.replace(path)
+
+
+def load_overhead(path: Path | None = None) -> RoundOverhead | None:
+    """This CPU kind's measured round overhead; None when never measured here (a file that does
+    not parse, or a value that is not a non-negative number: an error that names it)."""
+    from retrievers.hardware import cpu_signature
+
+    path = path or overhead_path()
+    entry = _read(path, *_OVERHEAD_FILE).get(f"cpu-{cpu_signature()}")
+    if entry is None:
+        return None
+    try:
+        out = RoundOverhead(float(entry["round_overhead_s"]), str(entry.get("measured", "")), str(entry.get("by", "")))
+    except (KeyError, TypeError, AttributeError, ValueError) as e:
+        raise ValueError(f"{_OVERHEAD_FILE[0]} {path} do not parse ({e}); remove it and run "
+                         f"{_OVERHEAD_FILE[1]}") from None
+    if not (math.isfinite(out.seconds) and out.seconds >= 0):
+        raise ValueError(f"round overhead {path}: {out.seconds!r} is not a non-negative number of seconds")
+    return out
+
+
+def round_overhead(given: float | None) -> tuple[float, str]:
+    """(seconds a round adds beyond its reader work, where that figure comes from): `given`, else
+    what the service measured on this CPU (save_overhead), else the default."""
+    from voter.adaptive import DEFAULT_ROUND_OVERHEAD_S
+
+    if given is not None:
+        if not (math.isfinite(given) and given >= 0):
+            raise ValueError(f"--round-overhead {given}: not a non-negative number of seconds")
+        return given, "--round-overhead"
+    measured = load_overhead()
+    if measured is not None:
+        return measured.seconds, f"measured {measured.measured} by {measured.by}"
+    return DEFAULT_ROUND_OVERHEAD_S, "the default: never measured on this CPU (python -m bench.load_test compare)"

@@ -143,7 +143,8 @@ def test_fit_adds_the_confidence_aware_rounds_by_default_from_20_questions(tmp_p
     fit = json.loads((tmp_path / "v4.json").read_text())["adaptive"]["fit"]
     assert (fit["tolerance"], fit["C"], fit["cv_folds"], fit["cv_seed"], fit["calibration"]) == (0.005, 1.0, 5, 0,
                                                                                                "platt-per-round")
-    assert fit["tokens_per_s"] > 0 and fit["round_overhead_s"] == 1.0
+    assert fit["tokens_per_s"] > 0 and fit["round_overhead_s"] == 1.0  # never measured here: the default, said so
+    assert fit["round_overhead_by"].startswith("the default: never measured") and "1.00 s a round" in printed
     assert sum(lay["chosen"] for lay in fit["layouts"]) == 1 and len(fit["layouts"]) >= 2
     assert all(0 <= lay["cv_match"] <= 1 and lay["latency_s"] > 0 for lay in fit["layouts"])
     assert [list(r) for r in v4.adaptive.layout] == next(lay["rounds"] for lay in fit["layouts"] if lay["chosen"])
@@ -157,6 +158,18 @@ def test_fit_adds_the_confidence_aware_rounds_by_default_from_20_questions(tmp_p
     assert main(base + ["--out", str(tmp_path / "bad.json"), "--first-reply-vs", "HB@RR@10"]) == 2
     err = capsys.readouterr().err
     assert "--first-reply-vs HB@RR@10: not a member of the pool" in err and "Traceback" not in err
+    # a round priced as the service measured it here (bench.load_test compare), or as told
+    from serve.offline.reader_speed import save_overhead
+
+    save_overhead(0.25, "bench.load_test compare: Wiki@10 over 20 never-asked questions")
+    assert main(base + ["--out", str(tmp_path / "measured.json")]) == 0
+    assert "0.25 s a round beyond it (measured " in capsys.readouterr().out
+    measured = json.loads((tmp_path / "measured.json").read_text())["adaptive"]["fit"]
+    assert measured["round_overhead_s"] == 0.25 and "by bench.load_test compare" in measured["round_overhead_by"]
+    assert main(base + ["--out", str(tmp_path / "told.json"), "--round-overhead", "0.5"]) == 0
+    assert "0.50 s a round beyond it (--round-overhead)" in capsys.readouterr().out
+    assert main(base + ["--out", str(tmp_path / "neg.json"), "--round-overhead", "-1"]) == 2
+    assert "--round-overhead -1.0: not a non-negative number of seconds" in capsys.readouterr().err
     assert main(base + ["--out", str(tmp_path / "v3.json"), "--calibration", "none"]) == 0
     assert "on the scorer's raw P(right) (not calibrated)" in capsys.readouterr().out
     v3 = load_weights(tmp_path / "v3.json", pool=SPECS, metrics=["em"])

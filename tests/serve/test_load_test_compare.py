@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import time
 
+import pytest
+
 from bench.load_test import compare
 from protos import eor_pb2
 
@@ -48,6 +50,25 @@ def test_compare_times_the_first_streamed_reply_and_counts_round_one_stops(monke
     assert len(adaptive["latencies_s"]) == 4 and adaptive["max_s"] >= adaptive["mean_s"]
     assert adaptive["first_reply_mean_s"] < adaptive["mean_s"]  # the provisional reply came before the final
     assert out["first_streamed_reply_over_single"] is not None and "first_reply_mean_s" not in out["rows"]["single"]
+
+
+def test_compare_measures_what_a_service_round_adds_beyond_its_reader_work(monkeypatch, eor_home):
+    import bench.load_test as lt
+    from serve.offline.reader_speed import ReaderSpeed, load_overhead
+
+    monkeypatch.setattr(lt, "reader_counters", lambda client: {})
+    # each row's reader work: 100 computed prompt tokens and 2 generated per question
+    monkeypatch.setattr(lt, "reader_delta", lambda a, b: {"prompt_tokens": 400, "cached_tokens": 0,
+                                                          "generated_tokens": 8, "computed_tokens": 400})
+    out = compare(Client(), [f"q{i}" for i in range(8)], cold=4, single="Wiki@10", speed=ReaderSpeed(10_000, 1_000))
+    got = out["round_overhead_s"]
+    reading = 100 / 10_000 + 2 / 1_000  # 0.012 s of each 0.02 s Ask
+    assert got["reader_s"] == pytest.approx(reading, abs=1e-3)
+    assert got["seconds"] == pytest.approx(out["rows"]["single"]["mean_s"] - reading, abs=1e-3)
+    assert compare(Client(), [f"q{i}" for i in range(8)], cold=4, single="Wiki@10")["round_overhead_s"] is None
+    lt._keep_overhead(out, 4)  # kept for `eor fit` on this CPU kind
+    assert load_overhead().seconds == got["seconds"]
+    assert "Wiki@10 over 4 never-asked questions" in load_overhead().by
 
 
 def test_never_asked_questions_come_from_the_eval_split_only(tmp_path):

@@ -87,6 +87,33 @@ def test_speeds_are_kept_by_model_and_a_broken_file_is_named(tmp_path):
         load_speeds(path)
 
 
+def test_the_service_round_overhead_is_kept_per_cpu_kind_and_a_broken_file_is_named(tmp_path):
+    from serve.offline.reader_speed import load_overhead, measured_overhead, save_overhead
+
+    path = tmp_path / "round-overhead.json"
+    assert load_overhead(path) is None  # never measured here
+    speed = ReaderSpeed(1000.0, 25.0)
+    # 1.44 s for 1,167 computed tokens and 13 decode steps: 1.167 + 0.52 s of reading, nothing left (never below 0)
+    assert measured_overhead(1.44, 1167, 13, speed) == 0.0
+    assert measured_overhead(2.0, 1000, 10, speed) == pytest.approx(0.6)
+    save_overhead(0.6, "bench.load_test compare: Wiki@10 over 20 never-asked questions", path)
+    got = load_overhead(path)
+    assert got.seconds == 0.6 and got.by.startswith("bench.load_test compare") and got.measured
+    (key,) = json.loads(path.read_text())
+    assert key.startswith("cpu-")  # one figure per kind of CPU, like the readers' speeds
+    with pytest.raises(ValueError, match="not a non-negative number"):
+        save_overhead(float("nan"), "x", path)
+    path.write_text(json.dumps({key: {"round_overhead_s": -1}}))
+    with pytest.raises(ValueError, match="not a non-negative number of seconds"):
+        load_overhead(path)
+    path.write_text(json.dumps({key: {"seconds": 1}}))
+    with pytest.raises(ValueError, match="round overheads .* do not parse.*bench.load_test compare"):
+        load_overhead(path)
+    path.write_text("[]")
+    with pytest.raises(ValueError, match="round overheads .* do not parse"):
+        load_overhead(path)
+
+
 def test_the_probe_measures_prefill_and_decode_apart():
     engine = FakeEngine()
     speed = measure(engine, n=4)
