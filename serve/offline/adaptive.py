@@ -164,7 +164,7 @@ def fit_adaptive(scored: Sequence, specs: Sequence[str], metrics: Sequence[Any],
     comes no later than that member alone answers, at no more than LATENCY_CAP times its expected
     latency (voter/adaptive.py: choose_layout), so a stream's first reply is as quick as the service
     with it; the record says whether the chosen layout met both. `overhead_by`: where
-    `round_overhead_s` came from (serve/cli/fit.py: round_overhead), for the record."""
+    `round_overhead_s` came from (serve/offline/reader_speed.py: round_overhead), for the record."""
     speeds = None if costs else priced_speeds(specs, speeds)
     if speeds:
         latency, weights = LatencyModel(round_overhead_s, unit_speed(speeds)), {}

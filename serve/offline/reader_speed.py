@@ -58,6 +58,14 @@ def _read(path: Path, what: str = "reader speeds", remedy: str = "`eor models sp
         raise ValueError(f"{what} {path} do not parse ({e}); remove it and run {remedy}") from None
 
 
+def _write(path: Path, raw: dict[str, Any]) -> None:
+    """Whole or not at all: a reader of the file never sees half of it."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(raw, indent=1, sort_keys=True))
+    tmp.replace(path)
+
+
 def load_speeds(path: Path | None = None) -> dict[str, ReaderSpeed]:
     """speed_key -> its measured speed; {} when never measured (a file that does not parse, or a
     speed that is not a positive number: an error that names it)."""
@@ -78,10 +86,7 @@ def save_speed(model_id: str, speed: ReaderSpeed, path: Path | None = None) -> N
     raw = _read(path)
     raw[speed_key(model_id)] = {**{k: round(v, 3) for k, v in asdict(speed).items()},
                                 "measured": time.strftime("%Y-%m-%d")}
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(raw, indent=1, sort_keys=True))
-    tmp.replace(path)
+    _write(path, raw)
 
 
 def probe_prompts(n: int = PROBE_PROMPTS) -> tuple[list[Any], Any]:
@@ -187,6 +192,18 @@ def overhead_path() -> Path:
     return eor_home() / "round-overhead.json"
 
 
+def _overhead_key() -> str:
+    from retrievers.hardware import cpu_signature
+
+    return f"cpu-{cpu_signature()}"
+
+
+def _checked_seconds(seconds: float, what: str) -> float:
+    if not (math.isfinite(seconds) and seconds >= 0):
+        raise ValueError(f"{what} {seconds!r}: not a non-negative number of seconds")
+    return seconds
+
+
 def measured_overhead(mean_s: float, computed_tokens: float, decode_steps: float, speed: ReaderSpeed) -> float:
     """A one-round Ask's latency less its reader work at `speed` (never below 0: a reader faster
     than its probe measured leaves nothing to add)."""
@@ -194,27 +211,18 @@ def measured_overhead(mean_s: float, computed_tokens: float, decode_steps: float
 
 
 def save_overhead(seconds: float, by: str, path: Path | None = None) -> None:
-    from retrievers.hardware import cpu_signature
-
-    if not (math.isfinite(seconds) and seconds >= 0):
-        raise ValueError(f"round overhead {seconds!r}: not a non-negative number of seconds")
+    _checked_seconds(seconds, "round overhead")
     path = path or overhead_path()
     raw = _read(path, *_OVERHEAD_FILE)
-    raw[f"cpu-{cpu_signature()}"] = {"round_overhead_s": round(seconds, 3), "measured": time.strftime("%Y-%m-%d"),
-                                     "by": by}
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(raw, indent=1, sort_keys=True))
-    tmp.replace(path)
+    raw[_overhead_key()] = {"round_overhead_s": round(seconds, 3), "measured": time.strftime("%Y-%m-%d"), "by": by}
+    _write(path, raw)
 
 
 def load_overhead(path: Path | None = None) -> RoundOverhead | None:
     """This CPU kind's measured round overhead; None when never measured here (a file that does
     not parse, or a value that is not a non-negative number: an error that names it)."""
-    from retrievers.hardware import cpu_signature
-
     path = path or overhead_path()
-    entry = _read(path, *_OVERHEAD_FILE).get(f"cpu-{cpu_signature()}")
+    entry = _read(path, *_OVERHEAD_FILE).get(_overhead_key())
     if entry is None:
         return None
     try:
@@ -222,8 +230,7 @@ def load_overhead(path: Path | None = None) -> RoundOverhead | None:
     except (KeyError, TypeError, AttributeError, ValueError) as e:
         raise ValueError(f"{_OVERHEAD_FILE[0]} {path} do not parse ({e}); remove it and run "
                          f"{_OVERHEAD_FILE[1]}") from None
-    if not (math.isfinite(out.seconds) and out.seconds >= 0):
-        raise ValueError(f"round overhead {path}: {out.seconds!r} is not a non-negative number of seconds")
+    _checked_seconds(out.seconds, f"round overhead in {path}:")
     return out
 
 
@@ -233,9 +240,7 @@ def round_overhead(given: float | None) -> tuple[float, str]:
     from voter.adaptive import DEFAULT_ROUND_OVERHEAD_S
 
     if given is not None:
-        if not (math.isfinite(given) and given >= 0):
-            raise ValueError(f"--round-overhead {given}: not a non-negative number of seconds")
-        return given, "--round-overhead"
+        return _checked_seconds(given, "--round-overhead"), "--round-overhead"
     measured = load_overhead()
     if measured is not None:
         return measured.seconds, f"measured {measured.measured} by {measured.by}"
