@@ -32,11 +32,19 @@ def test_only_a_compiled_cpu_engine_loads_the_compile_cache():
 def test_engine_args_carry_the_settings():
     args = engine_args(VLLMConfig(enforce_eager=True, max_model_len=2048, seed=3), "/m", "float32", True)
     assert args == dict(model="/m", dtype="float32", max_model_len=2048, gpu_memory_utilization=0.2,
-                        enable_prefix_caching=True, seed=3, enforce_eager=True)
+                        enable_prefix_caching=True, seed=3, enforce_eager=True, block_size=32)
 
 
-def test_once_a_compiled_engine_started_its_cache_is_warm_and_it_starts_alone(eor_home):
+def test_the_kv_block_is_32_tokens_on_cpu_and_vllms_own_on_gpu():
+    assert engine_args(VLLMConfig(), "/m", "bfloat16", True)["block_size"] == 32
+    assert "block_size" not in engine_args(VLLMConfig(), "/m", "bfloat16", False)
+    assert engine_args(VLLMConfig(kv_block_tokens=64), "/m", "bfloat16", False)["block_size"] == 64
+
+
+def test_once_a_compiled_engine_started_its_cache_is_warm_and_it_starts_alone(eor_home, monkeypatch):
     from dataclasses import replace
+
+    monkeypatch.delenv("VLLM_CPU_OMP_THREADS_BIND", raising=False)  # a real engine started earlier sets it
 
     from serve.engine.compile_cache import compiled_before, mark_compiled, start_key
     from serve.engine.vllm_engine import quickest_start
