@@ -7,7 +7,9 @@ Wiki (DPR) sees ~100-word passages; the search engine sees whole pages. From one
 from __future__ import annotations
 
 import importlib.util
+import itertools
 import json
+import re
 from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
@@ -91,9 +93,24 @@ def split_words(text: str, words: int) -> list[str]:
     return [" ".join(c) for c in chunks]
 
 
-def truncate_words(text: str, words: int) -> str:
-    tokens = text.split()
-    return text if len(tokens) <= words else " ".join(tokens[:words])
+# how a truncated text keeps its whitespace (PoolConfig.truncation)
+TRUNCATIONS = ("own-whitespace", "collapse")
+
+
+def truncate_words(text: str, words: int, form: str = "own-whitespace") -> str:
+    """The first `words` words of `text` (all of it when it has no more). "own-whitespace": cut
+    where the last kept word ends, so a cut is a prefix of the text and of every longer cut (SE@1's
+    page and SE@2's first page then share a prefix the reader's prefix cache reuses); "collapse":
+    the words joined by single spaces (how run logs before 2026-11-26 were read)."""
+    if form == "collapse":
+        tokens = text.split()
+        return text if len(tokens) <= words else " ".join(tokens[:words])
+    if words <= 0:
+        return ""
+    last = next(itertools.islice(re.finditer(r"\S+", text), words - 1, None), None)
+    if last is None or not text[last.end():].strip():
+        return text  # no more words than that: untouched, as "collapse" leaves it
+    return text[:last.end()]
 
 
 def to_passages(docs: Iterable[Document], words: int = 100) -> Iterator[Document]:

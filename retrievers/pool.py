@@ -11,7 +11,7 @@ import logging
 from dataclasses import dataclass, field, replace
 from typing import Mapping, Sequence
 
-from retrievers.corpus import split_words, truncate_words
+from retrievers.corpus import TRUNCATIONS, split_words, truncate_words
 from retrievers.encoder import Encoder
 from retrievers.prompts import PROMPT_LAYOUTS, answer_prompt, clean_answer, compress_prompt, pk_prompt
 from retrievers.groundwork import Groundwork, PKDocument, RoundRun, pending_searches, search_depths, search_found
@@ -45,6 +45,9 @@ class PoolConfig:
     cp_tokens: int = 200
     long_form_repetition_penalty: float = 1.1  # PK/@CP: a 135M model loops under plain greedy
     prompt_layout: str = "shared-prefix"  # or "paper": see retrievers/prompts.py
+    # a cut page or document keeps its own whitespace, so SE@1's page and SE@k's first page share a
+    # prefix (retrievers/corpus.py: truncate_words); "collapse" reads as run logs before 2026-11-26 did
+    truncation: str = "own-whitespace"
     # not read since the engine counts its own prefix-cache hits; kept because run logs are keyed by these
     # settings (removing it would orphan every run log)
     prefix_block_tokens: int = 128
@@ -53,6 +56,8 @@ class PoolConfig:
     def __post_init__(self) -> None:
         if self.prompt_layout not in PROMPT_LAYOUTS:
             raise ValueError(f"pool.prompt_layout must be one of {PROMPT_LAYOUTS}, got {self.prompt_layout!r}")
+        if self.truncation not in TRUNCATIONS:
+            raise ValueError(f"pool.truncation must be one of {TRUNCATIONS}, got {self.truncation!r}")
 
 
 class SourceFailed(Exception):
@@ -244,7 +249,7 @@ class RetrieverPool:
                 return self._reranked(qi, q, t.source, self._chunks(hits), work)[: t.k or c.default_k]
             k = t.k or 1
             words = c.se_top1_words if k == 1 else c.se_page_words
-            return [Passage(p.pid, p.title, truncate_words(p.text, words), p.source, p.score)
+            return [Passage(p.pid, p.title, truncate_words(p.text, words, c.truncation), p.source, p.score)
                     for p in hits[:k]]
         if t.rerank:  # passages (Wiki)
             hits = self._reranked(qi, q, t.source, hits, work)
@@ -279,7 +284,7 @@ class RetrieverPool:
             return Failure(ERROR, f"{type(exc).__name__}: {exc}")
 
     def _document(self, ctx: Context) -> str:
-        return truncate_words(ctx.render(), self.config.max_context_words)
+        return truncate_words(ctx.render(), self.config.max_context_words, self.config.truncation)
 
     def _counted(self, slots: list[tuple[int, int]], prompts: list[PromptText], outs: list[Generation],
                  work: _Work, plans: list[RetrieverPlan]) -> dict[tuple[int, int], PromptCost]:

@@ -49,6 +49,17 @@ def test_truncate_words():
     assert truncate_words(short, 5) == short
 
 
+def test_a_cut_keeps_the_texts_own_whitespace_so_a_shorter_cut_is_a_prefix_of_a_longer():
+    page = "Title line\nfirst  record here.\n\nsecond record\tthere and more words\n"
+    assert truncate_words(page, 4) == "Title line\nfirst  record"
+    assert truncate_words(page, 9).startswith(truncate_words(page, 4))
+    assert truncate_words(page, 11) == page == truncate_words(page, 50)  # no more words: untouched
+    assert truncate_words(page, 0) == ""
+    # the run logs before 2026-11-26: the kept words joined by single spaces
+    assert truncate_words(page, 4, "collapse") == "Title line first record"
+    assert truncate_words(page, 11, "collapse") == page
+
+
 # ---- passages and pages ------------------------------------------------------------------
 def test_to_passages_keeps_ids_of_documents_that_fit():
     docs = [Document("a", "A", words(80)), Document("b", "B", words(150))]

@@ -377,6 +377,27 @@ GIVEN = [Passage("doc:a", "Alpha", fill("the given alpha document", 300), "bench
          Passage("doc:b", "Beta", fill("the given beta document", 120), "bench")]
 
 
+@pytest.mark.parametrize("truncation", ["own-whitespace", "collapse"])
+def test_se1_and_se2_prompts_share_the_first_pages_cut_when_cuts_keep_their_whitespace(memo_encoder, truncation):
+    import os
+
+    page = Passage("doc:a", "Alpha", "\n".join(fill(f"record {i} of the alpha page", 60) for i in range(6)), "bench")
+    setup = Setup(memo_encoder, truncation=truncation)
+    setup.pool.run([QUESTION], specs=["SE@1", "SE@2&Wiki@5"], documents=[[page, GIVEN[1]]])
+    se1, se2 = setup.engine.calls_of("answer")[0][0]
+    shared = len(os.path.commonprefix([se1, se2]))
+    cut = truncate_words(page.text, 250)  # SE@2's first page; SE@1 reads up to 1000 words of it
+    if truncation == "own-whitespace":
+        assert se1.index(cut) + len(cut) <= shared  # the whole cut, newlines and all: one prefix to cache
+    else:  # the old cut joined its words by spaces: the prompts part at the page's first newline
+        assert shared < se1.index(page.text.split("\n")[0]) + len(page.text.split("\n")[0]) + 1
+
+
+def test_an_unknown_truncation_is_refused():
+    with pytest.raises(ValueError, match="pool.truncation"):
+        PoolConfig(truncation="squash")
+
+
 def test_given_documents_replace_both_sources_for_that_question_only(setup):
     other = "who wrote the other question"
     with_docs, searched = setup.pool.run([QUESTION, other], specs=["Wiki@10", "SE@1", "SE@2&Wiki@5"],
