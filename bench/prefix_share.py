@@ -1,0 +1,92 @@
+"""How many prompt tokens one round's prompts share: what vLLM's prefix cache can reuse.
+
+The pool builds the round's answer prompts for fit-split questions (searches real, no reading:
+a stand-in answers), the reader's tokenizer splits them, and each prompt's shared tokens are its
+longest common prefix with an earlier prompt of the question, in whole KV blocks (vLLM reuses
+only whole blocks, also between prompts it schedules in one step). Per block size and
+truncation form (retrievers/corpus.py: truncate_words), the mean per question of the prompt
+tokens and of the shared ones. No engine starts.
+
+    python -m bench.prefix_share --limit 60 --specs "SE@1~1.5B" "SE@2&Wiki@5~1.5B"
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Sequence
+
+from bench.common import DEFAULT_QUESTIONS
+
+SHIPPED_ROUND_1 = ("SE@1~1.5B", "SE@2&Wiki@5~1.5B")
+
+
+def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
+    """Tokens two token-id lists share from the start."""
+    n = 0
+    for x, y in zip(a, b):
+        if x != y:
+            break
+        n += 1
+    return n
+
+
+def shared_tokens(prompts: Sequence[Sequence[int]], block: int) -> int:
+    """One question's prompts, in the order the engine takes them: the tokens the prefix cache
+    can serve, each prompt's longest prefix shared with an earlier one, in whole blocks."""
+    total = 0
+    for i, p in enumerate(prompts):
+        best = max((common_prefix(p, q) for q in prompts[:i]), default=0)
+        total += best // block * block
+    return total
+
+
+def measure(args) -> list[dict]:
+    from retrievers.reader import Generation
+    from retrievers.spec import split_reader
+    from retrievers.types import ReaderTokens
+    from serve.builder import make_pool
+    from serve.config import load_config
+    from serve.offline.dataset import Selection, select_questions
+
+    questions = select_questions(Selection(args.questions, None, args.split, args.limit))
+    rows = []
+    for form in args.truncation:
+        pool = make_pool(load_config(args.config, {"index": {"name": args.index}, "pool": {"truncation": form}}))
+        seen: list = []
+
+        def stand_in(readers, prompts, params, seen=seen):
+            seen.extend(prompts)
+            return [Generation("x", (), ReaderTokens(0, 1, 0)) for _ in prompts]
+        pool._generate = stand_in
+        reader = pool.readers[split_reader(args.specs[0])[1]].engine
+        ids = []
+        for q in questions:
+            seen.clear()
+            pool.run_round([q.question], list(args.specs))
+            ids.append(reader.token_ids([reader.format(p) for p in seen]))
+        n = len(ids)
+        for block in args.blocks:
+            rows.append({"truncation": form, "block": block, "questions": n,
+                         "prompt_tokens": round(sum(sum(map(len, q)) for q in ids) / n, 1),
+                         "shared_tokens": round(sum(shared_tokens(q, block) for q in ids) / n, 1)})
+            print(json.dumps(rows[-1]), flush=True)
+    return rows
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--questions", default=DEFAULT_QUESTIONS)
+    ap.add_argument("--split", default="fit")
+    ap.add_argument("--limit", type=int, default=60)
+    ap.add_argument("--index", default="shared")
+    ap.add_argument("--config", default="deploy/eor-15b.yaml", help="a config whose pool holds the specs")
+    ap.add_argument("--specs", nargs="+", default=list(SHIPPED_ROUND_1), help="one round, one reader")
+    ap.add_argument("--blocks", nargs="+", type=int, default=[32, 128])
+    ap.add_argument("--truncation", nargs="+", default=["own-whitespace", "collapse"])
+    measure(ap.parse_args(argv))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
