@@ -198,8 +198,9 @@ class ServiceConfig:
 # own). Each is its own engine (KV cache, prefix cache, reader-cache keys); only the readers a pool
 # member names are ever started. The 1.5B's KV cache is 1 GiB (37k tokens: more than 2 cores batch), as the
 # 0.5B's (VLLMConfig): `eor serve` with both started holds 15.3-15.5 GiB PSS (session-21 note).
+# Its engine runs at nice 10 (serve/engine/priority.py): the 0.5B's early answer takes the cores first.
 STRONG_READER_NAME = "1.5B"
-DEFAULT_READERS = {STRONG_READER_NAME: {"model": STRONG_READER, "cpu_kv_cache_gib": 1}}
+DEFAULT_READERS = {STRONG_READER_NAME: {"model": STRONG_READER, "cpu_kv_cache_gib": 1, "cpu_nice": 10}}
 
 # The retrievers the strong reader reads in the default pool: neither the @CP compressions (a 200-token
 # summary each, then the answer: most of a question's reader time, and the 1.5B prefills at 0.3x and
@@ -239,6 +240,10 @@ class EorConfig:
             if not (isinstance(value, str) and value or isinstance(value, dict) and set(value) <= known):
                 raise ValueError(f"readers.{name} must be a model name or {{model: ..., <reader settings>}} "
                                  f"(settings: {', '.join(sorted(known))}), got {value!r}")
+            try:
+                reader_config(self, name)  # its settings, checked now (a bad niceness, block size)
+            except ValueError as exc:
+                raise ValueError(f"readers.{name}: {exc}") from None
         try:
             parse_pool(self.pool.specs, sources=self.index.sources, readers=reader_names(self))
         except SpecError as exc:
@@ -377,6 +382,14 @@ def used_readers(config: EorConfig, specs=None) -> list[str]:
 
     named = by_reader(config.pool.specs if specs is None else specs)
     return [n for n in reader_names(config) if n in named or n == DEFAULT_READER_NAME]
+
+
+def quick_reader_first(config: EorConfig, specs=None) -> bool:
+    """Whether the default reader's engine has the cores before every other reader the pool's
+    members (or `specs`) name (a lower niceness: serve/engine/priority.py), so round 1's early
+    answer reads as if alone (voter/adaptive.py: early_answer_work)."""
+    others = [reader_config(config, n).cpu_nice for n in used_readers(config, specs) if n != DEFAULT_READER_NAME]
+    return bool(others) and config.reader.cpu_nice < min(others)
 
 
 def reader_models(config: EorConfig) -> dict[str, str]:

@@ -72,6 +72,9 @@ Layout = tuple[tuple[str, ...], ...]
 class LatencyModel:
     round_overhead_s: float = DEFAULT_ROUND_OVERHEAD_S
     tokens_per_s: float = DEFAULT_TOKENS_PER_S
+    # round 1's early answer has the cores first (its reader's engine at a lower niceness than the
+    # rest's: serve/engine/priority.py), so it reads as if alone; else they share the cores
+    early_first: bool = False
 
     def seconds(self, rounds: float, tokens: float) -> float:
         return rounds * self.round_overhead_s + tokens / self.tokens_per_s
@@ -173,7 +176,7 @@ def fit_layout(run: PoolRun, layout: Layout, latency: LatencyModel, folds: int =
     ece = delivered_ece(RoundTrace(p, ok, cost), calibration, tolerance, folds, seed)
     acc, lat, stop = evaluate_stop(trace, tau)
     rows = np.arange(n)
-    first_reply = float(np.mean(latency.seconds(1, early_answer_work(run, layout[0]))))
+    first_reply = float(np.mean(latency.seconds(1, early_answer_work(run, layout[0], latency.early_first))))
     return LayoutFit(layout, tau, acc, float(ok[:, -1].mean()), float(tokens[rows, stop].mean()),
                      float(rounds[rows, stop].mean()), lat, float((stop == 0).mean()), frontier(trace),
                      calibrator, ece, first_reply)
@@ -201,16 +204,18 @@ def delivered_ece(raw: RoundTrace, calibration: str | None, tolerance: float = 0
     return expected_calibration_error(conf, right)
 
 
-def early_answer_work(run: PoolRun, first_round: Sequence[str]) -> np.ndarray:
+def early_answer_work(run: PoolRun, first_round: Sequence[str], early_first: bool = False) -> np.ndarray:
     """Per question, the work (latency-model tokens) before its first streamed reply: round 1's
     early answer (voter/cascade.py: early_members) while the rest of round 1 reads beside it on the
     same cores. Processor sharing: with a of its own and b beside it, it ends at a + min(a, b).
     Measured in the service (session 22): the 0.5B's SE@1 beside the 1.5B's SE@1 answered in 2.41 s;
-    priced alone, 1.75 s with the round's overhead (2.5 s shared)."""
+    priced alone, 1.75 s with the round's overhead (2.5 s shared). `early_first` (its reader has the
+    cores first): a, as alone (bench/reader_priority.py: 1.26 s beside the 1.5B's two prompts, 0.93 s
+    alone, 2.73 s sharing the cores)."""
     early = frozenset(early_members(first_round))
     rest = frozenset(first_round) - early
     a = np.array([run.cost(i, (early,)) for i in range(len(run))], dtype=float)
-    if not rest:
+    if not rest or early_first:
         return a
     return a + np.minimum(a, [run.cost(i, (rest,)) for i in range(len(run))])
 
@@ -294,7 +299,8 @@ def fit_record(chosen: LayoutFit, layouts: Sequence[LayoutFit], latency: Latency
         bound = {"first_reply_vs": ref, "first_reply_bound_s": r(reply_s), "latency_cap_s": r(cap_s),
                  "first_reply_met": bool(chosen.first_reply_s <= reply_s and chosen.latency_s <= cap_s)}
     return {"tolerance": tolerance, "C": C, "cv_folds": folds, "cv_seed": seed, "calibration": calibration,
-            "tokens_per_s": r(latency.tokens_per_s), "round_overhead_s": latency.round_overhead_s, **bound,
+            "tokens_per_s": r(latency.tokens_per_s), "round_overhead_s": latency.round_overhead_s,
+            "early_answer_first": latency.early_first, **bound,
             "layouts": [{"rounds": [list(x) for x in f.layout], "chosen": f is chosen, "cv_match": r(f.cv_accuracy),
                          "cv_match_all_rounds": r(f.cv_all_rounds), "latency_s": r(f.latency_s),
                          "tokens": r(f.tokens), "rounds_run": r(f.rounds), "first_round_share": r(f.first_round_share),

@@ -91,6 +91,7 @@ def _fit_adaptive(args, config, pool, selection, scored, metrics, saved, specs=N
     from retrievers.spec import by_reader
     from serve.offline.adaptive import fit_adaptive
     from serve.offline.reader_runs import ReaderRuns
+    from serve.config import quick_reader_first
     from serve.offline.reader_speed import pool_speeds, round_overhead
     from voter.adaptive import SERVICE_BASELINE
 
@@ -106,7 +107,8 @@ def _fit_adaptive(args, config, pool, selection, scored, metrics, saved, specs=N
         ref = None
     overhead_s, overhead_by = round_overhead(args.round_overhead)
     fitted = fit_adaptive(scored, specs, metrics, saved.metrics, saved.pooling, seconds, overhead_s,
-                          calibration=method, speeds=pool_speeds(pool), first_reply_vs=ref, overhead_by=overhead_by)
+                          calibration=method, speeds=pool_speeds(pool), first_reply_vs=ref, overhead_by=overhead_by,
+                          early_first=quick_reader_first(config, specs))
     c = fitted.chosen
     priced = ("rounds priced by each reader's measured prefill and decode speed" if fitted.speeds else
               "rounds priced by the run logs' seconds per token (no measured speed for every reader: "

@@ -16,6 +16,7 @@ from retrievers.reader import Generation, PromptText, SamplingParams, clean_logp
 from retrievers.types import ReaderTokens
 from serve.engine.compile_cache import WORKER_EXTENSION, cache_root, compiled_before, mark_compiled, start_key
 from serve.engine.models import DEFAULT_READER, is_chat_model, resolve_model
+from serve.engine.priority import MAX_NICE, child_pids, set_nice
 
 
 # the KV-cache block on CPU: the smallest the CPU attention takes (multiples of 32), so a shared prefix is
@@ -45,6 +46,9 @@ class VLLMConfig:
     # whole-pool questions in flight, more than 2 cores batch. Measured in the service with both readers
     # (session-21 note): the 0.5B's worker 3.46 GiB PSS at 1 GiB against 4.41 at 2, the application 15.46 vs 16.31
     cpu_kv_cache_gib: float = 1.0
+    # on CPU, the niceness of the engine's processes (0 to 19): a higher one yields the cores to a lower one's
+    # engine whenever both have work (serve/engine/priority.py: the quick reader first)
+    cpu_nice: int = 0
     seed: int = 0
     # torch.compile or not: None = by the job (eor ask and the service on CPU: the quickest start, compiled once
     # its compile cache is warm, else eager, the service then upgrading: `quickest_start`, `service_stages`;
@@ -55,6 +59,13 @@ class VLLMConfig:
     # a compiled engine on CPU loads the graph an earlier start compiled (vLLM 0.32 saves it but cannot read
     # it back: serve/engine/compile_cache.py); False: it compiles at every start, as vLLM alone does
     compile_cache: bool = True
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.cpu_nice <= MAX_NICE:
+            raise ValueError(f"reader cpu_nice must be 0 to {MAX_NICE}, got {self.cpu_nice!r}")
+        if self.kv_block_tokens < 0 or self.kv_block_tokens % 16:
+            raise ValueError(f"reader kv_block_tokens must be 0 (the machine's default) or a multiple of 16, "
+                             f"got {self.kv_block_tokens!r}")
 
 
 def _cpu_build() -> bool:
@@ -166,7 +177,11 @@ class VLLMEngine(ReaderEngine):
                 os.environ["VLLM_CPU_KVCACHE_SPACE"] = f"{self.config.cpu_kv_cache_gib:g}"
             os.environ["VLLM_CACHE_ROOT"] = str(cache_root())  # its compile cache: one per CPU kind
         t0 = time.perf_counter()
+        nice = self.config.cpu_nice if self.on_cpu else 0
+        before = child_pids() if nice else set()
         self._llm = self._start()
+        if nice:  # the processes its start added: its core and workers
+            set_nice(child_pids() - before, nice)
         if self.on_cpu and self.config.compile_cache and not self.config.enforce_eager:  # its graph is cached now
             mark_compiled(self.start_key, time.perf_counter() - t0)
         return self

@@ -153,7 +153,8 @@ def fit_adaptive(scored: Sequence, specs: Sequence[str], metrics: Sequence[Any],
                  tolerance: float = 0.005, calibration: str | None = DEFAULT_METHOD,
                  costs: tuple[LatencyModel, dict[str, float]] | None = None,
                  speeds: dict[str, ReaderSpeed] | None = None,
-                 first_reply_vs: str | None = None, overhead_by: str | None = None) -> AdaptiveFit:
+                 first_reply_vs: str | None = None, overhead_by: str | None = None,
+                 early_first: bool = False) -> AdaptiveFit:
     """Layouts compared by 5-fold CV on the fit questions; the chosen one refitted on all of them.
     `calibration`: voter/calibration.py's method for P(right) (None: the raw P, as a v3 file).
     `speeds`: reader name -> its measured prefill and decode speed (serve/offline/reader_speed.py);
@@ -164,12 +165,14 @@ def fit_adaptive(scored: Sequence, specs: Sequence[str], metrics: Sequence[Any],
     comes no later than that member alone answers, at no more than LATENCY_CAP times its expected
     latency (voter/adaptive.py: choose_layout), so a stream's first reply is as quick as the service
     with it; the record says whether the chosen layout met both. `overhead_by`: where
-    `round_overhead_s` came from (serve/offline/reader_speed.py: round_overhead), for the record."""
+    `round_overhead_s` came from (serve/offline/reader_speed.py: round_overhead), for the record.
+    `early_first`: round 1's early answer has the cores first (serve/config.py: quick_reader_first)."""
     speeds = None if costs else priced_speeds(specs, speeds)
     if speeds:
         latency, weights = LatencyModel(round_overhead_s, unit_speed(speeds)), {}
     else:
         latency, weights = costs or measured_latency(scored, seconds, round_overhead_s)
+    latency = replace(latency, early_first=early_first or latency.early_first)
     run = pool_run(scored, specs, metrics, equal_vote(specs, metric_names, pooling), weights, speeds)
     acc = {s: float(run.right[:, m].mean()) for m, s in enumerate(specs)}
     cost = {s: float(np.mean([run.cost(i, (frozenset({s}),)) for i in range(len(run))])) for s in specs}
@@ -206,6 +209,7 @@ def scores(answers: Sequence[str], golds: Sequence[Sequence[str]]) -> dict[str, 
 def report(args) -> dict[str, Any]:
     from serve.offline.evaluation import EOR, EOR_ALL, EOR_PRUNED, replay_ensembles
     from serve.builder import pool_reader_models
+    from serve.config import quick_reader_first
     from serve.offline.reader_runs import ReaderRuns
     from serve.offline.reader_speed import pool_speeds, round_overhead
     from voter.question_vote import build_metrics, choose_voter
@@ -221,7 +225,8 @@ def report(args) -> dict[str, Any]:
     calibration = None if args.calibration == "none" else args.calibration
     overhead_s, overhead_by = round_overhead(args.round_overhead)
     fitted = fit_adaptive(fit, specs, metrics, choice.saved.metrics, choice.saved.pooling, seconds,
-                          overhead_s, args.tolerance, calibration, speeds=pool_speeds(pool), overhead_by=overhead_by)
+                          overhead_s, args.tolerance, calibration, speeds=pool_speeds(pool), overhead_by=overhead_by,
+                          early_first=quick_reader_first(config))
     model, chosen, fits, fit_run, latency, acc = (fitted.model, fitted.chosen, fitted.layouts, fitted.run,
                                                   fitted.latency, fitted.accuracy)
     # reader tokens as the engines counted them, every system alike (the fit's priced cost is its own unit)

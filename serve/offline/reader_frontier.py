@@ -38,7 +38,7 @@ def _point(fit: Any) -> dict[str, Any]:
 
 def frontier(args) -> dict[str, Any]:
     from serve.builder import make_pool
-    from serve.config import load_config
+    from serve.config import load_config, quick_reader_first
     from serve.offline.dataset import Selection, select_questions
     from serve.offline.reader_runs import ReaderRuns
     from voter.question_vote import MetricOptions, build_metrics
@@ -67,14 +67,14 @@ def frontier(args) -> dict[str, Any]:
                  {**ratio, "": 1.0, **({args.reader: args.reader_cost} if args.reader_cost else {})})
     doc = compare(scored, runs.seconds(), pools, metrics, names, config.voter.pooling, overhead_s,
                   args.tolerance, None if args.calibration == "none" else args.calibration, costs,
-                  None if costs else pool_speeds(pool))
+                  None if costs else pool_speeds(pool), quick_reader_first(config))
     return {**doc, "reader": args.reader, "models": {r or "default": pool.readers[r].model_id for r in pool.readers}}
 
 
 def compare(scored: Sequence, seconds: dict[str, dict[str, float]], pools: dict[str, list[str]],
             metrics: Sequence[Any], names: Sequence[str], pooling: str, round_overhead_s: float = 1.0,
             tolerance: float = 0.005, calibration: str | None = DEFAULT_METHOD,
-            costs: Any = None, speeds: Any = None) -> dict[str, Any]:
+            costs: Any = None, speeds: Any = None, early_first: bool = False) -> dict[str, Any]:
     """Each pool's rounds fitted as `eor fit` fits them, on the same questions; its chosen layout,
     every candidate layout (the frontier) and its best single member, by CV on `scored`."""
     from serve.offline.adaptive import fit_adaptive, priced_speeds
@@ -84,7 +84,7 @@ def compare(scored: Sequence, seconds: dict[str, dict[str, float]], pools: dict[
     out: dict[str, Any] = {"fit_questions": len(scored), "tolerance": tolerance, "systems": {}}
     for name, specs in pools.items():
         fitted = fit_adaptive(scored, specs, metrics, names, pooling, seconds, round_overhead_s, tolerance, calibration,
-                              costs, speeds)
+                              costs, speeds, early_first=early_first)
         best = max(specs, key=lambda s: (fitted.accuracy[s], -specs.index(s)))
         out["systems"][name] = {"chosen": _point(fitted.chosen), "layouts": [_point(f) for f in fitted.layouts],
                                 "best_single": best, "best_single_match": round(fitted.accuracy[best], 4),

@@ -23,6 +23,7 @@ def test_the_default_pool_is_the_shipped_voters_both_readers_with_the_15bs_small
     assert used_readers(plain) == ["", "1.5B"] and plain.pool.specs == DEFAULT_POOL
     assert list(DEFAULT_POOL[:16]) == list(PAPER_POOL) and all(s.endswith("~1.5B") for s in DEFAULT_POOL[16:])
     assert reader_config(plain, "1.5B").cpu_kv_cache_gib == 1
+    assert (reader_config(plain, "").cpu_nice, reader_config(plain, "1.5B").cpu_nice) == (0, 10)  # the quick reader first
     assert len(config_from_dict({"pool": {"max_question_chars": 3000}}).pool.specs) == len(DEFAULT_POOL)
     kv = config_from_dict({"readers": {"1.5B": {"cpu_kv_cache_gib": 2}}})  # a default reader's line changes what it names
     assert (reader_config(kv, "1.5B").model, reader_config(kv, "1.5B").cpu_kv_cache_gib) == (STRONG_READER, 2)
@@ -55,3 +56,18 @@ def test_a_readers_section_that_does_not_fit_is_one_clear_error(section, message
 def test_an_unconfigured_reader_is_refused_by_name():
     with pytest.raises(KeyError, match="reader '3B' is not configured"):
         reader_config(config_from_dict({}), "3B")
+
+
+def test_the_default_reader_has_the_cores_first_only_where_every_other_reader_it_runs_beside_yields():
+    from serve.config import quick_reader_first
+
+    plain = config_from_dict({})
+    assert quick_reader_first(plain)
+    assert not quick_reader_first(plain, ["Wiki@10", "SE@1"])  # no other reader: no early answer to favour
+    assert not quick_reader_first(config_from_dict({"readers": {"1.5B": {"cpu_nice": 0}}}))
+    assert not quick_reader_first(config_from_dict({"reader": {"cpu_nice": 10}}))  # the same niceness: shared
+
+
+def test_a_niceness_outside_0_to_19_is_refused():
+    with pytest.raises(ValueError, match="cpu_nice must be 0 to 19"):
+        config_from_dict({"readers": {"1.5B": {"cpu_nice": 20}}})

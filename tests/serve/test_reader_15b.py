@@ -3,7 +3,10 @@ anything loads them (fast, on stand-in slices), and the real model answering (sl
 from __future__ import annotations
 
 import hashlib
+import os
+from dataclasses import replace
 
+import psutil
 import pytest
 
 from serve.engine.models import PACKAGED_MODELS, QWEN_15B, SlicedGGUF, models_dir
@@ -70,10 +73,18 @@ def test_the_real_15b_answers():
         pytest.fail("reader model not prepared: run ./setup.sh --tests (eor models prepare qwen2.5-coder-1.5b)")
     from retrievers.prompts import answer_prompt, clean_answer
     from retrievers.reader import SamplingParams
-    from serve.engine.vllm_engine import VLLMConfig, VLLMEngine
+    from serve.config import config_from_dict, reader_config
+    from serve.engine.priority import child_pids
+    from serve.engine.vllm_engine import VLLMEngine
 
-    engine = VLLMEngine(VLLMConfig(model="qwen2.5-coder-1.5b", max_model_len=2048, enforce_eager=True)).load()
+    settings = replace(reader_config(config_from_dict({}), "1.5B"), max_model_len=2048, enforce_eager=True)
+    before = child_pids()
+    engine = VLLMEngine(settings).load()
     try:
+        # the configured 1.5B yields the cores: every thread of its engine's processes at nice 10
+        ours = child_pids() - before
+        assert ours and {os.getpriority(os.PRIO_PROCESS, t.id) for p in ours for t in psutil.Process(p).threads()} \
+            == {settings.cpu_nice} == {10}
         doc = ("The Mona Lisa is a half-length portrait painting by Italian artist Leonardo da Vinci. "
                "It has been described as the best known work of art in the world.")
         prompts = [engine.format(answer_prompt("who painted the mona lisa", doc)),

@@ -204,3 +204,6 @@ def test_the_early_answer_shares_the_cores_with_the_rest_of_round_one():
     assert early_answer_work(run, ["SE@1", "SE@1~1.5B"]).tolist() == [6.0]  # shorter than the rest: twice its own
     assert early_answer_work(run, ["SE@1", "PK~1.5B"]).tolist() == [5.0]  # the rest ends first: both
     assert early_answer_work(run, ["SE@1~1.5B"]).tolist() == [10.0]  # no early answer: the round itself
+    # its reader has the cores first (the rest's engine niced): as alone, however long the rest reads
+    assert early_answer_work(run, ["SE@1", "SE@1~1.5B"], early_first=True).tolist() == [3.0]
+    assert early_answer_work(run, ["SE@1~1.5B"], early_first=True).tolist() == [10.0]
