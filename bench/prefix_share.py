@@ -7,7 +7,13 @@ only whole blocks, also between prompts it schedules in one step). Per block siz
 truncation form (retrievers/corpus.py: truncate_words), the mean per question of the prompt
 tokens and of the shared ones. No engine starts.
 
+`--read`: the reader answers the round under each truncation form instead (the reader cache
+serves prompts it has seen), and each member's Match is compared between the forms, paired
+(questions only the first form gets right / only the second, sign test), with how many answers
+the cut changed: what the cut costs or gives in answers, on fit questions.
+
     python -m bench.prefix_share --limit 60 --specs "SE@1~1.5B" "SE@2&Wiki@5~1.5B"
+    python -m bench.prefix_share --limit 44 --read
 """
 from __future__ import annotations
 
@@ -41,6 +47,37 @@ def shared_tokens(prompts: Sequence[Sequence[int]], block: int) -> int:
     return total
 
 
+def read(args, questions) -> dict:
+    """Each member's answers under each truncation form, read by the real reader; paired."""
+    from serve.builder import close_engines, make_pool
+    from serve.config import load_config
+    from voter.qa_metrics import match
+    from voter.normalize import normalize_answer
+    from voter.selector import paired_counts, sign_test
+
+    answers: dict[str, dict[str, list[str]]] = {}
+    for form in args.truncation:
+        pool = make_pool(load_config(args.config, {"index": {"name": args.index}, "pool": {"truncation": form}}))
+        try:
+            results = pool.run_round([q.question for q in questions], list(args.specs)).results
+        finally:
+            close_engines(pool)
+        answers[form] = {s: [next(c.answer for c in r.candidates if c.retriever == s) for r in results]
+                         for s in args.specs}
+    first, second = args.truncation[:2]
+    out = {"questions": len(questions), "forms": [first, second], "members": {}}
+    for s in args.specs:
+        right = {f: [match(a, q.answers) for a, q in zip(answers[f][s], questions)] for f in (first, second)}
+        wins, losses = paired_counts(right[first], right[second])
+        out["members"][s] = {
+            "match": {f: round(sum(right[f]) / len(questions), 4) for f in (first, second)},
+            f"only {first} right": wins, f"only {second} right": losses, "sign_test_p": round(sign_test(wins, losses), 4),
+            "answers_changed": sum(normalize_answer(a) != normalize_answer(b)
+                                   for a, b in zip(answers[first][s], answers[second][s]))}
+    print(json.dumps(out, indent=1), flush=True)
+    return out
+
+
 def measure(args) -> list[dict]:
     from retrievers.reader import Generation
     from retrievers.spec import split_reader
@@ -50,6 +87,8 @@ def measure(args) -> list[dict]:
     from serve.offline.dataset import Selection, select_questions
 
     questions = select_questions(Selection(args.questions, None, args.split, args.limit))
+    if args.read:
+        return [read(args, questions)]
     rows = []
     for form in args.truncation:
         pool = make_pool(load_config(args.config, {"index": {"name": args.index}, "pool": {"truncation": form}}))
@@ -84,6 +123,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--specs", nargs="+", default=list(SHIPPED_ROUND_1), help="one round, one reader")
     ap.add_argument("--blocks", nargs="+", type=int, default=[32, 128])
     ap.add_argument("--truncation", nargs="+", default=["own-whitespace", "collapse"])
+    ap.add_argument("--read", action="store_true", help="the reader answers under each form: Match, paired")
     measure(ap.parse_args(argv))
     return 0
 
