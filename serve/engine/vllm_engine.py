@@ -38,8 +38,8 @@ class VLLMConfig:
     enable_prefix_caching: bool = True
     # tokens per KV-cache block, the prefix cache's unit (a shared prefix is reused by whole blocks).
     # 0: 32 on CPU (the smallest its attention supports; vLLM's own default there is 128), vLLM's on GPU.
-    # Measured (docs/notes/2026-11-26-session-26.md): round 1's two 1.5B prompts share 163 tokens a question at 32 against 122
-    # at 128, and the 0.5B computes at the same speed (348 vs 350 tokens/s)
+    # Measured (docs/notes/2026-11-26-session-26.md): round 1's two 1.5B prompts share 221 tokens a
+    # question at 32 against 171 at 128; both readers compute at the same speed at either size
     kv_block_tokens: int = 0
     cpu_threads: str = "auto"  # VLLM_CPU_OMP_THREADS_BIND; auto = all cores
     # VLLM_CPU_KVCACHE_SPACE: 1 GiB holds ~87k tokens of the 0.5B in bf16 (12 KiB each; ~43k in fp32), several
