@@ -35,7 +35,7 @@ def pages(path: str, n: int) -> list[str]:
 async def run(args) -> dict:
     from retrievers.prompts import answer_prompt
     from retrievers.reader import SamplingParams
-    from serve.engine.priority import child_pids, set_nice
+    from serve.engine.priority import child_pids, niceness, set_nice
     from serve.engine.vllm_engine import AsyncVLLMEngine, VLLMConfig
 
     texts = pages(args.corpus, 8 * args.trials + 2)
@@ -55,7 +55,11 @@ async def run(args) -> dict:
         doc = "\n\n".join(base[:2])
         early = small.format(answer_prompt(q, doc))
         pair = [big.format(answer_prompt(q, doc)), big.format(answer_prompt(q, "\n\n".join(base[:6])))]
-        set_nice(big_pids, 0 if mode == "alone" else mode)
+        want = 0 if mode == "alone" else mode
+        set_nice(big_pids, want)
+        if niceness(big_pids) != {want}:
+            raise SystemExit(f"the strong engine's threads could not be set to nice {want} (lowering a niceness "
+                             "needs root or CAP_SYS_NICE): list the higher settings last, or run as root")
         t0 = time.perf_counter()
 
         async def timed(coro):

@@ -30,7 +30,8 @@ def child_pids() -> set[int]:
 
 def set_nice(pids: Iterable[int], nice: int) -> int:
     """Every thread of these processes at `nice`; how many threads were set (a process or
-    thread that ended meanwhile is skipped)."""
+    thread that ended meanwhile is skipped, and so is one whose niceness this process may not
+    lower: that needs root or CAP_SYS_NICE; raising it never does)."""
     if not 0 <= nice <= MAX_NICE:
         raise ValueError(f"niceness must be 0 to {MAX_NICE}, got {nice}")
     done = 0
@@ -46,3 +47,19 @@ def set_nice(pids: Iterable[int], nice: int) -> int:
             except (ProcessLookupError, PermissionError):
                 continue
     return done
+
+
+def niceness(pids: Iterable[int]) -> set[int]:
+    """The niceness of every thread of these processes (those that still run)."""
+    out = set()
+    for pid in pids:
+        try:
+            threads = psutil.Process(pid).threads()
+        except psutil.Error:
+            continue
+        for t in threads:
+            try:
+                out.add(os.getpriority(os.PRIO_PROCESS, t.id))
+            except ProcessLookupError:
+                continue
+    return out

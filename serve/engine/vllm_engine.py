@@ -5,6 +5,7 @@ engine schedules them together; prefix caching on (shared context first pays onc
 """
 from __future__ import annotations
 
+import logging
 import os
 import time
 from dataclasses import dataclass, replace
@@ -18,6 +19,8 @@ from serve.engine.compile_cache import WORKER_EXTENSION, cache_root, compiled_be
 from serve.engine.models import DEFAULT_READER, is_chat_model, resolve_model
 from serve.engine.priority import MAX_NICE, child_pids, set_nice
 
+
+log = logging.getLogger(__name__)
 
 # the KV-cache block on CPU: the smallest the CPU attention takes (multiples of 32), so a shared prefix is
 # reused to within 32 tokens (vLLM's CPU default, 128, loses 64 a prompt on average)
@@ -180,8 +183,9 @@ class VLLMEngine(ReaderEngine):
         nice = self.config.cpu_nice if self.on_cpu else 0
         before = child_pids() if nice else set()
         self._llm = self._start()
-        if nice:  # the processes its start added: its core and workers
-            set_nice(child_pids() - before, nice)
+        if nice and not set_nice(child_pids() - before, nice):  # the processes its start added: core, workers
+            log.warning("reader %s: its engine's processes could not be set to nice %d; they share the cores",
+                        self.config.model, nice)
         if self.on_cpu and self.config.compile_cache and not self.config.enforce_eager:  # its graph is cached now
             mark_compiled(self.start_key, time.perf_counter() - t0)
         return self

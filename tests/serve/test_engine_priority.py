@@ -10,7 +10,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from serve.engine.priority import child_pids, set_nice
+from serve.engine.priority import child_pids, niceness, set_nice
 
 # a process with four threads (the main one and three sleepers)
 THREADED = ("import threading, time\n"
@@ -40,7 +40,7 @@ def threaded():
 def test_every_thread_of_the_process_is_niced(threaded):
     assert threaded.pid in child_pids()
     assert set_nice([threaded.pid], 10) >= 4
-    assert nices(threaded.pid) == {10}
+    assert nices(threaded.pid) == {10} == niceness([threaded.pid])
 
 
 def test_a_process_that_ended_is_skipped_and_a_bad_niceness_refused(threaded):
@@ -71,3 +71,16 @@ def test_an_engine_nices_the_processes_its_start_adds_and_no_others(monkeypatch,
         for p in started:
             p.kill()
             p.wait()
+
+
+def test_an_engine_whose_processes_cannot_be_niced_starts_and_says_so(monkeypatch, caplog):
+    from serve.engine import vllm_engine
+    from serve.engine.vllm_engine import VLLMConfig, VLLMEngine
+
+    monkeypatch.setattr(vllm_engine, "resolve_model", lambda name: Path("/m"))
+    monkeypatch.setattr(vllm_engine, "is_chat_model", lambda path: False)
+    monkeypatch.setattr(vllm_engine, "set_nice", lambda pids, nice: 0)  # e.g. a sandbox that refuses setpriority
+    monkeypatch.setattr(VLLMEngine, "_start", lambda self: object())
+    engine = VLLMEngine(VLLMConfig(device="cpu", dtype="float32", cpu_nice=7, compile_cache=False)).load()
+    assert engine._llm is not None
+    assert "could not be set to nice 7; they share the cores" in caplog.text
