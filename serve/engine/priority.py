@@ -16,7 +16,7 @@ niceness needs no privilege.
 from __future__ import annotations
 
 import os
-from typing import Iterable
+from typing import Iterable, Iterator
 
 import psutil
 
@@ -28,6 +28,16 @@ def child_pids() -> set[int]:
     return {c.pid for c in psutil.Process().children(recursive=True)}
 
 
+def _threads(pids: Iterable[int]) -> Iterator[int]:
+    """The thread ids of these processes (a process that ended meanwhile has none)."""
+    for pid in pids:
+        try:
+            threads = psutil.Process(pid).threads()
+        except psutil.Error:
+            continue
+        yield from (t.id for t in threads)
+
+
 def set_nice(pids: Iterable[int], nice: int) -> int:
     """Every thread of these processes at `nice`; how many threads were set (a process or
     thread that ended meanwhile is skipped, and so is one whose niceness this process may not
@@ -35,31 +45,21 @@ def set_nice(pids: Iterable[int], nice: int) -> int:
     if not 0 <= nice <= MAX_NICE:
         raise ValueError(f"niceness must be 0 to {MAX_NICE}, got {nice}")
     done = 0
-    for pid in pids:
+    for tid in _threads(pids):
         try:
-            threads = psutil.Process(pid).threads()
-        except psutil.Error:
+            os.setpriority(os.PRIO_PROCESS, tid, nice)
+            done += 1
+        except (ProcessLookupError, PermissionError):
             continue
-        for t in threads:
-            try:
-                os.setpriority(os.PRIO_PROCESS, t.id, nice)
-                done += 1
-            except (ProcessLookupError, PermissionError):
-                continue
     return done
 
 
 def niceness(pids: Iterable[int]) -> set[int]:
     """The niceness of every thread of these processes (those that still run)."""
     out = set()
-    for pid in pids:
+    for tid in _threads(pids):
         try:
-            threads = psutil.Process(pid).threads()
-        except psutil.Error:
+            out.add(os.getpriority(os.PRIO_PROCESS, tid))
+        except ProcessLookupError:
             continue
-        for t in threads:
-            try:
-                out.add(os.getpriority(os.PRIO_PROCESS, t.id))
-            except ProcessLookupError:
-                continue
     return out
