@@ -112,7 +112,8 @@ def _fit_adaptive(args, config, pool, selection, scored, metrics, saved, specs=N
     c = fitted.chosen
     priced = ("rounds priced by each reader's measured prefill and decode speed" if fitted.speeds else
               "rounds priced by the run logs' seconds per token (no measured speed for every reader: "
-              "`eor models speed` measures them)") + f", {overhead_s:.2f} s a round beyond it ({overhead_by})"
+              "`eor models speed` measures them)") + f", {overhead_s:.2f} s a round beyond it ({overhead_by})" + \
+        ("; the default reader's early answer as alone (the quick reader first)" if fitted.latency.early_first else "")
     rounds = " | ".join(", ".join(r) for r in c.layout)
     calibrated = f"{method}-calibrated P(right)" if method else "the scorer's raw P(right) (not calibrated)"
     summary = (f"confidence-aware rounds: {rounds}; thresholds {[round(t, 3) for t in c.thresholds]} on "

@@ -145,6 +145,7 @@ def test_fit_adds_the_confidence_aware_rounds_by_default_from_20_questions(tmp_p
                                                                                                "platt-per-round")
     assert fit["tokens_per_s"] > 0 and fit["round_overhead_s"] == 1.0  # never measured here: the default, said so
     assert isinstance(fit["early_answer_first"], bool)  # whether round 1's early answer was priced as alone
+    assert fit["early_answer_first"] == ("(the quick reader first)" in printed)
     assert fit["round_overhead_by"].startswith("the default: never measured") and "1.00 s a round" in printed
     assert sum(lay["chosen"] for lay in fit["layouts"]) == 1 and len(fit["layouts"]) >= 2
     assert all(0 <= lay["cv_match"] <= 1 and lay["latency_s"] > 0 for lay in fit["layouts"])

@@ -208,3 +208,8 @@ def test_the_fit_holds_round_one_to_the_one_retriever_service_and_records_it():
     # longer read: twice its own work (260 of the unit's tokens), over the bound
     assert first[(("SE@1", "SE@1~1.5B"), ("Wiki@10~1.5B",))] == pytest.approx(1.0 + 2 * 0.26, abs=1e-3)
     assert first[(("SE@1",), ("SE@1~1.5B",), ("Wiki@10~1.5B",))] == pytest.approx(bound, abs=1e-3)  # alone
+    # the quick reader first (the 1.5B's engine niced): that early answer as alone, and the file says so
+    quick = fit(first_reply_vs="Wiki@10", early_first=True)
+    assert quick.model.fit["early_answer_first"] is True and held.model.fit["early_answer_first"] is False
+    first = {tuple(map(tuple, f["rounds"])): f["first_reply_s"] for f in quick.model.fit["layouts"]}
+    assert first[(("SE@1", "SE@1~1.5B"), ("Wiki@10~1.5B",))] == pytest.approx(1.0 + 0.26, abs=1e-3)
