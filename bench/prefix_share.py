@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from typing import Sequence
 
@@ -29,12 +30,15 @@ SHIPPED_ROUND_1 = ("SE@1~1.5B", "SE@2&Wiki@5~1.5B")
 
 def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
     """Tokens two token-id lists share from the start."""
-    n = 0
-    for x, y in zip(a, b):
-        if x != y:
-            break
-        n += 1
-    return n
+    return len(os.path.commonprefix([list(a), list(b)]))
+
+
+def round_pool(args, form: str):
+    """The pool of `args.config` over `args.index`, cutting pages in truncation `form`."""
+    from serve.builder import make_pool
+    from serve.config import load_config
+
+    return make_pool(load_config(args.config, {"index": {"name": args.index}, "pool": {"truncation": form}}))
 
 
 def shared_tokens(prompts: Sequence[Sequence[int]], block: int) -> int:
@@ -49,15 +53,14 @@ def shared_tokens(prompts: Sequence[Sequence[int]], block: int) -> int:
 
 def read(args, questions) -> dict:
     """Each member's answers under each truncation form, read by the real reader; paired."""
-    from serve.builder import close_engines, make_pool
-    from serve.config import load_config
+    from serve.builder import close_engines
     from voter.qa_metrics import match
     from voter.normalize import normalize_answer
     from voter.selector import paired_counts, sign_test
 
     answers: dict[str, dict[str, list[str]]] = {}
     for form in args.truncation:
-        pool = make_pool(load_config(args.config, {"index": {"name": args.index}, "pool": {"truncation": form}}))
+        pool = round_pool(args, form)
         try:
             results = pool.run_round([q.question for q in questions], list(args.specs)).results
         finally:
@@ -82,8 +85,6 @@ def measure(args) -> list[dict]:
     from retrievers.reader import Generation
     from retrievers.spec import split_reader
     from retrievers.types import ReaderTokens
-    from serve.builder import make_pool
-    from serve.config import load_config
     from serve.offline.dataset import Selection, select_questions
 
     questions = select_questions(Selection(args.questions, None, args.split, args.limit))
@@ -91,7 +92,7 @@ def measure(args) -> list[dict]:
         return [read(args, questions)]
     rows = []
     for form in args.truncation:
-        pool = make_pool(load_config(args.config, {"index": {"name": args.index}, "pool": {"truncation": form}}))
+        pool = round_pool(args, form)
         seen: list = []
 
         def stand_in(readers, prompts, params, seen=seen):

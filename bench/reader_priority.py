@@ -13,23 +13,18 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import itertools
 import json
 import sys
 import time
 
-from bench.common import DEFAULT_CORPUS
+from bench.common import DEFAULT_CORPUS, read_corpus
 
 
 def pages(path: str, n: int) -> list[str]:
-    out = []
-    with open(path, encoding="utf-8") as f:
-        for line in f:
-            r = json.loads(line)
-            if len(r["text"].split()) > 80:
-                out.append(f"{r['title']}\n{r['text']}")
-            if len(out) >= n:
-                break
-    return out
+    """The first `n` corpus records of more than 80 words, each as a page (title, then text)."""
+    long = (r for r in read_corpus(path).values() if len(r["text"].split()) > 80)
+    return [f"{r['title']}\n{r['text']}" for r in itertools.islice(long, n)]
 
 
 async def run(args) -> dict:

@@ -3,10 +3,8 @@ anything loads them (fast, on stand-in slices), and the real model answering (sl
 from __future__ import annotations
 
 import hashlib
-import os
 from dataclasses import replace
 
-import psutil
 import pytest
 
 from serve.engine.models import PACKAGED_MODELS, QWEN_15B, SlicedGGUF, models_dir
@@ -74,7 +72,7 @@ def test_the_real_15b_answers():
     from retrievers.prompts import answer_prompt, clean_answer
     from retrievers.reader import SamplingParams
     from serve.config import config_from_dict, reader_config
-    from serve.engine.priority import child_pids
+    from serve.engine.priority import child_pids, niceness
     from serve.engine.vllm_engine import VLLMEngine
 
     settings = replace(reader_config(config_from_dict({}), "1.5B"), max_model_len=2048, enforce_eager=True)
@@ -83,8 +81,7 @@ def test_the_real_15b_answers():
     try:
         # the configured 1.5B yields the cores: every thread of its engine's processes at nice 10
         ours = child_pids() - before
-        assert ours and {os.getpriority(os.PRIO_PROCESS, t.id) for p in ours for t in psutil.Process(p).threads()} \
-            == {settings.cpu_nice} == {10}
+        assert ours and niceness(ours) == {settings.cpu_nice} == {10}
         doc = ("The Mona Lisa is a half-length portrait painting by Italian artist Leonardo da Vinci. "
                "It has been described as the best known work of art in the world.")
         prompts = [engine.format(answer_prompt("who painted the mona lisa", doc)),
