@@ -4,6 +4,8 @@
 #   EOR_FROM=420 EOR_SPLITS=eval bench/grow_runs.sh 40 500  (start at 420, skipping the steps already in the log)
 #   EOR_CONFIG=deploy/eor-15b.yaml EOR_SPLITS=eval bench/grow_runs.sh 40 380      (the 1.5B's part only)
 #   EOR_CONFIG=deploy/eor-paper16.yaml EOR_SPLITS=eval bench/grow_runs.sh 40 380  (the 0.5B's 16 only)
+#   EOR_BATCH=16 ...   questions per pool run (default: eor run's); a larger batch shares the long-form
+#                      reads' (PK, @CP) last decode steps, where a batch waits for its longest
 # Each step runs the whole pool (the default: the paper's 16 through the 0.5B and 7 through the
 # 1.5B; EOR_CONFIG names another; EOR_MODELS runs it once per listed model as the default reader,
 # the `~NAME` members staying on their own reader)
@@ -26,7 +28,7 @@ for ((n = ${EOR_FROM:-$step}; n <= max; n += step)); do
     for model in "${models[@]:-}"; do
       echo "$(date -u +%FT%TZ) $split --limit $n ${model:-(shipped reader)}"
       .venv/bin/eor run --questions "$questions" --split "$split" --limit "$n" --index shared --no-progress --json \
-        ${model:+--model "$model"} ${EOR_CONFIG:+--config "$EOR_CONFIG"} \
+        ${model:+--model "$model"} ${EOR_CONFIG:+--config "$EOR_CONFIG"} ${EOR_BATCH:+--batch-size "$EOR_BATCH"} \
         || { echo "step failed (exit $?); its finished questions are kept, the next step retries the rest"; sleep 30; }
     done
   done

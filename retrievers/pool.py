@@ -124,6 +124,16 @@ class RetrieverPool:
         specs = tuple(split_reader(s)[0] for s, p in self.plans.items() if p.reader == reader)
         return RetrieverPool(replace(self.config, specs=specs), self.sources, self.reranker, self.readers[reader])
 
+    def subset(self, specs: Sequence[str]) -> "RetrieverPool":
+        """These members only (as this pool names them), over the same sources and readers: one
+        round of a cascade read on its own, with a run log of its own (serve/offline/cascade_reads.py)."""
+        missing = [s for s in specs if s not in self.plans]
+        if missing:
+            raise KeyError(f"retriever(s) {missing} not in the pool; pool: {', '.join(self.plans)}")
+        readers = {k: v for k, v in self.readers.items() if k != DEFAULT_READER_NAME}
+        return RetrieverPool(replace(self.config, specs=tuple(s for s in self.plans if s in set(specs))), self.sources,
+                             self.reranker, self.reader, readers)
+
     @property
     def specs(self) -> list[str]:
         return list(self.plans)

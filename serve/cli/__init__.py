@@ -152,6 +152,11 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--out-dir", help=f"where eval.json and the PNGs go (default: $EOR_HOME/{DEFAULT_EVAL_DIR})")
     e.add_argument("--baseline", help="a pool member EoR is paired with beside the best single picked after the "
                    "fact (default: the fit split's best single where the voter file records it: eor fit writes it)")
+    e.add_argument("--reads", choices=("pool", "cascade"), default="pool",
+                   help="pool: every member on every question (every row); cascade: only what the voter's rounds "
+                        "read, as the service does (round 1 and the baseline for every question, a later round "
+                        "for the questions sent there): a fraction of the reader time, rows for EoR, the "
+                        "baseline and round 1's members only")
     common(e)
     e.set_defaults(func=cmd_eval)
 

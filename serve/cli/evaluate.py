@@ -6,7 +6,7 @@ from pathlib import Path
 
 from serve.cli.common import DEFAULT_EVAL_DIR, _config, voter_choice
 from serve.cli.fit import _warn_overlap
-from serve.cli.runs import _run_pool, _selection
+from serve.cli.runs import _read_cascade, _run_pool, _selection
 
 
 def cmd_eval(args) -> int:
@@ -14,8 +14,9 @@ def cmd_eval(args) -> int:
     from serve.offline.dataset import select_questions
     import math
 
-    from serve.offline.evaluation import (confidence_report, evaluate, format_confidence, format_table, per_system,
-                                          replay_ensembles, report_dict)
+    from serve.offline.cascade_reads import round_members
+    from serve.offline.evaluation import (cascade_stops, confidence_report, evaluate, format_confidence, format_table,
+                                          per_system, replay_ensembles, report_dict)
     from serve.paths import eor_home
     from serve.offline.plots import cost_accuracy_plot, reliability_plot, rwr_heatmap, safe_name, weights_plot
     from voter.question_vote import build_metrics
@@ -29,21 +30,34 @@ def cmd_eval(args) -> int:
     choice = voter_choice(args, pool, config=config)  # a wrong voter file fails before any work
     saved, options, source = choice.saved, choice.options, choice.source
     _warn_overlap(saved, selection)
-    scored, _ = _run_pool(args, config, pool, selection, questions)
-    runs = replay_ensembles(scored, saved, build_metrics(options, pool.reader))
     baseline = args.baseline or saved.provenance.extra.get("best_single")  # the fit split's (eor fit records it)
-    reports = evaluate(scored, runs.answers, pool.specs, runs.tokens,
-                       baseline=baseline if baseline in pool.specs else None)
+    baseline = baseline if baseline in pool.specs else None
+    metrics = build_metrics(options, pool.reader)
+    whole_pool = args.reads == "pool"
+    if whole_pool:
+        scored, _ = _run_pool(args, config, pool, selection, questions)
+        singles, read_by_round = pool.specs, None
+    else:
+        if saved.adaptive is None:
+            raise ValueError(f"--reads cascade needs a voter with rounds (eor-voter/3 or later); {choice.describe()} "
+                             "has none: read the whole pool (the default)")
+        rounds = round_members(saved.adaptive.layout, [baseline] if baseline else [])
+        scored, read_by_round = _read_cascade(args, config, pool, selection, questions, rounds,
+                                              lambda so_far: cascade_stops(so_far, saved, metrics))
+        singles = [s for s in pool.specs if s in rounds[0]]  # the members every question read
+    runs = replay_ensembles(scored, saved, metrics, whole_pool=whole_pool)
+    reports = evaluate(scored, runs.answers, singles, runs.tokens, baseline=baseline)
     out_dir = Path(args.out_dir) if args.out_dir else eor_home() / DEFAULT_EVAL_DIR
     out_dir.mkdir(parents=True, exist_ok=True)
     plots = [str(rwr_heatmap(r.rwr, r.rwr_labels, f"RWR, {r.dataset} (n={r.n}, Match)",
                              out_dir / f"rwr_{safe_name(r.dataset)}.png")) for r in reports]
     plots.append(str(weights_plot(saved, f"retriever weights ({source})", out_dir / "retriever_weights.png")))
     whole = reports[-1]
-    singles = {s: (whole.systems[s].tokens.computed, whole.systems[s].match)
-               for s in pool.specs if whole.systems[s].tokens is not None}
-    plots.append(str(cost_accuracy_plot(runs.sweep, singles, f"adaptive EoR, {whole.dataset} (n={whole.n})",
-                                        out_dir / "match_vs_tokens.png")))
+    costs = {s: (whole.systems[s].tokens.computed, whole.systems[s].match)
+             for s in singles if whole.systems[s].tokens is not None}
+    if runs.sweep:
+        plots.append(str(cost_accuracy_plot(runs.sweep, costs, f"adaptive EoR, {whole.dataset} (n={whole.n})",
+                                            out_dir / "match_vs_tokens.png")))
     sure = confidence_report(scored, runs, whole.best_single)
     if sure["ece"] is not None:
         plots.append(str(reliability_plot(sure["reliability"], sure["ece"],
@@ -54,12 +68,13 @@ def cmd_eval(args) -> int:
     doc["reader"] = pool.reader.model_id
     doc["readers"] = {name: r.model_id for name, r in pool.readers.items()}
     doc["pool_seconds_per_question"] = args.seconds_per_question
+    doc["reads"] = {"what": args.reads, "questions_per_round": read_by_round}  # read_by_round: None, every round all
     doc["confidence"] = sure
     if len(reports) > 1:  # each dataset's own reliability and risk-coverage (NQ's is issue 36's figure)
         doc["confidence_by_dataset"] = {r.dataset: confidence_report(
             scored, runs, r.best_single, [i for i, (q, _) in enumerate(scored) if q.dataset == r.dataset])
             for r in reports[:-1]}
-    systems = per_system(scored, runs, pool.specs)  # words per answer and tokens per reader of each system
+    systems = per_system(scored, runs, singles)  # words per answer and tokens per reader of each system
     doc["words_per_answer"] = systems["EoR"]["words_per_answer"]
     doc["systems"] = systems
     mean_rounds = sum((k + 1) * rate for k, rate in enumerate(runs.stop_rate))
@@ -77,9 +92,13 @@ def cmd_eval(args) -> int:
         print("adaptive EoR stops after stage: " + ", ".join(
             f"{k + 1} ({'+'.join(st)}) {rate:.0%}" for k, (st, rate) in enumerate(zip(runs.stages, runs.stop_rate)))
               + f"; {mean_rounds:.2f} rounds per question")
-        print("threshold sweep (scale: Match, tokens computed per question): " + "; ".join(
-            f"{'inf' if not math.isfinite(p['scale']) else format(p['scale'], 'g')}: {p['match']:.3f}, "
-            f"{p['computed_tokens']:.0f}" for p in runs.sweep))
+        if runs.sweep:
+            print("threshold sweep (scale: Match, tokens computed per question): " + "; ".join(
+                f"{'inf' if not math.isfinite(p['scale']) else format(p['scale'], 'g')}: {p['match']:.3f}, "
+                f"{p['computed_tokens']:.0f}" for p in runs.sweep))
+        else:
+            print("read as the cascade reads: questions reading each round " + ", ".join(map(str, read_by_round))
+                  + " (no threshold sweep, no EoR pruned or EoR-all rows: what they need was not read)")
         print(format_confidence(sure))
         print("words per answer, reader tokens computed per question (by reader): " + "; ".join(
             f"{n} {systems[n]['words_per_answer']}, {systems[n]['tokens_by_reader']}"

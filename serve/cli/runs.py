@@ -37,6 +37,25 @@ def _run_pool(args, config, pool, selection, questions):
     return scored, time.perf_counter() - t
 
 
+def _read_cascade(args, config, pool, selection, questions, rounds, stops):
+    """As _run_pool, but only what the cascade reads (serve/offline/cascade_reads.py): (question,
+    result) pairs with the rounds each question reached, and how many questions read each round."""
+    from serve.cli.console import Console
+    from serve.builder import close_engines
+    from serve.offline.cascade_reads import read_cascade
+
+    with Console(verbose=args.verbose) as con:
+        try:
+            scored, counts = read_cascade(pool, config, selection.path, questions, rounds, stops, args.batch_size,
+                                          progress=not args.no_progress, stream=con.out)
+        finally:
+            close_engines(pool)
+    if not scored:
+        raise ValueError("the pool accepted none of the selected questions")
+    args.seconds_per_question = None  # a round's run log times only the questions that reached it
+    return scored, counts
+
+
 def cmd_run(args) -> int:
     """Only the pool over the selected questions, into the run log (resumable, no vote): how a
     long fit/eval run grows by steps in the background; `eor fit` / `eor eval` reuse it."""

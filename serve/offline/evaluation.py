@@ -258,9 +258,23 @@ def per_system(scored: Scored, runs: EnsembleRuns, pool: Sequence[str]) -> dict[
 SWEEP_SCALES = (0.0, 0.25, 0.5, 0.75, 1.0, 1.5, 2.0, 4.0, math.inf)
 
 
-def replay_confident(scored: Scored, saved: SavedWeights, metrics: Sequence[Any]) -> EnsembleRuns:
+def cascade_stops(scored: Scored, saved: SavedWeights, metrics: Sequence[Any]) -> list[int]:
+    """The round (0-based) a confidence-aware voter stops after on each question, from what was
+    read (serve/offline/cascade_reads.py: its rounds read as the service reads them)."""
+    from serve.offline.adaptive import equal_vote, pool_run
+    from voter.adaptive import apply_model
+
+    pool = list(saved.pool)
+    run = pool_run(scored, pool, metrics, equal_vote(pool, saved.metrics, saved.pooling))
+    return [int(k) for k in apply_model(run, saved.adaptive).stop]
+
+
+def replay_confident(scored: Scored, saved: SavedWeights, metrics: Sequence[Any],
+                     whole_pool: bool = True) -> EnsembleRuns:
     """The ensembles of a confidence-aware voter (eor-voter/3): EoR is its rounds with the
-    scorer's stop rule, pruned EoR every round, EoR-16 the equal-weights vote over all 16."""
+    scorer's stop rule, pruned EoR every round, EoR-16 the equal-weights vote over all 16.
+    `whole_pool` False (only the rounds each question reached were read: `eor eval --reads
+    cascade`): EoR alone, and no threshold sweep (a lower threshold reads what was not read)."""
     from serve.offline.adaptive import equal_vote, pool_run
     from voter.adaptive import apply_model
 
@@ -276,6 +290,12 @@ def replay_confident(scored: Scored, saved: SavedWeights, metrics: Sequence[Any]
         return answers, [r.reader_tokens(upto[k]) for r, k in zip(results, out.stop)], out
     answers, tokens = {}, {}
     answers[EOR], tokens[EOR], out = replay(model.thresholds)
+    stop = out.stop
+    rates = [float((stop == k).mean()) for k in range(len(model.layout))]
+    confidence = [float(c) if w >= 0 else None for c, w in zip(out.confidence, out.picked)]
+    if not whole_pool:
+        return EnsembleRuns(answers, tokens, rates, [list(r) for r in model.layout], [], confidence,
+                            saved.confidence_kind, {EOR: [upto[k] for k in out.stop]})
     answers[EOR_PRUNED], tokens[EOR_PRUNED], _ = replay([math.inf] * len(model.thresholds))
     win = equal_weights_voter(saved).predict((run.sim, run.mask))
     answers[EOR_ALL] = [(run.answers[i][w] or "") if w >= 0 else "" for i, w in enumerate(win)]
@@ -287,9 +307,6 @@ def replay_confident(scored: Scored, saved: SavedWeights, metrics: Sequence[Any]
         a, t, _ = replay(tau)
         sweep.append({"scale": scale, "match": float(np.mean([match(x, g) for x, g in zip(a, golds)])) if golds else 0.0,
                       "computed_tokens": float(np.mean([x.computed for x in t])) if t else 0.0})
-    stop = out.stop
-    rates = [float((stop == k).mean()) for k in range(len(model.layout))]
-    confidence = [float(c) if w >= 0 else None for c, w in zip(out.confidence, out.picked)]
     ran = {EOR: [upto[k] for k in out.stop], EOR_PRUNED: [upto[-1]] * len(results), EOR_ALL: [set(pool)] * len(results)}
     return EnsembleRuns(answers, tokens, rates, [list(r) for r in model.layout], sweep, confidence,
                         saved.confidence_kind, ran)
@@ -301,12 +318,17 @@ def equal_weights_voter(saved: SavedWeights):
     return equal_weights(list(saved.pool), saved.metrics, saved.pooling).voter()
 
 
-def replay_ensembles(scored: Scored, saved: SavedWeights, metrics: Sequence[Any]) -> EnsembleRuns:
+def replay_ensembles(scored: Scored, saved: SavedWeights, metrics: Sequence[Any],
+                     whole_pool: bool = True) -> EnsembleRuns:
+    """`whole_pool` False: only the rounds each question reached were read (a confidence-aware
+    voter's cascade: replay_confident)."""
     from voter.question_vote import equal_weights, similarity_inputs
     from voter.cascade import build_trace, evaluate_rule, stop_stages
 
     if saved.adaptive is not None:
-        return replay_confident(scored, saved, metrics)
+        return replay_confident(scored, saved, metrics, whole_pool)
+    if not whole_pool:
+        raise ValueError("only a confidence-aware voter (eor-voter/3 or later) reads its rounds alone")
     results = [r for _, r in scored]
     pool = list(saved.pool)
     grid = answer_grid(results, pool)

@@ -82,6 +82,13 @@ class FakePool:
         part.reader = self.readers[reader]
         return part
 
+    def subset(self, specs: Sequence[str]) -> "FakePool":
+        """As RetrieverPool.subset: these members only, the same readers."""
+        sub = type(self)([s for s in self.specs if s in set(specs)], self.answers, self.fail_after)
+        sub.reader, sub.other_readers = self.reader, self.other_readers
+        sub.calls, sub.spec_calls = self.calls, self.spec_calls  # what every round read, in one place
+        return sub
+
     def load(self) -> "FakePool":
         self.loads += 1
         return self

@@ -302,3 +302,51 @@ def test_eval_replays_the_calibrator_the_voter_ships_with(tmp_path, eor_home, us
     answers = (0.0, -0.1, -0.1, -0.3, -0.5, -0.7, -0.7, -0.9)  # s1 .. s8's log-probs, as above
     assert total == pytest.approx(sum(cal[lp] for lp in answers), abs=1e-5)
     assert abs(total - sum(raw[lp] for lp in answers)) > 0.3  # not the raw P
+
+
+def test_reading_only_the_cascades_rounds_gives_the_whole_pools_eor(tmp_path, eor_home, use_pool, capsys):
+    """`--reads cascade`: round 1 (SE@1) for every question, round 2 only for the six whose P(right)
+    after round 1 is under 0.8 (s1 and s2 stop: SE@1's log-probs 0.0 and -0.1 give 0.924 and
+    0.881); EoR's answers, P(right) and rounds are those of reading the whole pool."""
+    from voter.adaptive import AdaptiveModel
+    from voter.calibration import Calibrator
+    from voter.question_vote import equal_weights
+    from tests.voter.conftest import logprob_scorer
+    from voter.weights_io import Provenance, SavedWeights, save_weights
+
+    qfile = write_questions(tmp_path / "sure.jsonl", [{"qid": q[:-1], "dataset": "c", "question": q, "answers": [g]}
+                                                      for q, (g, _) in SURE.items()])
+    base = equal_weights(SPECS, ["em"])
+    saved = SavedWeights(base.pool, base.metrics, base.pooling, base.threshold, base.weights,
+                         Provenance("other.jsonl", 10, "r", 0.5),
+                         adaptive=AdaptiveModel((("SE@1",), ("Wiki@10", "ReFree")), logprob_scorer(SPECS), (0.8,),
+                                                Calibrator.from_dict({"method": "platt", "a": 1.0, "b": 0.0})))
+    voter = save_weights(tmp_path / "v.json", saved)
+    answers = lambda q: {s: (a if isinstance(a, Exception) else a[0]) for s, a in SURE[q][1].items()}  # noqa: E731
+    use_pool(LoggedPool(SPECS, answers))
+    whole = run_eval(capsys, "--questions", str(qfile), "--out-dir", str(tmp_path / "a"), "--weights", str(voter))
+    pool = LoggedPool(SPECS, answers)
+    use_pool(pool)
+    read = run_eval(capsys, "--questions", str(qfile), "--out-dir", str(tmp_path / "b"), "--weights", str(voter),
+                    "--reads", "cascade", "--baseline", "ReFree")
+    assert read["reads"] == {"what": "cascade", "questions_per_round": [8, 6]}
+    assert pool.spec_calls == [["SE@1", "ReFree"]] * 2 + [["Wiki@10"]] * 2  # batches of 4: s3-s6, s7-s8
+    assert [len(c) for c in pool.calls] == [4, 4, 4, 2]
+    assert read["cascade"]["stop_rate"] == whole["cascade"]["stop_rate"] == [0.25, 0.75]
+    got, want = read["datasets"]["c"]["systems"], whole["datasets"]["c"]["systems"]
+    assert list(got) == ["EoR", "SE@1", "ReFree"]  # the members every question read
+    for system in ("EoR", "SE@1"):  # (MRLR is over the singles beside it: fewer here)
+        assert {k: got[system][k] for k in ("em", "f1", "match")} == {k: want[system][k] for k in ("em", "f1", "match")}
+    assert read["confidence"]["ece"] == whole["confidence"]["ece"] and read["confidence"]["reliability"] == \
+        whole["confidence"]["reliability"]
+    assert read["systems"]["EoR"]["words_per_answer"] == whole["systems"]["EoR"]["words_per_answer"]
+    assert read["datasets"]["c"]["baseline"] == "ReFree" and "threshold_sweep" in read["cascade"]
+
+
+def test_reading_the_cascade_needs_a_voter_with_rounds(qfile, tmp_path, eor_home, use_pool, capsys):
+    use_pool(FakePool(SPECS, answers))
+    rc = main(["eval", "--questions", str(qfile), "--split", "all", "--metrics", "em", "--no-progress",
+               "--equal-weights", "--reads", "cascade", "--out-dir", str(tmp_path / "r")])
+    err = capsys.readouterr().err
+    assert rc != 0 and "--reads cascade needs a voter with rounds" in err and "Traceback" not in err
+    assert len(err.strip().splitlines()) == 1
