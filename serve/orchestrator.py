@@ -26,7 +26,7 @@ from retrievers.spec import parse_spec
 from retrievers.types import Failure, Passage, QuestionResult
 from serve.deadline import Deadline
 from serve.ensemble import EnsembleAnswer, OnProvisional, VoteDeadline, answer_async, joined
-from voter.cascade import Cascade, early_members
+from voter.cascade import Cascade, early_cascade, early_members
 from voter.decision import Decision
 
 # (results so far, the cascade being run, its 0-based stage) -> the voter's decisions (voter/decision.py)
@@ -118,8 +118,8 @@ class AskRounds:
         return await answer_async(self.questions, self.cascade, self._round, self._vote, on_stage, time_left,
                                   on_provisional)
 
-    async def _vote(self, results: list[QuestionResult], stage: int) -> list[Decision]:
-        return await self.crew.decide(results, self.cascade, stage,
+    async def _vote(self, results: list[QuestionResult], stage: int, cascade: Cascade | None = None) -> list[Decision]:
+        return await self.crew.decide(results, cascade or self.cascade, stage,
                                       None if self.deadline is None else self.deadline.at_least(self.reserve))
 
     async def _round(self, open_: list[int], specs: list[str]) -> list[QuestionResult]:
@@ -142,7 +142,7 @@ class AskRounds:
 
     async def _early_answer(self, open_: list[int], results: list[QuestionResult]) -> None:
         try:
-            decisions = await self._vote(results, 0)
+            decisions = await self._vote(results, 0, early_cascade(self.cascade))  # its own P line
         except VoteDeadline:  # no early answer; the round's own vote still runs
             return
         if self._on_provisional is not None:

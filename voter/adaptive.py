@@ -22,7 +22,7 @@ from typing import Any, Callable, Iterable, Sequence
 import numpy as np
 
 from retrievers.spec import parse_spec, split_reader
-from voter.calibration import Calibrator, expected_calibration_error, fit_calibrator
+from voter.calibration import EARLY, Calibrator, expected_calibration_error, fit_calibrator
 from voter.cascade import Cascade, early_members, stop_stages
 from voter.selector import (AnswerScorer, RoundTrace, RoundView, candidate_features, evaluate_stop,
                             feature_names, fit_stop_thresholds, frontier)
@@ -80,6 +80,13 @@ class LatencyModel:
         return rounds * self.round_overhead_s + tokens / self.tokens_per_s
 
 
+def _views(run: PoolRun, cols: np.ndarray) -> list[RoundView]:
+    """Each question's view once the members `cols` marks have answered."""
+    scores = run.vote(run.sim, run.mask & cols[None, :])
+    return [RoundView(tuple(a if cols[m] else None for m, a in enumerate(run.answers[i])),
+                      tuple(float(x) for x in scores[i]), tuple(run.logprobs[i])) for i in range(len(run))]
+
+
 def round_views(run: PoolRun, layout: Layout) -> tuple[list[list[RoundView]], np.ndarray, np.ndarray]:
     """(views [N][R], tokens [N, R], rounds [N, R]): each question after each round, and what
     it cost so far."""
@@ -92,13 +99,26 @@ def round_views(run: PoolRun, layout: Layout) -> tuple[list[list[RoundView]], np
     for k, rnd in enumerate(layout):
         cols[[index[s] for s in rnd]] = True
         ran.append(frozenset(rnd))
-        scores = run.vote(run.sim, run.mask & cols[None, :])
-        for i in range(n):
-            answers = tuple(a if cols[m] else None for m, a in enumerate(run.answers[i]))
-            views[i][k] = RoundView(answers, tuple(float(x) for x in scores[i]), tuple(run.logprobs[i]))
+        for i, view in enumerate(_views(run, cols)):
+            views[i][k] = view
             tokens[i, k] = run.cost(i, tuple(ran))
     rounds = np.broadcast_to(np.arange(1, r + 1, dtype=np.float64), (n, r)).copy()
     return views, tokens, rounds
+
+
+def early_view(layout: Layout) -> tuple[str, ...] | None:
+    """Round 1's early answer's members (voter/cascade.py: early_members) where they are not the
+    whole round: a stream's first reply, read before the rest; None where round 1 has none."""
+    if not layout:
+        return None
+    early = early_members(layout[0])
+    return early if set(early) < set(layout[0]) else None
+
+
+def early_views(run: PoolRun, members: Sequence[str]) -> list[list[RoundView]]:
+    """[N][1]: each question's view after the early members alone (as `picks` takes views)."""
+    cols = np.isin(np.array(run.pool, dtype=object), list(members))
+    return [[v] for v in _views(run, cols)]
 
 
 def training_rows(views: list[list[RoundView]], right: np.ndarray, pool: Sequence[str],
@@ -155,6 +175,7 @@ class LayoutFit:
     calibrator: Calibrator | None = None  # None: the stop rule and the caller read the scorer's raw P
     cv_ece: float = math.nan  # ECE (10 bins) of the answers delivered, on questions neither scorer nor calibrator saw
     first_reply_s: float = math.nan  # expected seconds to a stream's first reply (round 1's early answer)
+    cv_ece_early: float = math.nan  # the same for round 1's early answer (NaN: round 1 has none)
 
 
 def fit_layout(run: PoolRun, layout: Layout, latency: LatencyModel, folds: int = CV_FOLDS, C: float = SCORER_C,
@@ -163,23 +184,49 @@ def fit_layout(run: PoolRun, layout: Layout, latency: LatencyModel, folds: int =
     scores), calibrated when `calibration` names a method, then the cheapest-latency thresholds
     on it within `tolerance` of running every round."""
     views, tokens, rounds = round_views(run, layout)
+    early = early_view(layout)
+    firsts = early_views(run, early) if early else None  # round 1's early answer: P on a line of its own
     n, r = len(run), len(layout)
     p, ok = np.zeros((n, r)), np.zeros((n, r))
+    p_early, ok_early = np.zeros((n, 1)), np.zeros((n, 1))
     for test in folds_by_question(n, min(folds, n), seed):
         train = np.setdiff1d(np.arange(n), test)
         scorer = AnswerScorer(C).fit(*training_rows(views, run.right, run.pool, train))
         p[test], ok[test], _ = picks(views, run.right, run.pool, scorer, test)
+        if firsts is not None:
+            p_early[test], ok_early[test], _ = picks(firsts, run.right, run.pool, scorer, test)
     cost = np.vectorize(latency.seconds)(rounds, tokens)
-    calibrator = fit_calibrator(p, ok, calibration) if calibration else None
+    first = (p_early[:, 0], ok_early[:, 0]) if firsts is not None else None
+    calibrator = fit_calibrator(p, ok, calibration, first) if calibration else None
     trace = RoundTrace(calibrator.predict_rounds(p) if calibrator else p, ok, cost)
     tau = fit_stop_thresholds(trace, tolerance)
     ece = delivered_ece(RoundTrace(p, ok, cost), calibration, tolerance, folds, seed)
+    ece_early = early_ece(p, ok, *first, calibration, folds, seed) if first is not None else math.nan
     acc, lat, stop = evaluate_stop(trace, tau)
     rows = np.arange(n)
     first_reply = float(np.mean(latency.seconds(1, early_answer_work(run, layout[0], latency.early_first))))
     return LayoutFit(layout, tau, acc, float(ok[:, -1].mean()), float(tokens[rows, stop].mean()),
                      float(rounds[rows, stop].mean()), lat, float((stop == 0).mean()), frontier(trace),
-                     calibrator, ece, first_reply)
+                     calibrator, ece, first_reply, ece_early)
+
+
+def early_ece(p: np.ndarray, right: np.ndarray, p_early: np.ndarray, right_early: np.ndarray,
+              calibration: str | None, folds: int = CV_FOLDS, seed: int = CV_SEED) -> float:
+    """ECE (10 bins) of round 1's early answers' P as a stream's first reply carries it: per fold,
+    the calibrator fitted on the other questions' out-of-fold P (the rounds' [N, R] and the early
+    answers' [N]), applied to these questions' early answers."""
+    n = len(p_early)
+    if n < 2:
+        return math.nan
+    conf = np.zeros(n)
+    for test in folds_by_question(n, min(folds, n), seed):
+        train = np.setdiff1d(np.arange(n), test)
+        if calibration is None:
+            conf[test] = p_early[test]
+            continue
+        cal = fit_calibrator(p[train], right[train], calibration, (p_early[train], right_early[train]))
+        conf[test] = cal.predict(p_early[test], EARLY)
+    return expected_calibration_error(conf, right_early)
 
 
 def delivered_ece(raw: RoundTrace, calibration: str | None, tolerance: float = 0.005, folds: int = CV_FOLDS,
@@ -247,11 +294,15 @@ class AdaptiveModel:
         """[N, R] P per question and round -> their confidences."""
         return p if self.calibrator is None else self.calibrator.predict_rounds(p)
 
-    def stage_of(self, members: Iterable[str]) -> int | None:
+    def stage_of(self, members: Iterable[str]) -> int | str | None:
         """The round whose answer a vote after asking `members` is: the first k whose rounds 1..k
-        hold them all (the voter's own rounds 1..k: k; round 1's early answer: round 1). None: a
-        member no round holds (a caller's own retrievers from outside the layout)."""
+        hold them all (the voter's own rounds 1..k: k); round 1's early answer: EARLY (its own
+        calibration line, else round 1's). None: a member no round holds (a caller's own
+        retrievers from outside the layout)."""
         ran, have = set(members), set()
+        early = early_view(self.layout)
+        if early is not None and ran == set(early):
+            return EARLY
         for k, rnd in enumerate(self.layout):
             have |= set(rnd)
             if ran <= have:
@@ -304,7 +355,9 @@ def fit_record(chosen: LayoutFit, layouts: Sequence[LayoutFit], latency: Latency
             "layouts": [{"rounds": [list(x) for x in f.layout], "chosen": f is chosen, "cv_match": r(f.cv_accuracy),
                          "cv_match_all_rounds": r(f.cv_all_rounds), "latency_s": r(f.latency_s),
                          "tokens": r(f.tokens), "rounds_run": r(f.rounds), "first_round_share": r(f.first_round_share),
-                         "cv_ece": r(f.cv_ece), "first_reply_s": r(f.first_reply_s)} for f in layouts]}
+                         "cv_ece": r(f.cv_ece), "first_reply_s": r(f.first_reply_s),
+                         **({"cv_ece_early": r(f.cv_ece_early)} if math.isfinite(f.cv_ece_early) else {})}
+                        for f in layouts]}
 
 
 def fit_model(run: PoolRun, fit: LayoutFit, C: float = SCORER_C, record: dict[str, Any] | None = None) -> AdaptiveModel:

@@ -12,7 +12,10 @@ against whether each pick was right:
   average over every round's picks but off on the answers the caller gets, which the stop rule
   draws from different rounds (fit split, nested CV, session 23: delivered-answer ECE 0.04
   against 0.09). Strictly increasing within a round, so it never changes which round a question
-  stops after. Its pooled line calibrates a set of members that is none of the rounds.
+  stops after. Its pooled line calibrates a set of members that is none of the rounds; its
+  `early` line, where the fit gives one, round 1's early answer (voter/cascade.py: early_members,
+  a stream's first reply, read before the rest of round 1: its P is the scorer's on a smaller
+  vote than round 1's, and means another chance); a file without one reads round 1's line there.
 - `platt`: one line for every round.
 - `isotonic`: a non-decreasing step function (scikit-learn's IsotonicRegression); more
   flexible, wants more fit questions, and its flat steps can merge neighbouring P values.
@@ -30,6 +33,7 @@ import numpy as np
 METHODS = ("platt-per-round", "platt", "isotonic")
 DEFAULT_METHOD = "platt-per-round"
 ECE_BINS = 10
+EARLY = "early"  # the stage of round 1's early answer (Calibrator.predict)
 COVERAGES = (1.0, 0.8, 0.5, 0.2)
 _EPS = 1e-6
 
@@ -73,9 +77,16 @@ class Calibrator:
             raise ValueError(f"calibration method must be one of {METHODS}, got {method!r}")
         self.method = method
 
-    def fit(self, p: Sequence[float] | np.ndarray, right: Sequence[float] | np.ndarray) -> "Calibrator":
+    def fit(self, p: Sequence[float] | np.ndarray, right: Sequence[float] | np.ndarray,
+            early: tuple[Sequence[float], Sequence[float]] | None = None) -> "Calibrator":
         """`p` and `right`: [N] answers, or [N, R] (question, round): per round for
-        `platt-per-round` (which needs the rounds), pooled for the others."""
+        `platt-per-round` (which needs the rounds), pooled for the others. `early`: (P, right) [N]
+        of round 1's early answers, a line of their own (`platt-per-round` only)."""
+        self.early_ = None
+        if early is not None and self.method == "platt-per-round":
+            pe = np.asarray(early[0], dtype=np.float64)
+            ye = (np.asarray(early[1], dtype=np.float64) > 0).astype(int)
+            self.early_ = _platt(pe, ye) if pe.size else None
         p = np.asarray(p, dtype=np.float64)
         y = (np.asarray(right, dtype=np.float64) > 0).astype(int)
         if p.size == 0:
@@ -99,10 +110,21 @@ class Calibrator:
         """How many rounds it has a line for (None: one for all)."""
         return len(self.rounds_) if self.method == "platt-per-round" else None
 
-    def predict(self, p: Sequence[float] | float, stage: int | None = None) -> np.ndarray:
+    @property
+    def has_early(self) -> bool:
+        """Whether round 1's early answer has a line of its own."""
+        return getattr(self, "early_", None) is not None
+
+    def predict(self, p: Sequence[float] | float, stage: int | str | None = None) -> np.ndarray:
+        """`stage`: the 0-based round, EARLY (round 1's early answer: its line, else round 1's), or None."""
         p = np.asarray(p, dtype=np.float64)
         if self.method == "isotonic":
             return np.interp(p, self.x_, self.y_)
+        if stage == EARLY:
+            stage = None if self.method == "platt" else 0
+            if self.has_early:
+                a, b = self.early_
+                return 1.0 / (1.0 + np.exp(-np.clip(a * _logit(p) + b, -40, 40)))
         a, b = (self.a_, self.b_) if stage is None or self.method == "platt" else self.rounds_[stage]
         z = np.clip(a * _logit(p) + b, -40, 40)
         return 1.0 / (1.0 + np.exp(-z))
@@ -114,7 +136,7 @@ class Calibrator:
             return self.predict(p)
         return np.stack([self.predict(p[:, k], k) for k in range(p.shape[1])], axis=1) if p.size else p.copy()
 
-    def __call__(self, p: float, stage: int | None = None) -> float:
+    def __call__(self, p: float, stage: int | str | None = None) -> float:
         return float(self.predict(p, stage))
 
     def to_dict(self) -> dict[str, Any]:
@@ -123,6 +145,8 @@ class Calibrator:
         d = {"method": self.method, "a": round(self.a_, 8), "b": round(self.b_, 8)}
         if self.method == "platt-per-round":
             d["rounds"] = [{"a": round(a, 8), "b": round(b, 8)} for a, b in self.rounds_]
+            if self.has_early:
+                d["early"] = {"a": round(self.early_[0], 8), "b": round(self.early_[1], 8)}
         return d
 
     @classmethod
@@ -145,16 +169,28 @@ class Calibrator:
                 raise ValueError("calibrator: each round's a and b must be numbers") from None
             if any(a < 0 for a, _ in c.rounds_):
                 raise ValueError("calibrator: a round's slope a must not be negative (it would reorder answers)")
+            early = d.get("early")
+            c.early_ = None
+            if early is not None:
+                try:
+                    c.early_ = (float(early["a"]), float(early["b"]))
+                except (TypeError, ValueError, KeyError):
+                    raise ValueError("calibrator: the early line needs numbers a and b") from None
+                if c.early_[0] < 0:
+                    raise ValueError("calibrator: the early line's slope a must not be negative")
         values = (np.concatenate([c.x_, c.y_]) if c.method == "isotonic" else
-                  np.array([c.a_, c.b_, *[x for r in getattr(c, "rounds_", []) for x in r]]))
+                  np.array([c.a_, c.b_, *[x for r in getattr(c, "rounds_", []) for x in r],
+                            *(getattr(c, "early_", None) or ())]))
         if not np.all(np.isfinite(values)):
             raise ValueError("calibrator: parameters must be finite numbers")
         return c
 
 
-def fit_calibrator(p: np.ndarray, right: np.ndarray, method: str = DEFAULT_METHOD) -> Calibrator:
-    """`p`, `right`: [N, R] per question and round (or [N] for the pooled methods)."""
-    return Calibrator(method).fit(p, right)
+def fit_calibrator(p: np.ndarray, right: np.ndarray, method: str = DEFAULT_METHOD,
+                   early: tuple[np.ndarray, np.ndarray] | None = None) -> Calibrator:
+    """`p`, `right`: [N, R] per question and round (or [N] for the pooled methods); `early`: round
+    1's early answers' (P, right), where the layout has one."""
+    return Calibrator(method).fit(p, right, early)
 
 
 # ---- measuring it ----------------------------------------------------------------------------

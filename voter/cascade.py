@@ -20,7 +20,7 @@ Pure numpy; the similarity tensor and per-retriever token counts come from the f
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Sequence
 
 import numpy as np
@@ -118,6 +118,20 @@ def early_members(first_round: Sequence[str]) -> tuple[str, ...]:
     if quick and len(quick) < len(specs):
         return tuple(s for s, _ in quick)
     return tuple(first_round)
+
+
+def early_cascade(cascade: Cascade) -> Cascade:
+    """The cascade a stream's early answer is voted under: round 1's early members (early_members)
+    as a stage of their own that never settles, then the rest of round 1 and the later rounds; so
+    the vote after it names just the members asked (voter/adaptive.py: AdaptiveModel.stage_of,
+    round 1's early line). Itself where round 1 has no early answer."""
+    first = tuple(cascade.stages[0])
+    quick = early_members(first)
+    rest = tuple(s for s in first if s not in quick)
+    if not rest:
+        return cascade
+    return replace(cascade, stages=(tuple(quick), rest, *cascade.stages[1:]),
+                   thresholds=(math.inf, *cascade.thresholds))
 
 
 def settle_stat(scores: np.ndarray, answers: Sequence[str | None]) -> float:

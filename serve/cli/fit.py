@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import sys
 from dataclasses import replace
 from pathlib import Path
@@ -117,7 +118,9 @@ def _fit_adaptive(args, config, pool, selection, scored, metrics, saved, specs=N
     rounds = " | ".join(", ".join(r) for r in c.layout)
     calibrated = f"{method}-calibrated P(right)" if method else "the scorer's raw P(right) (not calibrated)"
     summary = (f"confidence-aware rounds: {rounds}; thresholds {[round(t, 3) for t in c.thresholds]} on "
-               f"{calibrated}, cross-validated ECE of the answers delivered {c.cv_ece:.3f}; "
+               f"{calibrated}, cross-validated ECE of the answers delivered {c.cv_ece:.3f}"
+               + (f" (of round 1's early answer, on a line of its own: {c.cv_ece_early:.3f})"
+                  if math.isfinite(c.cv_ece_early) else "") + "; "
                f"CV Match {c.cv_accuracy:.3f} (every round {c.cv_all_rounds:.3f}), "
                f"{c.rounds:.2f} rounds, {c.first_round_share:.0%} stop after round 1, expected {c.latency_s:.1f} s, "
                f"first reply {c.first_reply_s:.1f} s{_first_reply_bound(fitted.model.fit)} ({priced})")

@@ -308,6 +308,7 @@ def report(args) -> dict[str, Any]:
                                **{k: v for k, v in p.items() if k != "scale"}} for p in eval_frontier],
             "eval": per_dataset,
             "calibration": {"method": args.calibration, "fit_cv_ece": _finite(chosen.cv_ece),
+                            "fit_cv_ece_early": _finite(chosen.cv_ece_early),
                             "eval_ece": _finite(expected_calibration_error(out.confidence, out.right))},
             "model": model.to_dict(specs)}
 

@@ -231,6 +231,9 @@ class EnsembleRuns:
     confidence: list[float | None] | None = None  # EoR's P(right) per question; None: the voter gives none
     confidence_kind: str = "none"  # "calibrated", "raw" or "none" (SavedWeights.confidence_kind)
     ran: dict[str, list[set[str]]] = field(default_factory=dict)  # ensemble -> the members each question ran
+    # round 1's early answer (a stream's first reply), where the layout has one: its members, and per
+    # question its answer and the confidence it carries
+    early: dict[str, Any] | None = None
 
 
 def per_system(scored: Scored, runs: EnsembleRuns, pool: Sequence[str]) -> dict[str, dict[str, Any]]:
@@ -293,9 +296,10 @@ def replay_confident(scored: Scored, saved: SavedWeights, metrics: Sequence[Any]
     stop = out.stop
     rates = [float((stop == k).mean()) for k in range(len(model.layout))]
     confidence = [float(c) if w >= 0 else None for c, w in zip(out.confidence, out.picked)]
+    early = early_answers(run, model)
     if not whole_pool:
         return EnsembleRuns(answers, tokens, rates, [list(r) for r in model.layout], [], confidence,
-                            saved.confidence_kind, {EOR: [upto[k] for k in out.stop]})
+                            saved.confidence_kind, {EOR: [upto[k] for k in out.stop]}, early)
     answers[EOR_PRUNED], tokens[EOR_PRUNED], _ = replay([math.inf] * len(model.thresholds))
     win = equal_weights_voter(saved).predict((run.sim, run.mask))
     answers[EOR_ALL] = [(run.answers[i][w] or "") if w >= 0 else "" for i, w in enumerate(win)]
@@ -309,7 +313,22 @@ def replay_confident(scored: Scored, saved: SavedWeights, metrics: Sequence[Any]
                       "computed_tokens": float(np.mean([x.computed for x in t])) if t else 0.0})
     ran = {EOR: [upto[k] for k in out.stop], EOR_PRUNED: [upto[-1]] * len(results), EOR_ALL: [set(pool)] * len(results)}
     return EnsembleRuns(answers, tokens, rates, [list(r) for r in model.layout], sweep, confidence,
-                        saved.confidence_kind, ran)
+                        saved.confidence_kind, ran, early)
+
+
+def early_answers(run: Any, model: Any) -> dict[str, Any] | None:
+    """Round 1's early answer on each question (a stream's first reply: its members voted alone,
+    voter/adaptive.py: early_view) and the confidence it carries; None where round 1 has none."""
+    from voter.adaptive import early_view, early_views, picks
+    from voter.calibration import EARLY
+
+    members = early_view(model.layout)
+    if members is None:
+        return None
+    p, _, who = picks(early_views(run, members), run.right, run.pool, model.scorer, range(len(run)))
+    said = [(run.answers[i][w] or "") if w >= 0 else "" for i, w in enumerate(who[:, 0])]
+    conf = [float(model.confidence(float(x), EARLY)) if w >= 0 else None for x, w in zip(p[:, 0], who[:, 0])]
+    return {"members": list(members), "answers": said, "confidence": conf}
 
 
 def equal_weights_voter(saved: SavedWeights):
@@ -386,6 +405,13 @@ def confidence_report(scored: Scored, runs: EnsembleRuns, best_single: str,
         doc["answered_with_confidence"] = len(known)
         doc["reliability"] = [{"low": b.low, "high": b.high, "n": b.n, "confidence": _clean(b.confidence),
                                "accuracy": _clean(b.accuracy)} for b in reliability(*zip(*known))] if known else []
+    if runs.early is not None:  # a stream's first reply: its own P, measured like the answer's
+        e_right = [match(runs.early["answers"][i], q.answers) for i, (q, _) in zip(rows, scored)]
+        e_known = [(c, y) for c, y in zip((runs.early["confidence"][i] for i in rows), e_right) if c is not None]
+        doc["early_answer"] = {"members": runs.early["members"], "n": len(e_known),
+                               "match": _clean(float(np.mean(e_right))) if e_right else None,
+                               "mean_confidence": _clean(float(np.mean([c for c, _ in e_known]))) if e_known else None,
+                               "ece": _clean(expected_calibration_error(*map(list, zip(*e_known)))) if e_known else None}
     for k, cov in enumerate(COVERAGES):
         doc["risk_coverage"].append({"coverage": cov,
                                      "eor_answered": eor_rc[k].answered if eor_rc else None,
@@ -400,6 +426,11 @@ def format_confidence(doc: dict[str, Any]) -> str:
     lines = [f"confidence of EoR's answers: {kind}" + (
         f"; ECE ({doc['bins']} bins) {doc['ece']:.3f} over {doc['answered_with_confidence']} answers (a perfectly "
         f"calibrated P would show {doc['ece_sampling_floor']:.3f} at this n)" if doc["ece"] is not None else "")]
+    early = doc.get("early_answer")
+    if early and early["ece"] is not None:
+        lines.append(f"  round 1's early answer ({'+'.join(early['members'])}, a stream's first reply): Match "
+                     f"{early['match']:.3f}, mean P {early['mean_confidence']:.3f}, ECE {early['ece']:.3f} "
+                     f"over {early['n']}")
     lines.append(f"  answered only when most sure: Match of the answers kept, EoR by its confidence vs "
                  f"{doc['best_single']} by its mean token log-probability")
     for p in doc["risk_coverage"]:

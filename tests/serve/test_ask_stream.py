@@ -155,6 +155,25 @@ def test_the_first_answer_comes_from_the_default_readers_members_beside_a_slower
     assert sorted(map(tuple, calls[:2])) == [("SE@1",), ("SE@1~1.5B",)]
 
 
+def test_the_early_answer_is_voted_as_the_members_asked_so_its_p_reads_its_own_line():
+    """The early vote names just SE@1 (voter/cascade.py: early_cascade: SE@1 a stage of its own that
+    never settles, then the rest of round 1, then round 2), so the voter calibrates it on round 1's
+    early line (voter/adaptive.py: stage_of); round 1's own vote keeps the plan's cascade."""
+    import math
+
+    seen = []
+    stages = (("SE@1", "SE@1~1.5B"), ("Wiki@10~1.5B",))
+
+    def decide(results, key, cascade, stage, deadline):
+        seen.append((cascade.stages, cascade.thresholds, stage))
+        votes = [Vote(r.candidates[0].retriever, r.candidates[0].answer, 0.5, None, {}) for r in results]
+        return decisions(votes, [0.0] * len(results), cascade, stage)
+    plan = _Handle(plan=lambda: VoterPlan("k", Cascade(stages, (1.0,)), "test voter"), decide=decide)
+    stream(group(delay=lambda specs: 0.2 if any("~" in s for s in specs) else 0.01), plan)
+    assert seen[0] == ((("SE@1",), ("SE@1~1.5B",), ("Wiki@10~1.5B",)), (math.inf, 1.0), 0)
+    assert seen[1] == ((("SE@1", "SE@1~1.5B"), ("Wiki@10~1.5B",)), (1.0,), 0)
+
+
 def test_a_question_no_retriever_answered_fails_the_ask_as_unavailable_never_ok_with_nothing():
     """A lost node: every member asked failed. An OK with an empty answer would look like one."""
     from retrievers.types import Candidate

@@ -118,3 +118,32 @@ def test_a_malformed_calibrator_is_refused():
         Calibrator.from_dict({"method": "platt-per-round", "a": 1.0, "b": 0.0, "rounds": [{"a": -1.0, "b": 0}]})
     with pytest.raises(ValueError, match="finite"):
         Calibrator.from_dict({"method": "platt-per-round", "a": 1.0, "b": 0.0, "rounds": [{"a": 1.0, "b": float("inf")}]})
+
+
+def test_round_ones_early_answer_gets_a_line_of_its_own_and_files_without_one_read_round_ones():
+    """The early answer's raw P is four times as sure as it should be; round 1's twice (two_rounds):
+    its own line calibrates it where round 1's cannot. A file without the line (written before)
+    reads round 1's line for it, as it did; a bad line is refused."""
+    from voter.calibration import EARLY
+
+    raw, right, _ = two_rounds(20000)
+    rng = np.random.default_rng(2)
+    z = rng.normal(0.0, 1.5, 20000)
+    early_right = (rng.random(20000) < 1 / (1 + np.exp(-z))).astype(float)
+    early_raw = 1 / (1 + np.exp(-4 * z))
+    c = fit_calibrator(raw, right, "platt-per-round", (early_raw, early_right))
+    assert c.has_early and c.early_[0] == pytest.approx(0.25, abs=0.03)
+    assert expected_calibration_error(c.predict(early_raw, EARLY), early_right) < 0.02
+    assert expected_calibration_error(c.predict(early_raw, 0), early_right) > 0.04  # round 1's line: off
+    back = Calibrator.from_dict(c.to_dict())
+    assert back.has_early and np.allclose(back.predict(early_raw[:50], EARLY), c.predict(early_raw[:50], EARLY))
+    old = c.to_dict()
+    del old["early"]
+    before = Calibrator.from_dict(old)
+    assert not before.has_early and np.allclose(before.predict(early_raw[:50], EARLY), c.predict(early_raw[:50], 0))
+    assert not fit_calibrator(raw, right, "platt-per-round").has_early
+    pooled = fit_calibrator(raw.ravel(), right.ravel(), "platt", (early_raw, early_right))
+    assert not pooled.has_early and np.allclose(pooled.predict(early_raw[:5], EARLY), pooled.predict(early_raw[:5]))
+    for bad in ({"a": -1.0, "b": 0.0}, {"a": "x", "b": 0.0}, {"a": 1.0}, {"a": 1.0, "b": float("nan")}):
+        with pytest.raises(ValueError, match="early line|finite"):
+            Calibrator.from_dict({**old, "early": bad})

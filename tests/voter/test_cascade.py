@@ -123,3 +123,16 @@ def test_the_early_answer_is_the_default_readers_quick_members_or_the_one_step_o
     assert early_members(["SE@1", "Wiki@10"]) == ("SE@1", "Wiki@10")  # all alike: the round itself
     assert early_members(["SE@1~1.5B", "PK~1.5B"]) == ("SE@1~1.5B",)
     assert early_members(["PK", "SE@1~1.5B"]) == ("SE@1~1.5B",)  # no quick default member: the one-step rule
+
+
+def test_the_early_cascade_makes_round_ones_early_members_a_stage_that_never_settles():
+    import math
+
+    from voter.cascade import Cascade, early_cascade
+
+    c = Cascade((("SE@1", "SE@1~1.5B", "PK~1.5B"), ("Wiki@10~1.5B",)), (0.4,))
+    e = early_cascade(c)
+    assert e.stages == (("SE@1",), ("SE@1~1.5B", "PK~1.5B"), ("Wiki@10~1.5B",)) and e.thresholds == (math.inf, 0.4)
+    assert not e.settled(0, 1e9) and e.settled(1, 0.5) == c.settled(0, 0.5)
+    alike = Cascade((("SE@1", "Wiki@10"), ("ReFree",)), (0.4,))
+    assert early_cascade(alike) is alike  # no early answer: the cascade itself

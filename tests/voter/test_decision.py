@@ -139,3 +139,33 @@ def test_abstention():
     assert not abstains(unsure, 0.0) and not abstains(None, 0.0)  # 0: always answer
     assert abstains(unsure, 0.5) and not abstains(sure, 0.5) and not abstains(Confidence(0.5, False), 0.5)
     assert abstains(None, 0.1)  # a bar the voter cannot say it reaches
+
+
+def test_round_ones_early_answer_reads_the_early_line(tmp_path):
+    """Round 1 asks two readers: its default reader's one-step members answer first (a stream's
+    first reply, voter/cascade.py: early_members) and their vote reads the calibrator's early line
+    (b = -2); the whole round reads round 1's (b = -1). A layout without an early answer has no
+    EARLY stage."""
+    from voter.calibration import EARLY
+
+    pool = ("A", "A~1.5B", "C")
+    cal = Calibrator.from_dict({"method": "platt-per-round", "a": 1.0, "b": 0.0,
+                                "rounds": [{"a": 1.0, "b": -1.0}, {"a": 1.0, "b": 1.0}],
+                                "early": {"a": 1.0, "b": -2.0}})
+    model = AdaptiveModel((("A", "A~1.5B"), ("C",)), logprob_scorer(pool), (0.7,), cal)
+    assert [model.stage_of(m) for m in (["A"], ["A", "A~1.5B"], ["A~1.5B"], ["C"])] == [EARLY, 0, 0, 1]
+    assert AdaptiveModel((("A", "C"), ("A~1.5B",)), logprob_scorer(pool), (0.7,), cal).stage_of(["A"]) == 0
+    base = equal_weights(list(pool), ["em"])
+    saved = SavedWeights(base.pool, base.metrics, base.pooling, base.threshold, base.weights,
+                         Provenance("q.jsonl", 10, "r", 0.5), adaptive=model)
+    (early,) = decide([result(A=("paris", -0.05))], saved, EM, Cascade.single_stage(["A"]))
+    (whole,) = decide([QuestionResult("q", (Candidate("A", "paris", Context("A", ()), logprobs=(-0.05,)),
+                                            Candidate("A~1.5B", "paris", Context("A~1.5B", ()), logprobs=(-0.05,))))],
+                      saved, EM, saved.stages, 0)
+
+    def line(p: float, b: float) -> float:
+        return 1 / (1 + math.exp(-(math.log(p / (1 - p)) + b)))
+    assert early.confidence.p == pytest.approx(line(early.vote.score, -2.0))
+    assert whole.confidence.p == pytest.approx(line(whole.vote.score, -1.0))
+    back = load_weights(save_weights(tmp_path / "v.json", saved))
+    assert back.adaptive.calibrator.to_dict()["early"] == {"a": 1.0, "b": -2.0}

@@ -207,3 +207,33 @@ def test_the_early_answer_shares_the_cores_with_the_rest_of_round_one():
     # its reader has the cores first (the rest's engine niced): as alone, however long the rest reads
     assert early_answer_work(run, ["SE@1", "SE@1~1.5B"], early_first=True).tolist() == [3.0]
     assert early_answer_work(run, ["SE@1~1.5B"], early_first=True).tolist() == [10.0]
+
+
+def test_a_round_one_with_an_early_answer_calibrates_it_on_its_own_out_of_fold_line():
+    """Round 1 asks A (the default reader) beside B~1.5B: A's vote alone is a stream's first reply.
+    The fit gives it a calibration line of its own, from its out-of-fold P, and reports its CV ECE;
+    a round 1 of one reader has no early answer (NaN, no line); the eval replays it with its line."""
+    from dataclasses import replace
+
+    from serve.offline.evaluation import early_answers
+    from voter.adaptive import fit_record
+
+    names = ("A", "B~1.5B", "C~1.5B", "D~1.5B")
+    run = replace(synthetic_run(400, seed=3), pool=names)
+    cost = dict(zip(names, (100.0, 300.0, 300.0, 300.0)))
+    run = replace(run, cost=lambda i, rounds: sum(cost[s] for s in frozenset().union(*rounds)))
+    latency = LatencyModel(round_overhead_s=1.0, tokens_per_s=100.0)
+    beside = fit_layout(run, (("A", "B~1.5B"), ("C~1.5B", "D~1.5B")), latency, calibration="platt-per-round")
+    alone = fit_layout(run, (("B~1.5B", "C~1.5B"), ("A", "D~1.5B")), latency, calibration="platt-per-round")
+    assert beside.calibrator.has_early and 0 <= beside.cv_ece_early < 0.1
+    assert not alone.calibrator.has_early and math.isnan(alone.cv_ece_early)
+    record = fit_record(beside, [beside, alone], latency, tolerance=0.005, C=1.0, folds=5, seed=0,
+                        calibration="platt-per-round")
+    assert [("cv_ece_early" in x) for x in record["layouts"]] == [True, False]
+    model = fit_model(run, beside)
+    early = early_answers(run, model)
+    assert early["members"] == ["A"] and len(early["confidence"]) == 400
+    assert early["answers"] == [row[0] or "" for row in run.answers]  # A alone answers
+    sure = np.array(early["confidence"])  # A is sure exactly when right: its own line keeps that apart
+    assert sure[run.right[:, 0] == 1].mean() > 0.8 > 0.2 > sure[run.right[:, 0] == 0].mean()
+    assert early_answers(run, fit_model(run, alone)) is None
