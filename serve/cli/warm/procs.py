@@ -2,7 +2,11 @@
 time), its children (vLLM's engine process) and the memory they hold. Linux."""
 from __future__ import annotations
 
+import os
+import signal
+import time
 from pathlib import Path
+from typing import Sequence
 
 
 def process_start(pid: int) -> int | None:
@@ -47,3 +51,26 @@ def rss_bytes(pid: int) -> int:
         except OSError:
             pass
     return total
+
+
+def stop_processes(procs: Sequence[tuple[int, int | None]], wait_s: float) -> list[int]:
+    """Wait up to `wait_s` for these (pid, start time) processes to end, then SIGKILL each still
+    the same process; the pids killed. A reader's engine must not outlive it: an orphaned
+    engine holds its memory (GiBs) with nothing left to stop it (vLLM's own shutdown waits a
+    few seconds, which a loaded machine can outlast)."""
+    left = [(p, s) for p, s in procs if s is not None]
+    deadline = time.monotonic() + wait_s
+    while True:
+        left = [(p, s) for p, s in left if process_start(p) == s]
+        if not left or time.monotonic() >= deadline:
+            break
+        time.sleep(0.1)
+    killed = []
+    for p, s in left:
+        if process_start(p) == s:
+            try:
+                os.kill(p, signal.SIGKILL)
+                killed.append(p)
+            except OSError:
+                pass
+    return killed

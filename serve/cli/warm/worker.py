@@ -31,8 +31,10 @@ from serve.cli.console import for_terminal, log_path
 from serve.cli.warm.client import format_duration
 from serve.cli.warm.place import WarmPlace
 from serve.cli.warm.pools import Kept
-from serve.cli.warm.procs import children, process_start, rss_bytes
+from serve.cli.warm.procs import children, descendants, process_start, rss_bytes, stop_processes
 from serve.cli.warm.wire import Channel
+
+ENGINE_EXIT_S = 30.0  # how long the engine's processes may take to end after its shutdown before they are killed
 
 _GONE = (errno.EPIPE, errno.EIO, errno.ECONNRESET)  # writing to an ask that has ended
 
@@ -255,7 +257,11 @@ class Worker:
             ask = self.asks.get_nowait()
             if ask is not None:
                 ask.finish(refused="stopping", pid=os.getpid())
+        engine = [(p, process_start(p)) for p in descendants(os.getpid())]
         self.pools.close()
+        killed = stop_processes(engine, ENGINE_EXIT_S)  # gone before the lock is: no orphaned engine
+        if killed:
+            self.log(f"stopped {len(killed)} engine process(es) still running {ENGINE_EXIT_S:g} s after its shutdown")
 
     def log(self, message: str) -> None:
         line = f"{time.strftime('%Y-%m-%d %H:%M:%S')} eor warm reader pid {os.getpid()}: {message}\n"
