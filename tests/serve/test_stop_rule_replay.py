@@ -24,6 +24,7 @@ import pytest
 
 from retrievers.types import QuestionResult
 from tests.serve.conftest import FakePool
+from voter.adaptive import early_view
 
 DATA = Path(__file__).parent / "data"
 SPECS = ["Wiki@10", "SE@1", "SE@4", "PK", "SE@RR@10", "ReFree"]
@@ -101,7 +102,11 @@ def test_the_adaptive_report_is_unchanged_on_the_fixture_run_log(fixture_log, tm
     assert doc["model"].pop("fit")["tolerance"] == 0.005  # how the adaptive block was fitted
     golden = rounded(dict(GOLDEN["report"]))
     layouts, before = doc.pop("layouts"), golden.pop("layouts")
-    assert [f for f in layouts if f in before] == before  # since 2026-11-26 also (first, middle) without the rest
+    # since 2026-11-27 a layout whose round 1 has an early answer (here SE@1, PK, ReFree first: SE@1 and
+    # ReFree answer first) trains its scorer on that view too (voter/adaptive.py: scored_views), so its CV
+    # figures moved; every other layout is as it was (since 2026-11-26 also (first, middle) without the rest)
+    kept = [f for f in before if early_view(tuple(map(tuple, f["rounds"]))) is None]
+    assert len(kept) >= len(before) - 2 and [f for f in layouts if f in kept] == kept
     assert doc == golden
 
 

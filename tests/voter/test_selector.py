@@ -237,3 +237,11 @@ def test_a_round_one_with_an_early_answer_calibrates_it_on_its_own_out_of_fold_l
     sure = np.array(early["confidence"])  # A is sure exactly when right: its own line keeps that apart
     assert sure[run.right[:, 0] == 1].mean() > 0.8 > 0.2 > sure[run.right[:, 0] == 0].mean()
     assert early_answers(run, fit_model(run, alone)) is None
+    # the scorer is trained on the early view too (a view it scores): one more row per question, A's
+    from voter.adaptive import early_views, round_views, scored_views, training_rows
+
+    views, _, _ = round_views(run, beside.layout)
+    rows = range(len(run))
+    with_early = training_rows(scored_views(views, early_views(run, ("A",))), run.right, run.pool, rows)[0]
+    assert len(with_early) == len(training_rows(views, run.right, run.pool, rows)[0]) + len(run)
+    assert scored_views(views, None) is views
