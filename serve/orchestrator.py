@@ -26,7 +26,7 @@ from retrievers.spec import parse_spec
 from retrievers.types import Failure, Passage, QuestionResult
 from serve.deadline import Deadline
 from serve.ensemble import EnsembleAnswer, OnProvisional, VoteDeadline, answer_async, joined
-from voter.cascade import Cascade, early_cascade, early_members
+from voter.cascade import Cascade, early_answer, early_cascade
 from voter.decision import Decision
 
 # (results so far, the cascade being run, its 0-based stage) -> the voter's decisions (voter/decision.py)
@@ -124,11 +124,11 @@ class AskRounds:
 
     async def _round(self, open_: list[int], specs: list[str]) -> list[QuestionResult]:
         searches = self._search(open_, specs)
-        quick = list(early_members(specs))
+        quick = list(early_answer(specs) or ())
         first = list(specs) == list(self.cascade.stages[0])
         later = None
         try:
-            if not (self.early_answer and first and len(quick) < len(specs)):
+            if not (self.early_answer and first and quick):
                 return await self._fan_out(open_, specs, searches)
             later = asyncio.ensure_future(self._fan_out(open_, [s for s in specs if s not in quick], searches))
             early = await self._fan_out(open_, quick, searches)

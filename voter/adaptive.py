@@ -23,7 +23,7 @@ import numpy as np
 
 from retrievers.spec import parse_spec, split_reader
 from voter.calibration import EARLY, Calibrator, expected_calibration_error, fit_calibrator
-from voter.cascade import Cascade, early_members, stop_stages
+from voter.cascade import Cascade, early_answer, early_members, stop_stages
 from voter.selector import (AnswerScorer, RoundTrace, RoundView, candidate_features, evaluate_stop,
                             feature_names, fit_stop_thresholds, frontier)
 
@@ -107,18 +107,16 @@ def round_views(run: PoolRun, layout: Layout) -> tuple[list[list[RoundView]], np
 
 
 def early_view(layout: Layout) -> tuple[str, ...] | None:
-    """Round 1's early answer's members (voter/cascade.py: early_members) where they are not the
-    whole round: a stream's first reply, read before the rest; None where round 1 has none."""
-    if not layout:
-        return None
-    early = early_members(layout[0])
-    return early if set(early) < set(layout[0]) else None
+    """Round 1's early answer's members (voter/cascade.py: early_answer): a stream's first reply,
+    read before the rest; None where round 1 has none."""
+    return early_answer(layout[0]) if layout else None
 
 
-def early_views(run: PoolRun, members: Sequence[str]) -> list[list[RoundView]] | None:
-    """[N][1]: each question's view after the early members alone (as `picks` takes views); None
-    without members."""
-    if not members:
+def early_views(run: PoolRun, layout: Layout) -> list[list[RoundView]] | None:
+    """[N][1]: each question's view after round 1's early members alone (as `picks` takes views);
+    None where round 1 has no early answer."""
+    members = early_view(layout)
+    if members is None:
         return None
     cols = np.isin(np.array(run.pool, dtype=object), list(members))
     return [[v] for v in _views(run, cols)]
@@ -194,7 +192,7 @@ def fit_layout(run: PoolRun, layout: Layout, latency: LatencyModel, folds: int =
     scores), calibrated when `calibration` names a method, then the cheapest-latency thresholds
     on it within `tolerance` of running every round."""
     views, tokens, rounds = round_views(run, layout)
-    firsts = early_views(run, early_view(layout) or ())  # round 1's early answer: scored, on a line of its own
+    firsts = early_views(run, layout)  # round 1's early answer: scored, on a line of its own
     seen = scored_views(views, firsts)
     n, r = len(run), len(layout)
     p, ok = np.zeros((n, r)), np.zeros((n, r))
@@ -372,7 +370,7 @@ def fit_record(chosen: LayoutFit, layouts: Sequence[LayoutFit], latency: Latency
 
 def fit_model(run: PoolRun, fit: LayoutFit, C: float = SCORER_C, record: dict[str, Any] | None = None) -> AdaptiveModel:
     views, _, _ = round_views(run, fit.layout)
-    seen = scored_views(views, early_views(run, early_view(fit.layout) or ()))
+    seen = scored_views(views, early_views(run, fit.layout))
     scorer = AnswerScorer(C).fit(*training_rows(seen, run.right, run.pool, range(len(run))))
     return AdaptiveModel(fit.layout, scorer, fit.thresholds, fit.calibrator, record or {})
 

@@ -120,12 +120,11 @@ class Calibrator:
         p = np.asarray(p, dtype=np.float64)
         if self.method == "isotonic":
             return np.interp(p, self.x_, self.y_)
-        if stage == EARLY:
-            stage = None if self.method == "platt" else 0
-            if self.has_early:
-                a, b = self.early_
-                return 1.0 / (1.0 + np.exp(-np.clip(a * _logit(p) + b, -40, 40)))
-        a, b = (self.a_, self.b_) if stage is None or self.method == "platt" else self.rounds_[stage]
+        if stage == EARLY and self.has_early:
+            a, b = self.early_
+        else:
+            stage = (None if self.method == "platt" else 0) if stage == EARLY else stage
+            a, b = (self.a_, self.b_) if stage is None or self.method == "platt" else self.rounds_[stage]
         z = np.clip(a * _logit(p) + b, -40, 40)
         return 1.0 / (1.0 + np.exp(-z))
 

@@ -120,16 +120,23 @@ def early_members(first_round: Sequence[str]) -> tuple[str, ...]:
     return tuple(first_round)
 
 
+def early_answer(first_round: Sequence[str]) -> tuple[str, ...] | None:
+    """The members a stream's early answer is voted on: early_members where they are not the whole
+    round; None where round 1 has no early answer."""
+    quick = early_members(first_round)
+    return quick if set(quick) < set(first_round) else None
+
+
 def early_cascade(cascade: Cascade) -> Cascade:
-    """The cascade a stream's early answer is voted under: round 1's early members (early_members)
+    """The cascade a stream's early answer is voted under: round 1's early members (early_answer)
     as a stage of their own that never settles, then the rest of round 1 and the later rounds; so
     the vote after it names just the members asked (voter/adaptive.py: AdaptiveModel.stage_of,
     round 1's early line). Itself where round 1 has no early answer."""
     first = tuple(cascade.stages[0])
-    quick = early_members(first)
-    rest = tuple(s for s in first if s not in quick)
-    if not rest:
+    quick = early_answer(first)
+    if quick is None:
         return cascade
+    rest = tuple(s for s in first if s not in quick)
     return replace(cascade, stages=(tuple(quick), rest, *cascade.stages[1:]),
                    thresholds=(math.inf, *cascade.thresholds))
 

@@ -325,7 +325,7 @@ def early_answers(run: Any, model: Any) -> dict[str, Any] | None:
     members = early_view(model.layout)
     if members is None:
         return None
-    p, _, who = picks(early_views(run, members), run.right, run.pool, model.scorer, range(len(run)))
+    p, _, who = picks(early_views(run, model.layout), run.right, run.pool, model.scorer, range(len(run)))
     said = [(run.answers[i][w] or "") if w >= 0 else "" for i, w in enumerate(who[:, 0])]
     conf = [float(model.confidence(float(x), EARLY)) if w >= 0 else None for x, w in zip(p[:, 0], who[:, 0])]
     return {"members": list(members), "answers": said, "confidence": conf}

@@ -123,6 +123,10 @@ def test_the_early_answer_is_the_default_readers_quick_members_or_the_one_step_o
     assert early_members(["SE@1", "Wiki@10"]) == ("SE@1", "Wiki@10")  # all alike: the round itself
     assert early_members(["SE@1~1.5B", "PK~1.5B"]) == ("SE@1~1.5B",)
     assert early_members(["PK", "SE@1~1.5B"]) == ("SE@1~1.5B",)  # no quick default member: the one-step rule
+    from voter.cascade import early_answer
+
+    assert early_answer(["SE@1", "SE@1~1.5B", "PK"]) == ("SE@1",)
+    assert early_answer(["SE@1", "Wiki@10"]) is None  # all alike: no early answer
 
 
 def test_the_early_cascade_makes_round_ones_early_members_a_stage_that_never_settles():

@@ -242,6 +242,6 @@ def test_a_round_one_with_an_early_answer_calibrates_it_on_its_own_out_of_fold_l
 
     views, _, _ = round_views(run, beside.layout)
     rows = range(len(run))
-    with_early = training_rows(scored_views(views, early_views(run, ("A",))), run.right, run.pool, rows)[0]
+    with_early = training_rows(scored_views(views, early_views(run, beside.layout)), run.right, run.pool, rows)[0]
     assert len(with_early) == len(training_rows(views, run.right, run.pool, rows)[0]) + len(run)
     assert scored_views(views, None) is views
