@@ -196,20 +196,22 @@ def fit_layout(run: PoolRun, layout: Layout, latency: LatencyModel, folds: int =
     seen = scored_views(views, firsts)
     n, r = len(run), len(layout)
     p, ok = np.zeros((n, r)), np.zeros((n, r))
-    p_early, ok_early = np.zeros((n, 1)), np.zeros((n, 1))
+    p_early, ok_early, who_early = np.zeros((n, 1)), np.zeros((n, 1)), np.full((n, 1), -1)
     for test in folds_by_question(n, min(folds, n), seed):
         train = np.setdiff1d(np.arange(n), test)
         scorer = AnswerScorer(C).fit(*training_rows(seen, run.right, run.pool, train))
         p[test], ok[test], _ = picks(views, run.right, run.pool, scorer, test)
         if firsts is not None:
-            p_early[test], ok_early[test], _ = picks(firsts, run.right, run.pool, scorer, test)
+            p_early[test], ok_early[test], who_early[test] = picks(firsts, run.right, run.pool, scorer, test)
     cost = np.vectorize(latency.seconds)(rounds, tokens)
-    first = (p_early[:, 0], ok_early[:, 0]) if firsts is not None else None
+    answered = who_early[:, 0] >= 0  # no early candidate: no first reply, no P (as the service and eval)
+    first = (p_early[answered, 0], ok_early[answered, 0]) if firsts is not None else None
     calibrator = fit_calibrator(p, ok, calibration, first) if calibration else None
     trace = RoundTrace(calibrator.predict_rounds(p) if calibrator else p, ok, cost)
     tau = fit_stop_thresholds(trace, tolerance)
     ece = delivered_ece(RoundTrace(p, ok, cost), calibration, tolerance, folds, seed)
-    ece_early = early_ece(p, ok, *first, calibration, folds, seed) if first is not None else math.nan
+    ece_early = (early_ece(p, ok, p_early[:, 0], ok_early[:, 0], calibration, folds, seed, answered)
+                 if firsts is not None else math.nan)
     acc, lat, stop = evaluate_stop(trace, tau)
     rows = np.arange(n)
     first_reply = float(np.mean(latency.seconds(1, early_answer_work(run, layout[0], latency.early_first))))
@@ -219,12 +221,15 @@ def fit_layout(run: PoolRun, layout: Layout, latency: LatencyModel, folds: int =
 
 
 def early_ece(p: np.ndarray, right: np.ndarray, p_early: np.ndarray, right_early: np.ndarray,
-              calibration: str | None, folds: int = CV_FOLDS, seed: int = CV_SEED) -> float:
+              calibration: str | None, folds: int = CV_FOLDS, seed: int = CV_SEED,
+              answered: np.ndarray | None = None) -> float:
     """ECE (10 bins) of round 1's early answers' P as a stream's first reply carries it: per fold,
     the calibrator fitted on the other questions' out-of-fold P (the rounds' [N, R] and the early
-    answers' [N]), applied to these questions' early answers."""
+    answers' [N]), applied to these questions' early answers. `answered` [N]: the questions with an
+    early answer (None: all); the others carry no P and count nowhere."""
     n = len(p_early)
-    if n < 2:
+    answered = np.ones(n, dtype=bool) if answered is None else np.asarray(answered, dtype=bool)
+    if answered.sum() < 2:
         return math.nan
     conf = np.zeros(n)
     for test in folds_by_question(n, min(folds, n), seed):
@@ -232,9 +237,10 @@ def early_ece(p: np.ndarray, right: np.ndarray, p_early: np.ndarray, right_early
         if calibration is None:
             conf[test] = p_early[test]
             continue
-        cal = fit_calibrator(p[train], right[train], calibration, (p_early[train], right_early[train]))
+        early = train[answered[train]]
+        cal = fit_calibrator(p[train], right[train], calibration, (p_early[early], right_early[early]))
         conf[test] = cal.predict(p_early[test], EARLY)
-    return expected_calibration_error(conf, right_early)
+    return expected_calibration_error(conf[answered], right_early[answered])
 
 
 def delivered_ece(raw: RoundTrace, calibration: str | None, tolerance: float = 0.005, folds: int = CV_FOLDS,

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from serve.config import config_from_dict
-from serve.offline.cascade_reads import merged, read_cascade, round_members
+from serve.offline.cascade_reads import close_unused, merged, read_cascade, round_members
 from tests.serve.test_reader_runs import JOINED, QUESTIONS, make_pool
 
 
@@ -57,6 +57,40 @@ def test_later_rounds_are_read_only_for_the_questions_sent_there_and_never_twice
     assert not small.calls and not big.calls and asked[0] and asked[1]
     assert [(q.qid, [c.answer for c in r.candidates]) for q, r in again] == \
         [(q.qid, [c.answer for c in r.candidates]) for q, r in scored]
+
+
+def test_a_later_round_that_held_only_the_baseline_reads_nothing_and_still_judges(eor_home):
+    rounds = round_members((("SE@1", "Wiki@10~1.5B"), ("PK",), ("ReFree~1.5B",)), ["PK"])
+    assert rounds == [["SE@1", "Wiki@10~1.5B", "PK"], [], ["ReFree~1.5B"]]
+    judged = []
+
+    def stops(scored):  # q0 stops after round 1, q1 after round 2 (read in round 1), q2 goes on
+        judged.append(len(scored))
+        return [{"q0": 0, "q1": 1}.get(q.qid, 2) for q, _ in scored]
+
+    pool, small, big = make_pool()
+    scored, counts = read_cascade(pool, config_from_dict({}), "questions.jsonl", QUESTIONS, rounds, stops,
+                                  progress=False)
+    assert counts == [3, 2, 1] and judged == [3, 3]
+    members = {q.qid: [c.retriever for c in r.candidates] for q, r in scored}
+    assert members["q1"] == ["SE@1", "PK", "Wiki@10~1.5B"]
+    assert members["q2"] == ["SE@1", "PK", "Wiki@10~1.5B", "ReFree~1.5B"]
+
+
+def test_a_reader_the_next_round_does_not_use_is_stopped_between_rounds(eor_home):
+    pool, small, big = make_pool()
+    closed = []
+    small.close = lambda: closed.append("0.5B")
+    big.close = lambda: closed.append("1.5B")
+    close_unused(pool, ["Wiki@10~1.5B", "ReFree~1.5B"])
+    assert closed == ["0.5B"]
+    closed.clear()
+    close_unused(pool, ["SE@1", "Wiki@10~1.5B"])
+    assert closed == []
+    rounds = [["SE@1", "PK"], ["Wiki@10~1.5B"]]  # the 0.5B alone, then the 1.5B alone: never both held
+    read_cascade(pool, config_from_dict({}), "questions.jsonl", QUESTIONS, rounds, lambda sc: [1] * len(sc),
+                 progress=False)
+    assert closed[0] == "0.5B" and big.calls
 
 
 def test_merged_keeps_the_pools_order():

@@ -245,3 +245,25 @@ def test_a_round_one_with_an_early_answer_calibrates_it_on_its_own_out_of_fold_l
     with_early = training_rows(scored_views(views, early_views(run, beside.layout)), run.right, run.pool, rows)[0]
     assert len(with_early) == len(training_rows(views, run.right, run.pool, rows)[0]) + len(run)
     assert scored_views(views, None) is views
+
+
+def test_questions_without_an_early_answer_carry_no_p_and_count_nowhere():
+    """A question whose early members gave no candidate has no first reply: its zeros (P 0, wrong)
+    neither fit the early line nor flatter its ECE, as the service and the eval leave it out."""
+    from voter.adaptive import early_ece
+    from voter.calibration import expected_calibration_error
+
+    rng = np.random.default_rng(0)
+    n = 200
+    p = rng.uniform(0.05, 0.95, (n, 2))
+    right = (rng.random((n, 2)) < p).astype(float)
+    p_early = rng.uniform(0.05, 0.95, n)
+    right_early = (rng.random(n) < 0.5).astype(float)  # P says nothing: badly calibrated
+    answered = np.ones(n, dtype=bool)
+    answered[:80] = False
+    p_early[~answered], right_early[~answered] = 0.0, 0.0  # what picks() gives where there is no candidate
+    raw = early_ece(p, right, p_early, right_early, None, answered=answered)
+    assert raw == pytest.approx(expected_calibration_error(p_early[answered], right_early[answered]))
+    unmasked = early_ece(p, right, p_early, right_early, None)
+    assert unmasked < early_ece(p, right, p_early, right_early, None, answered=answered)  # the zeros flattered it
+    assert math.isnan(early_ece(p, right, p_early, right_early, None, answered=np.zeros(n, dtype=bool)))
