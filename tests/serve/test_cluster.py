@@ -1,8 +1,9 @@
 """eor on a real two-node Ray cluster formed on this machine (bench/cluster.py): the app
 deployed across both nodes by the config's placement, Health naming each deployment's node,
 Asks answered; then the worker node SIGKILLed under load: no Ask OK with an empty answer, no
-traceback in a status, Health names what is gone, and Asks are whole again within 3 minutes
-once the node rejoins. SmolLM2 reads (2 cores)."""
+traceback in a status, Health names what is gone, and Asks are whole again once the node rejoins,
+within three times what the same run took to start (bench/cluster.py: recovery_limit_s; no
+wall-clock bound of its own: a slower machine is not a failure). SmolLM2 reads (2 cores)."""
 from __future__ import annotations
 
 import json
@@ -51,5 +52,5 @@ def test_two_nodes_answer_and_survive_losing_the_worker(tmp_path, monkeypatch):
     assert all("Traceback" not in (e.get("details") or "") and "\n" not in (e.get("details") or "")
                for e in loss["timeline"] if e["kind"] == "ask")
     assert loss["health_names_missing_after_s"] is not None
-    assert loss["whole_again_after_s"] is not None and loss["whole_again_after_s"] <= 180
+    assert loss["whole_again_after_s"] is not None and loss["whole_again_after_s"] <= loss["whole_again_limit_s"]
     assert r["health_after"]["status"] == "SERVING" and not r["health_after"]["unavailable"]
