@@ -4,7 +4,7 @@ from __future__ import annotations
 import importlib
 import json
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any, Collection, TextIO
 
 from retrievers.corpus import Document
 from retrievers.encoder import Encoder
@@ -125,11 +125,13 @@ def make_pool(config: EorConfig, engine: ReaderEngine | None = None) -> Retrieve
     return RetrieverPool(config.pool, make_sources(config, encoder), encoder, reader, others)
 
 
-def close_engines(pool: RetrieverPool) -> None:
-    """Stop every reader engine of the pool now (their worker processes), not at interpreter exit;
-    a later call (an NLI judge) starts the default one again."""
-    for reader in pool.readers.values():
-        reader.engine.close()
+def close_engines(pool: RetrieverPool, keep: Collection[str] = ()) -> None:
+    """Stop every reader engine of the pool now (their worker processes), not at interpreter exit,
+    but those of the readers named in `keep` ("": the default); a later call (an NLI judge) starts
+    the default one again."""
+    for name, reader in pool.readers.items():
+        if name not in keep:
+            reader.engine.close()
 
 
 def pool_reader_models(pool: RetrieverPool) -> dict[str, str]:

@@ -15,6 +15,7 @@ from typing import Callable, Sequence, TextIO
 
 from retrievers.spec import by_reader
 from retrievers.types import QuestionResult
+from serve.builder import close_engines
 from serve.offline.dataset import Question
 from serve.offline.reader_runs import ReaderRuns
 from serve.offline.runlog import DEFAULT_BATCH_SIZE
@@ -36,15 +37,6 @@ def merged(parts: Sequence[QuestionResult], order: Sequence[str]) -> QuestionRes
     return QuestionResult(parts[0].question, tuple(by[s] for s in order if s in by), shared)
 
 
-def close_unused(pool, members: Sequence[str]) -> None:
-    """Stop the engines of the readers `members` (the next round read) do not use: one round read by
-    the 0.5B alone and the next by the 1.5B alone would otherwise hold both in memory."""
-    keep = set(by_reader(members))
-    for name, reader in pool.readers.items():
-        if name not in keep:
-            reader.engine.close()
-
-
 def read_cascade(pool, config, questions_file: str, questions: Sequence[Question],
                  rounds: Sequence[Sequence[str]], stops: Callable[[Scored], Sequence[int]],
                  batch_size: int = DEFAULT_BATCH_SIZE, progress: bool = True,
@@ -64,7 +56,9 @@ def read_cascade(pool, config, questions_file: str, questions: Sequence[Question
             for q, r in ReaderRuns(config, pool.subset(members), questions_file).run(todo, batch_size, progress,
                                                                                      stream):
                 read.setdefault(q.qid, []).append(r)
-            close_unused(pool, next((r for r in rounds[k + 1:] if r), ()))
+            # stop the readers the next round does not use: a round read by the 0.5B alone and the next
+            # by the 1.5B alone would otherwise hold both engines in memory
+            close_engines(pool, keep=set(by_reader(next((r for r in rounds[k + 1:] if r), ()))))
         scored = [(q, merged(read[q.qid], pool.specs)) for q in questions if q.qid in read]
         if k + 1 < len(rounds):
             after = {q.qid: s for (q, _), s in zip(scored, stops(scored))}

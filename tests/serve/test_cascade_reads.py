@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 
 from serve.config import config_from_dict
-from serve.offline.cascade_reads import close_unused, merged, read_cascade, round_members
+from serve.builder import close_engines
+from serve.offline.cascade_reads import merged, read_cascade, round_members
 from tests.serve.test_reader_runs import JOINED, QUESTIONS, make_pool
 
 
@@ -82,10 +83,10 @@ def test_a_reader_the_next_round_does_not_use_is_stopped_between_rounds(eor_home
     closed = []
     small.close = lambda: closed.append("0.5B")
     big.close = lambda: closed.append("1.5B")
-    close_unused(pool, ["Wiki@10~1.5B", "ReFree~1.5B"])
+    close_engines(pool, keep={"1.5B"})
     assert closed == ["0.5B"]
     closed.clear()
-    close_unused(pool, ["SE@1", "Wiki@10~1.5B"])
+    close_engines(pool, keep={"", "1.5B"})
     assert closed == []
     rounds = [["SE@1", "PK"], ["Wiki@10~1.5B"]]  # the 0.5B alone, then the 1.5B alone: never both held
     read_cascade(pool, config_from_dict({}), "questions.jsonl", QUESTIONS, rounds, lambda sc: [1] * len(sc),
