@@ -141,5 +141,5 @@ def answer(questions: Sequence[str], choice: VoterChoice, pool: Any,
         if on_provisional is not None:
             on_provisional(answers, positions)
 
-    rounds = AskRounds(questions, cascade, LocalCrew(pool, decided, holds=cascade.specs), pool.config)
+    rounds = AskRounds(questions, cascade, LocalCrew(pool, decided, holds=cascade.asked), pool.config)
     return asyncio.run(rounds.answer(on_stage, provisional))

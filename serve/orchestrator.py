@@ -92,9 +92,11 @@ class AskRounds:
     """One Ask's questions through the cascade's rounds. `deadline` (None: none) bounds every
     call; a round starts only with time left for the vote after it (`vote_reserve_s`, at most a
     quarter of the deadline), and that vote gets at least that long. `early_answer` (a stream):
-    round 1's quick members (voter/cascade.py: early_members: the default reader's one-step reads
-    beside a slower reader's, or the one-step reads beside two-step ones) are read and voted on
-    their own first (`stopped_at = 0`) while the rest of round 1 reads beside them."""
+    the cascade's preview, read beside round 1 and voted on its own (never in a round's vote: a
+    preview that fails costs the round nothing), else round 1's quick members (voter/cascade.py:
+    early_members: the default reader's one-step reads beside a slower reader's, or the one-step
+    reads beside two-step ones), read and voted on their own first while the rest of round 1 reads
+    beside them, give the first provisional answer (`stopped_at = 0`)."""
 
     def __init__(self, questions: Sequence[str], cascade: Cascade, crew: Crew, config: PoolConfig,
                  deadline: Deadline | None = None, documents: Sequence[Sequence[Passage] | None] | None = None,
@@ -103,7 +105,8 @@ class AskRounds:
         self.cascade, self.crew, self.deadline, self.top_k = cascade, crew, deadline, top_k
         self.documents = None if documents is None else [tuple(d) if d else None for d in documents]
         self.config = replace(config, default_k=top_k) if top_k else config
-        self.plan = tuple(cascade.specs)
+        self.preview = list(cascade.preview) if early_answer else []  # a unary Ask never reads it
+        self.plan = (*cascade.specs, *self.preview)
         self.deep = search_depths([parse_spec(s) for s in self.plan], self.config, crew.shapes)
         self.work = [Groundwork() for _ in self.questions]  # per question: what its rounds found so far
         self.reserve = min(vote_reserve_s, deadline.seconds / 4) if deadline is not None else 0.0
@@ -119,15 +122,25 @@ class AskRounds:
                                   on_provisional)
 
     async def _vote(self, results: list[QuestionResult], stage: int, cascade: Cascade | None = None) -> list[Decision]:
+        if cascade is None and self.preview:  # a round's vote: without the preview (its own vote is early_cascade's)
+            results = [joined(r.question, (r,), [c.retriever for c in r.candidates if c.retriever not in self.preview])
+                       for r in results]
         return await self.crew.decide(results, cascade or self.cascade, stage,
                                       None if self.deadline is None else self.deadline.at_least(self.reserve))
 
     async def _round(self, open_: list[int], specs: list[str]) -> list[QuestionResult]:
-        searches = self._search(open_, specs)
-        quick = list(early_answer(specs) or ())
         first = list(specs) == list(self.cascade.stages[0])
+        preview = self.preview if first else []
+        searches = self._search(open_, specs + preview)
+        quick = list(early_answer(specs) or ())
         later = None
         try:
+            if preview:  # the Ask's result holds it (its tokens, its answer); no round's vote reads it (_vote)
+                later = asyncio.ensure_future(self._fan_out(open_, specs, searches))
+                seen = await self._preview(open_, preview, searches)
+                late = await later
+                return late if seen is None else [joined(a.question, (a, b), [*specs, *preview])
+                                                  for a, b in zip(late, seen)]
             if not (self.early_answer and first and quick):
                 return await self._fan_out(open_, specs, searches)
             later = asyncio.ensure_future(self._fan_out(open_, [s for s in specs if s not in quick], searches))
@@ -139,6 +152,20 @@ class AskRounds:
             for task in [later, *searches.values()]:
                 if task is not None:
                     task.cancel()  # done already, unless the round ended in an error
+
+    async def _preview(self, open_: list[int], preview: list[str],
+                       searches: dict[str, asyncio.Future]) -> list[QuestionResult] | None:
+        """Read the preview and stream its answer where it has one; a preview that fails (its reader
+        gone: None; its call failed or past the deadline: a failed candidate) gives no early answer
+        and leaves the round as it is."""
+        try:
+            results = await self._fan_out(open_, preview, searches)
+        except Exception:  # noqa: BLE001 - the round's own members answer the Ask
+            return None
+        said = [j for j, r in enumerate(results) if any(c.answer and c.error is None for c in r.candidates)]
+        if said:
+            await self._early_answer([open_[j] for j in said], [results[j] for j in said])
+        return results
 
     async def _early_answer(self, open_: list[int], results: list[QuestionResult]) -> None:
         try:

@@ -106,16 +106,19 @@ def round_views(run: PoolRun, layout: Layout) -> tuple[list[list[RoundView]], np
     return views, tokens, rounds
 
 
-def early_view(layout: Layout) -> tuple[str, ...] | None:
-    """Round 1's early answer's members (voter/cascade.py: early_answer): a stream's first reply,
-    read before the rest; None where round 1 has none."""
+def early_view(layout: Layout, preview: Sequence[str] = ()) -> tuple[str, ...] | None:
+    """The members of a stream's first reply: the preview (read beside round 1, never voted after),
+    else round 1's early answer's (voter/cascade.py: early_answer), read before the rest; None
+    where there is none."""
+    if preview:
+        return tuple(preview)
     return early_answer(layout[0]) if layout else None
 
 
-def early_views(run: PoolRun, layout: Layout) -> list[list[RoundView]] | None:
-    """[N][1]: each question's view after round 1's early members alone (as `picks` takes views);
-    None where round 1 has no early answer."""
-    members = early_view(layout)
+def early_views(run: PoolRun, layout: Layout, preview: Sequence[str] = ()) -> list[list[RoundView]] | None:
+    """[N][1]: each question's view after the first reply's members alone (as `picks` takes views);
+    None where there is no first reply of its own."""
+    members = early_view(layout, preview)
     if members is None:
         return None
     cols = np.isin(np.array(run.pool, dtype=object), list(members))
@@ -183,17 +186,25 @@ class LayoutFit:
     calibrator: Calibrator | None = None  # None: the stop rule and the caller read the scorer's raw P
     cv_ece: float = math.nan  # ECE (10 bins) of the answers delivered, on questions neither scorer nor calibrator saw
     first_reply_s: float = math.nan  # expected seconds to a stream's first reply (round 1's early answer)
-    cv_ece_early: float = math.nan  # the same for round 1's early answer (NaN: round 1 has none)
+    cv_ece_early: float = math.nan  # the same for the first reply's P (NaN: no first reply of its own)
+    preview: tuple[str, ...] = ()  # read beside round 1 for a stream's first reply, never voted (fit_layout)
 
 
 def fit_layout(run: PoolRun, layout: Layout, latency: LatencyModel, folds: int = CV_FOLDS, C: float = SCORER_C,
-               tolerance: float = 0.005, seed: int = CV_SEED, calibration: str | None = None) -> LayoutFit:
+               tolerance: float = 0.005, seed: int = CV_SEED, calibration: str | None = None,
+               preview: Sequence[str] = ()) -> LayoutFit:
     """Out-of-fold P for every question and round (the scorer never sees the question it
     scores), calibrated when `calibration` names a method, then the cheapest-latency thresholds
-    on it within `tolerance` of running every round."""
+    on it within `tolerance` of running every round.
+
+    `preview`: members read beside round 1 for a stream's first reply and never voted after. The
+    scorer is trained on the rounds alone (so the layout's answers, stops and CV figures are those
+    without it), the preview's P gets a calibration line of its own, and its reader work is paid on
+    top of the rounds' (the cores are shared) and first: the first reply is its work alone."""
+    preview = tuple(preview)
     views, tokens, rounds = round_views(run, layout)
-    firsts = early_views(run, layout)  # round 1's early answer: scored, on a line of its own
-    seen = scored_views(views, firsts)
+    firsts = early_views(run, layout, preview)  # the first reply: scored, on a line of its own
+    seen = views if preview else scored_views(views, firsts)
     n, r = len(run), len(layout)
     p, ok = np.zeros((n, r)), np.zeros((n, r))
     p_early, ok_early, who_early = np.zeros((n, 1)), np.zeros((n, 1)), np.full((n, 1), -1)
@@ -214,10 +225,13 @@ def fit_layout(run: PoolRun, layout: Layout, latency: LatencyModel, folds: int =
                  if firsts is not None else math.nan)
     acc, lat, stop = evaluate_stop(trace, tau)
     rows = np.arange(n)
-    first_reply = float(np.mean(latency.seconds(1, early_answer_work(run, layout[0], latency.early_first))))
+    work = early_answer_work(run, layout[0], latency.early_first or bool(preview), preview)
+    first_reply = float(np.mean(latency.seconds(1, work)))
+    if preview:  # its reader work delays the rounds' on the shared cores
+        lat += float(np.mean([run.cost(i, (frozenset(preview),)) for i in range(n)])) / latency.tokens_per_s
     return LayoutFit(layout, tau, acc, float(ok[:, -1].mean()), float(tokens[rows, stop].mean()),
                      float(rounds[rows, stop].mean()), lat, float((stop == 0).mean()), frontier(trace),
-                     calibrator, ece, first_reply, ece_early)
+                     calibrator, ece, first_reply, ece_early, preview)
 
 
 def early_ece(p: np.ndarray, right: np.ndarray, p_early: np.ndarray, right_early: np.ndarray,
@@ -265,15 +279,16 @@ def delivered_ece(raw: RoundTrace, calibration: str | None, tolerance: float = 0
     return expected_calibration_error(conf, right)
 
 
-def early_answer_work(run: PoolRun, first_round: Sequence[str], early_first: bool = False) -> np.ndarray:
-    """Per question, the work (latency-model tokens) before its first streamed reply: round 1's
-    early answer (voter/cascade.py: early_members) while the rest of round 1 reads beside it on the
-    same cores. Processor sharing: with a of its own and b beside it, it ends at a + min(a, b).
+def early_answer_work(run: PoolRun, first_round: Sequence[str], early_first: bool = False,
+                      preview: Sequence[str] = ()) -> np.ndarray:
+    """Per question, the work (latency-model tokens) before its first streamed reply: the preview,
+    else round 1's early answer (voter/cascade.py: early_members), while the rest of round 1 reads
+    beside it on the same cores. Processor sharing: with a of its own and b beside it, it ends at a + min(a, b).
     Measured in the service (session 22): the 0.5B's SE@1 beside the 1.5B's SE@1 answered in 2.41 s;
     priced alone, 1.75 s with the round's overhead (2.5 s shared). `early_first` (its reader has the
     cores first): a, as alone (bench/reader_priority.py: 1.26 s beside the 1.5B's two prompts, 0.93 s
     alone, 2.73 s sharing the cores)."""
-    early = frozenset(early_members(first_round))
+    early = frozenset(preview or early_members(first_round))
     rest = frozenset(first_round) - early
     a = np.array([run.cost(i, (early,)) for i in range(len(run))], dtype=float)
     if not rest or early_first:
@@ -290,6 +305,7 @@ class AdaptiveModel:
     scorer: AnswerScorer
     thresholds: tuple[float, ...]
     calibrator: Calibrator | None = None
+    preview: tuple[str, ...] = ()  # read beside round 1 for a stream's first reply, never voted (fit_layout)
     # how it was fitted, kept in the file as written (`fit_record`): tolerance, C, CV folds and seed,
     # the latency model, every candidate layout with its CV figures. Empty: a file fitted before.
     fit: dict[str, Any] = field(default_factory=dict, compare=False)
@@ -297,7 +313,7 @@ class AdaptiveModel:
     @property
     def cascade(self) -> Cascade:
         """The rounds and their thresholds on `confidence`: the stages every entry point runs."""
-        return Cascade(self.layout, self.thresholds, target=1.0)
+        return Cascade(self.layout, self.thresholds, target=1.0, preview=self.preview)
 
     def confidence(self, p: float, stage: int | None = None) -> float:
         """The scorer's P(right) for the answer after 0-based round `stage` (None: after a set of
@@ -310,11 +326,11 @@ class AdaptiveModel:
 
     def stage_of(self, members: Iterable[str]) -> int | str | None:
         """The round whose answer a vote after asking `members` is: the first k whose rounds 1..k
-        hold them all (the voter's own rounds 1..k: k); round 1's early answer: EARLY (its own
-        calibration line, else round 1's). None: a member no round holds (a caller's own
-        retrievers from outside the layout)."""
+        hold them all (the voter's own rounds 1..k: k); the first reply (the preview, else round 1's
+        early answer): EARLY (its own calibration line, else round 1's). None: a member no round
+        holds (a caller's own retrievers from outside the layout)."""
         ran, have = set(members), set()
-        early = early_view(self.layout)
+        early = early_view(self.layout, self.preview)
         if early is not None and ran == set(early):
             return EARLY
         for k, rnd in enumerate(self.layout):
@@ -329,6 +345,8 @@ class AdaptiveModel:
              "scorer": self.scorer.to_dict(feature_names(pool))}
         if self.calibrator is not None:
             d["calibrator"] = self.calibrator.to_dict()
+        if self.preview:
+            d["preview"] = list(self.preview)
         if self.fit:
             d["fit"] = self.fit
         return d
@@ -346,7 +364,11 @@ class AdaptiveModel:
         if calibrator is not None and calibrator.n_rounds not in (None, len(layout)):
             raise ValueError(f"adaptive model: the calibrator has lines for {calibrator.n_rounds} rounds, "
                              f"the layout {len(layout)}")
-        return cls(layout, AnswerScorer.from_dict(d["scorer"], feature_names(pool)), tau, calibrator,
+        preview = tuple(str(s) for s in d.get("preview") or ())
+        if set(preview) - set(pool) or set(preview) & {s for r in layout for s in r}:
+            raise ValueError(f"adaptive model: the preview {list(preview)} names a retriever not in the pool "
+                             "or one a round asks")
+        return cls(layout, AnswerScorer.from_dict(d["scorer"], feature_names(pool)), tau, calibrator, preview,
                    dict(d.get("fit") or {}))
 
 
@@ -366,7 +388,8 @@ def fit_record(chosen: LayoutFit, layouts: Sequence[LayoutFit], latency: Latency
     return {"tolerance": tolerance, "C": C, "cv_folds": folds, "cv_seed": seed, "calibration": calibration,
             "tokens_per_s": r(latency.tokens_per_s), "round_overhead_s": latency.round_overhead_s,
             "early_answer_first": latency.early_first, **bound,
-            "layouts": [{"rounds": [list(x) for x in f.layout], "chosen": f is chosen, "cv_match": r(f.cv_accuracy),
+            "layouts": [{"rounds": [list(x) for x in f.layout], **({"preview": list(f.preview)} if f.preview else {}),
+                         "chosen": f is chosen, "cv_match": r(f.cv_accuracy),
                          "cv_match_all_rounds": r(f.cv_all_rounds), "latency_s": r(f.latency_s),
                          "tokens": r(f.tokens), "rounds_run": r(f.rounds), "first_round_share": r(f.first_round_share),
                          "cv_ece": r(f.cv_ece), "first_reply_s": r(f.first_reply_s),
@@ -376,9 +399,9 @@ def fit_record(chosen: LayoutFit, layouts: Sequence[LayoutFit], latency: Latency
 
 def fit_model(run: PoolRun, fit: LayoutFit, C: float = SCORER_C, record: dict[str, Any] | None = None) -> AdaptiveModel:
     views, _, _ = round_views(run, fit.layout)
-    seen = scored_views(views, early_views(run, fit.layout))
+    seen = views if fit.preview else scored_views(views, early_views(run, fit.layout))  # as fit_layout
     scorer = AnswerScorer(C).fit(*training_rows(seen, run.right, run.pool, range(len(run))))
-    return AdaptiveModel(fit.layout, scorer, fit.thresholds, fit.calibrator, record or {})
+    return AdaptiveModel(fit.layout, scorer, fit.thresholds, fit.calibrator, fit.preview, record or {})
 
 
 @dataclass(frozen=True)
@@ -426,7 +449,7 @@ def candidate_layouts(pool: Sequence[str], accuracy: dict[str, float], cost: dic
     a subset's one-round vote would move the all-kept anchor choose_layout measures from)."""
     from retrievers.spec import by_reader
 
-    value = sorted(pool, key=lambda s: (-accuracy[s] / max(cost[s], 1.0) ** 0.5, s))
+    value = _by_value(pool, accuracy, cost)
     groups = by_reader(value)
     out: list[Layout] = [(tuple(pool),)]
 
@@ -450,7 +473,7 @@ def candidate_layouts(pool: Sequence[str], accuracy: dict[str, float], cost: dic
                     add(first, mid)
         plain = groups.get("", [])
         strong = [s for s in value if parse_spec(s).reader]
-        quick = [s for s in plain if parse_spec(s).reader_steps == 1][:1]  # its best one-step member
+        quick = [s for s in [quick_member(pool, accuracy, cost)] if s]
         if quick and strong:  # a quick first answer, alone or beside a strong layout's round 1
             for first, mid in _splits(strong, firsts, seconds):
                 rest = [s for s in strong if s not in first and s not in mid]
@@ -470,6 +493,38 @@ def candidate_layouts(pool: Sequence[str], accuracy: dict[str, float], cost: dic
     return out
 
 
+def _by_value(pool: Sequence[str], accuracy: dict[str, float], cost: dict[str, float]) -> list[str]:
+    """The members by accuracy per square-rooted token cost, best first."""
+    return sorted(pool, key=lambda s: (-accuracy[s] / max(cost[s], 1.0) ** 0.5, s))
+
+
+def quick_member(pool: Sequence[str], accuracy: dict[str, float], cost: dict[str, float]) -> str | None:
+    """The default reader's best one-step member by value: a quick first answer (None: none)."""
+    from retrievers.spec import DEFAULT_READER_NAME
+
+    return next((s for s in _by_value(pool, accuracy, cost)
+                 if parse_spec(s).reader == DEFAULT_READER_NAME and parse_spec(s).reader_steps == 1), None)
+
+
+def acceptable(fits: Sequence[LayoutFit], tolerance: float = 0.005) -> list[LayoutFit]:
+    """The layouts whose CV accuracy is within `tolerance` of the all-kept vote's (choose_layout's
+    anchor: a one-round layout, every retriever, no stop; with several readers, the best of the
+    whole pool's and each reader's own)."""
+    whole = [f for f in fits if len(f.layout) == 1]
+    anchor = max(f.cv_accuracy for f in (whole or fits))
+    return [f for f in fits if f.cv_accuracy >= anchor - tolerance]
+
+
+def preview_candidates(fits: Sequence[LayoutFit], quick: str, tolerance: float, first_reply_s: float) -> list[Layout]:
+    """The layouts to fit again with `quick` as their preview (fit_layout): those choose_layout may
+    pick (`acceptable`) whose first reply misses `first_reply_s` and which have no first reply of
+    their own and do not ask `quick`. A preview keeps a layout's answers and CV figures and adds its
+    work, so on a layout that meets the bound already it only costs time."""
+    return [f.layout for f in acceptable(fits, tolerance)
+            if not f.preview and f.first_reply_s > first_reply_s and early_view(f.layout) is None
+            and quick not in {s for r in f.layout for s in r}]
+
+
 def choose_layout(fits: Sequence[LayoutFit], tolerance: float = 0.005,
                   first_reply_s: float | None = None, latency_cap_s: float | None = None) -> LayoutFit:
     """The lowest expected latency among layouts whose CV accuracy is within `tolerance` of the
@@ -481,9 +536,7 @@ def choose_layout(fits: Sequence[LayoutFit], tolerance: float = 0.005,
     than the one-retriever service's whole answer) and whose expected latency is within
     `latency_cap_s` (None: any), where any is; else the bound is not met (the mean latency is kept).
     The cap applies only with a first-reply bound."""
-    whole = [f for f in fits if len(f.layout) == 1]
-    anchor = max(f.cv_accuracy for f in (whole or fits))
-    ok = [f for f in fits if f.cv_accuracy >= anchor - tolerance]
+    ok = acceptable(fits, tolerance)
     if first_reply_s is not None:
         cap = math.inf if latency_cap_s is None else latency_cap_s
         ok = [f for f in ok if f.first_reply_s <= first_reply_s and f.latency_s <= cap] or ok

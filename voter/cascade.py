@@ -42,6 +42,9 @@ class Cascade:
     fit_agreement: float | None = None  # share of fit questions answered as the all-kept vote
     fit_stop_rate: tuple[float, ...] = ()  # share of fit questions that stopped at each stage
     stage_tokens: tuple[float, ...] = ()  # mean reader tokens per question each stage adds (fit)
+    # read beside stage 1 for a stream's first reply only, voted on its own, never in a stage's vote
+    # (early_cascade); a unary Ask never reads it
+    preview: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if not self.stages or any(not s for s in self.stages):
@@ -49,6 +52,8 @@ class Cascade:
         flat = [s for st in self.stages for s in st]
         if len(set(flat)) != len(flat):
             raise ValueError(f"a retriever appears in two stages: {flat}")
+        if len(set(self.preview)) != len(self.preview) or set(self.preview) & set(flat):
+            raise ValueError(f"the preview {list(self.preview)} repeats a retriever or one a stage asks")
         if len(self.thresholds) != len(self.stages) - 1:
             raise ValueError(f"{len(self.thresholds)} thresholds for {len(self.stages)} stages "
                              f"(one per stage but the last)")
@@ -66,6 +71,11 @@ class Cascade:
     def specs(self) -> list[str]:
         return [s for st in self.stages for s in st]
 
+    @property
+    def asked(self) -> list[str]:
+        """Every retriever a stream may ask: the stages' and the preview's."""
+        return self.specs + list(self.preview)
+
     def settled(self, stage: int, stat: float) -> bool:
         """Stop after `stage` (0-based)? The one rule, `settled`, with this cascade's thresholds."""
         return bool(settled(stage, stat, self.thresholds))
@@ -74,7 +84,8 @@ class Cascade:
         return {"stages": [list(s) for s in self.stages],
                 "thresholds": [None if t == math.inf else t for t in self.thresholds],  # None: never stop there
                 "target": self.target, "fit_agreement": self.fit_agreement,
-                "fit_stop_rate": list(self.fit_stop_rate), "stage_tokens": list(self.stage_tokens)}
+                "fit_stop_rate": list(self.fit_stop_rate), "stage_tokens": list(self.stage_tokens),
+                **({"preview": list(self.preview)} if self.preview else {})}
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "Cascade":
@@ -86,7 +97,8 @@ class Cascade:
                        target=float(d.get("target", DEFAULT_TARGET)),
                        fit_agreement=None if d.get("fit_agreement") is None else float(d["fit_agreement"]),
                        fit_stop_rate=tuple(float(x) for x in d.get("fit_stop_rate", ())),
-                       stage_tokens=tuple(float(x) for x in d.get("stage_tokens", ())))
+                       stage_tokens=tuple(float(x) for x in d.get("stage_tokens", ())),
+                       preview=tuple(str(s) for s in d.get("preview") or ()))
         except (TypeError, ValueError) as exc:
             raise ValueError(f"cascade: {exc}") from None
 
@@ -128,10 +140,13 @@ def early_answer(first_round: Sequence[str]) -> tuple[str, ...] | None:
 
 
 def early_cascade(cascade: Cascade) -> Cascade:
-    """The cascade a stream's early answer is voted under: round 1's early members (early_answer)
-    as a stage of their own that never settles, then the rest of round 1 and the later rounds; so
-    the vote after it names just the members asked (voter/adaptive.py: AdaptiveModel.stage_of,
-    round 1's early line). Itself where round 1 has no early answer."""
+    """The cascade a stream's early answer is voted under: its preview, else round 1's early members
+    (early_answer), as a stage of their own that never settles, then the rest of round 1 and the
+    later rounds; so the vote after it names just the members asked (voter/adaptive.py:
+    AdaptiveModel.stage_of, the early line). Itself where there is no early answer."""
+    if cascade.preview:
+        return replace(cascade, stages=(cascade.preview, *cascade.stages), thresholds=(math.inf, *cascade.thresholds),
+                       preview=())
     first = tuple(cascade.stages[0])
     quick = early_answer(first)
     if quick is None:

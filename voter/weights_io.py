@@ -197,8 +197,9 @@ class SavedWeights:
         if self.adaptive is not None:
             n = len(self.stages.specs)
             kind = "confidence-aware, calibrated" if self.adaptive.calibrator is not None else "confidence-aware"
+            seen = f", {'+'.join(self.adaptive.preview)} as a stream's preview" if self.adaptive.preview else ""
             return (f"fitted voter {self.digest} (reader {reader}, {p.n_questions} questions; {kind}: "
-                    f"{n} of {len(self.pool)} retrievers in {stages} round{'s' * (stages > 1)})")
+                    f"{n} of {len(self.pool)} retrievers in {stages} round{'s' * (stages > 1)}{seen})")
         return (f"fitted voter {self.digest} (reader {reader}, {p.n_questions} questions; "
                 f"{len(self.kept_specs())} of {len(self.pool)} retrievers in {stages} stage{'s' * (stages > 1)})")
 

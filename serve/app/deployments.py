@@ -154,7 +154,7 @@ def asked_readers(settings) -> set[str] | None:
         choice = voter_from_files(list(settings.pool.specs), reader_models(settings), settings.voter.weights)
     except Exception:
         return None
-    asked = set(by_reader(choice.saved.stages.specs))
+    asked = set(by_reader(choice.saved.stages.asked))  # a stream's preview too
     if "nli" in choice.options.names and not choice.options.nli_model:
         asked.add(DEFAULT_READER_NAME)
     return asked

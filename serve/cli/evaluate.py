@@ -41,7 +41,8 @@ def cmd_eval(args) -> int:
         if saved.adaptive is None:
             raise ValueError(f"--reads cascade needs a voter with rounds (eor-voter/3 or later); {choice.describe()} "
                              "has none: read the whole pool (the default)")
-        rounds = round_members(saved.adaptive.layout, [baseline] if baseline else [])
+        beside = [*([baseline] if baseline else []), *(s for s in saved.adaptive.preview if s != baseline)]
+        rounds = round_members(saved.adaptive.layout, beside)  # the baseline and the preview: every question
         scored, read_by_round = _read_cascade(args, config, pool, selection, questions, rounds,
                                               lambda so_far: cascade_stops(so_far, saved, metrics))
         singles = [s for s in pool.specs if s in rounds[0]]  # the members every question read

@@ -116,10 +116,14 @@ def _fit_adaptive(args, config, pool, selection, scored, metrics, saved, specs=N
               "`eor models speed` measures them)") + f", {overhead_s:.2f} s a round beyond it ({overhead_by})" + \
         ("; the default reader's early answer as alone (the quick reader first)" if fitted.latency.early_first else "")
     rounds = " | ".join(", ".join(r) for r in c.layout)
+    first = (f"{'+'.join(c.preview)}'s preview (read beside round 1 for a stream, never voted after)" if c.preview
+             else "round 1's early answer")
+    if c.preview:
+        rounds += f" (and {'+'.join(c.preview)} as a stream's preview)"
     calibrated = f"{method}-calibrated P(right)" if method else "the scorer's raw P(right) (not calibrated)"
     summary = (f"confidence-aware rounds: {rounds}; thresholds {[round(t, 3) for t in c.thresholds]} on "
                f"{calibrated}, cross-validated ECE of the answers delivered {c.cv_ece:.3f}"
-               + (f" (of round 1's early answer, on a line of its own: {c.cv_ece_early:.3f})"
+               + (f" (of {first}, on a line of its own: {c.cv_ece_early:.3f})"
                   if math.isfinite(c.cv_ece_early) else "") + "; "
                f"CV Match {c.cv_accuracy:.3f} (every round {c.cv_all_rounds:.3f}), "
                f"{c.rounds:.2f} rounds, {c.first_round_share:.0%} stop after round 1, expected {c.latency_s:.1f} s, "

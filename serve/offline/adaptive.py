@@ -25,7 +25,8 @@ import numpy as np
 
 from serve.offline.reader_speed import ReaderSpeed, priced_seconds
 from voter.adaptive import (CV_FOLDS, CV_SEED, LATENCY_CAP, SCORER_C, AdaptiveModel, LatencyModel, LayoutFit,
-                            PoolRun, apply_model, candidate_layouts, choose_layout, fit_layout, fit_model, fit_record)
+                            PoolRun, apply_model, candidate_layouts, choose_layout, fit_layout, fit_model, fit_record,
+                            preview_candidates, quick_member)
 from voter.calibration import DEFAULT_METHOD, METHODS, expected_calibration_error
 from voter.qa_metrics import exact_match, match, token_f1
 from voter.selector import paired_counts, sign_test
@@ -164,7 +165,9 @@ def fit_adaptive(scored: Sequence, specs: Sequence[str], metrics: Sequence[Any],
     of `specs`; None: no bound; `eor fit` passes SERVICE_BASELINE): prefer layouts whose early answer
     comes no later than that member alone answers, at no more than LATENCY_CAP times its expected
     latency (voter/adaptive.py: choose_layout), so a stream's first reply is as quick as the service
-    with it; the record says whether the chosen layout met both. `overhead_by`: where
+    with it; the layouts that could be chosen but miss it are fitted again with the default reader's
+    best one-step member as their preview (preview_candidates); the record says whether the chosen
+    layout met both. `overhead_by`: where
     `round_overhead_s` came from (serve/offline/reader_speed.py: round_overhead), for the record.
     `early_first`: round 1's early answer has the cores first (serve/config.py: quick_reader_first)."""
     speeds = None if costs else priced_speeds(specs, speeds)
@@ -186,6 +189,11 @@ def fit_adaptive(scored: Sequence, specs: Sequence[str], metrics: Sequence[Any],
         one = (frozenset({first_reply_vs}),)
         reply_s = float(np.mean([latency.seconds(1, run.cost(i, one)) for i in range(len(run))]))
         bound = (first_reply_vs, reply_s, LATENCY_CAP * reply_s)
+        quick = quick_member(specs, acc, cost)
+        if quick is not None:  # the layouts that miss the bound, again with a quick preview of their first reply
+            fits += [fit_layout(run, lay, latency, folds=folds, C=C, tolerance=tolerance, seed=seed,
+                                calibration=calibration, preview=(quick,))
+                     for lay in preview_candidates(fits, quick, tolerance, reply_s)]
     chosen = choose_layout(fits, tolerance, *((None, None) if bound is None else bound[1:]))
     record = fit_record(chosen, fits, latency, tolerance=tolerance, C=C, folds=folds, seed=seed,
                         calibration=calibration, first_reply=bound)

@@ -317,15 +317,17 @@ def replay_confident(scored: Scored, saved: SavedWeights, metrics: Sequence[Any]
 
 
 def early_answers(run: Any, model: Any) -> dict[str, Any] | None:
-    """Round 1's early answer on each question (a stream's first reply: its members voted alone,
-    voter/adaptive.py: early_view) and the confidence it carries; None where round 1 has none."""
+    """The first reply on each question (a stream's: the preview, else round 1's early answer; its
+    members voted alone, voter/adaptive.py: early_view) and the confidence it carries; None where
+    there is none."""
     from voter.adaptive import early_view, early_views, picks
     from voter.calibration import EARLY
 
-    members = early_view(model.layout)
+    members = early_view(model.layout, model.preview)
     if members is None:
         return None
-    p, _, who = picks(early_views(run, model.layout), run.right, run.pool, model.scorer, range(len(run)))
+    p, _, who = picks(early_views(run, model.layout, model.preview), run.right, run.pool, model.scorer,
+                      range(len(run)))
     said = [(run.answers[i][w] or "") if w >= 0 else "" for i, w in enumerate(who[:, 0])]
     conf = [float(model.confidence(float(x), EARLY)) if w >= 0 else None for x, w in zip(p[:, 0], who[:, 0])]
     return {"members": list(members), "answers": said, "confidence": conf}
@@ -428,7 +430,7 @@ def format_confidence(doc: dict[str, Any]) -> str:
         f"calibrated P would show {doc['ece_sampling_floor']:.3f} at this n)" if doc["ece"] is not None else "")]
     early = doc.get("early_answer")
     if early and early["ece"] is not None:
-        lines.append(f"  round 1's early answer ({'+'.join(early['members'])}, a stream's first reply): Match "
+        lines.append(f"  a stream's first reply ({'+'.join(early['members'])}, voted alone): Match "
                      f"{early['match']:.3f}, mean P {early['mean_confidence']:.3f}, ECE {early['ece']:.3f} "
                      f"over {early['n']}")
     lines.append(f"  answered only when most sure: Match of the answers kept, EoR by its confidence vs "

@@ -198,3 +198,45 @@ def test_a_question_no_retriever_answered_fails_the_ask_as_unavailable_never_ok_
     _, code, details = items[-1]
     assert code == grpc.StatusCode.UNAVAILABLE and "no retriever answered 'who?'" in details
     assert "SE@1, Wiki@10, ReFree" in details and "\n" not in details and "Traceback" not in details
+
+
+def test_a_preview_is_streamed_first_voted_alone_and_never_in_a_rounds_vote():
+    """The plan's preview (SE@1, the 0.5B) is read beside round 1 (SE@1~1.5B) in a stream: its
+    answer comes first, voted over it alone (its own early line); round 1's vote and every later
+    one never see it, though the Ask's result holds it (its answer listed, its tokens counted).
+    A plain Ask never reads it; a preview whose call fails leaves the stream its rounds."""
+    import math
+
+    calls, seen = [], []
+    stages = (("SE@1~1.5B",), ("Wiki@10~1.5B",))
+
+    def decide(results, key, cascade, stage, deadline):
+        seen.append((cascade.stages, cascade.thresholds, stage, [c.retriever for c in results[0].candidates]))
+        votes = [Vote(r.candidates[-1].retriever, r.candidates[-1].answer, 0.5, None, {}) for r in results]
+        return decisions(votes, [0.0] * len(results), cascade, stage)
+    plan = _Handle(plan=lambda: VoterPlan("k", Cascade(stages, (1.0,), preview=("SE@1",)), "test voter"), decide=decide)
+    handle = group(delay=lambda specs: 0.2 if any("~" in s for s in specs) else 0.01, started=calls)
+    replies = stream(handle, plan)
+    assert [r.stopped_at_stage for r in replies] == [0, 1, 2] and replies[0].answer == "answer of SE@1"
+    assert sorted(map(tuple, calls[:2])) == [("SE@1",), ("SE@1~1.5B",)] and calls[2] == ["Wiki@10~1.5B"]
+    assert seen[0] == ((("SE@1",), *stages), (math.inf, 1.0), 0, ["SE@1"])  # the preview's own vote
+    assert seen[1] == (stages, (1.0,), 0, ["SE@1~1.5B"]) and seen[2] == (stages, (1.0,), 1,
+                                                                          ["SE@1~1.5B", "Wiki@10~1.5B"])
+    assert replies[1].answer == "answer of SE@1~1.5B" and "SE@1" in [c.retriever for c in replies[-1].candidates]
+    calls.clear()
+    reply = asyncio.run(_ingress(_Handle(), handle, plan)._ask_one(eor_pb2.AskRequest(question="who?")))
+    assert reply.final and ["SE@1"] not in calls  # a plain Ask: no preview
+
+    async def run(round_):
+        if list(round_.specs) == ["SE@1"]:
+            raise RuntimeError("the 0.5B's engine died")
+        return RoundRun([QuestionResult(q, tuple(Candidate(s, f"answer of {s}", Context(s)) for s in round_.specs))
+                         for q in round_.questions], [Groundwork() for _ in round_.questions])
+
+    class Run:
+        def remote(self, *args):
+            return run(*args)
+    broken = _Handle()
+    broken.run = Run()
+    replies = stream(broken, plan)
+    assert [r.stopped_at_stage for r in replies] == [1, 2] and replies[-1].final

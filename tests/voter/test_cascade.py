@@ -140,3 +140,21 @@ def test_the_early_cascade_makes_round_ones_early_members_a_stage_that_never_set
     assert not e.settled(0, 1e9) and e.settled(1, 0.5) == c.settled(0, 0.5)
     alike = Cascade((("SE@1", "Wiki@10"), ("ReFree",)), (0.4,))
     assert early_cascade(alike) is alike  # no early answer: the cascade itself
+
+
+def test_a_preview_is_its_own_early_stage_and_never_one_of_the_rounds():
+    import math
+
+    import pytest
+
+    from voter.cascade import Cascade, early_cascade
+
+    c = Cascade((("SE@1~1.5B",), ("Wiki@10~1.5B",)), (0.4,), preview=("SE@1",))
+    e = early_cascade(c)
+    assert e.stages == (("SE@1",), ("SE@1~1.5B",), ("Wiki@10~1.5B",)) and e.thresholds == (math.inf, 0.4)
+    assert e.preview == () and not e.settled(0, 1e9) and c.specs == ["SE@1~1.5B", "Wiki@10~1.5B"]
+    assert c.asked == ["SE@1~1.5B", "Wiki@10~1.5B", "SE@1"] and Cascade.from_dict(c.to_dict()) == c
+    assert "preview" not in Cascade((("A", "B"),)).to_dict()  # files without one stay as they were
+    for bad in (("SE@1~1.5B",), ("SE@1", "SE@1")):
+        with pytest.raises(ValueError, match="preview"):
+            Cascade((("SE@1~1.5B",), ("Wiki@10~1.5B",)), (0.4,), preview=bad)

@@ -267,3 +267,67 @@ def test_questions_without_an_early_answer_carry_no_p_and_count_nowhere():
     unmasked = early_ece(p, right, p_early, right_early, None)
     assert unmasked < early_ece(p, right, p_early, right_early, None, answered=answered)  # the zeros flattered it
     assert math.isnan(early_ece(p, right, p_early, right_early, None, answered=np.zeros(n, dtype=bool)))
+
+
+def test_a_preview_keeps_the_layouts_answers_and_figures_and_brings_a_first_reply_of_its_own():
+    """A preview (A, the default reader, read beside round 1 and never voted after): the scorer is
+    trained on the rounds alone, so the thresholds, CV figures and every answer are the layout's
+    without it; its P gets a line of its own; the first reply is its work alone; its work is paid on
+    top of the rounds'. The model file keeps it, and a vote over it alone reads its line."""
+    from dataclasses import replace
+
+    from serve.offline.evaluation import early_answers
+    from voter.adaptive import early_answer_work, fit_record
+    from voter.calibration import EARLY
+
+    names = ("A", "B~1.5B", "C~1.5B", "D~1.5B")
+    run = replace(synthetic_run(400, seed=3), pool=names)
+    cost = dict(zip(names, (100.0, 300.0, 300.0, 300.0)))
+    run = replace(run, cost=lambda i, rounds: sum(cost[s] for s in frozenset().union(*rounds)))
+    latency = LatencyModel(round_overhead_s=1.0, tokens_per_s=100.0)
+    layout = (("B~1.5B",), ("C~1.5B", "D~1.5B"))
+    plain = fit_layout(run, layout, latency, calibration="platt-per-round")
+    seen = fit_layout(run, layout, latency, calibration="platt-per-round", preview=("A",))
+    assert (seen.thresholds, seen.cv_accuracy, seen.cv_ece, seen.tokens) == (
+        plain.thresholds, plain.cv_accuracy, plain.cv_ece, plain.tokens)
+    assert seen.first_reply_s == pytest.approx(1.0 + 100.0 / 100.0) and plain.first_reply_s == pytest.approx(4.0)
+    assert seen.latency_s == pytest.approx(plain.latency_s + 1.0)  # A's 100 tokens at 100/s
+    assert seen.calibrator.has_early and not plain.calibrator.has_early and math.isfinite(seen.cv_ece_early)
+    assert set(early_answer_work(run, ["B~1.5B"], preview=("A",)).tolist()) == {200.0}  # sharing the cores
+    with_preview, without = fit_model(run, seen), fit_model(run, plain)
+    assert with_preview.preview == ("A",) and with_preview.cascade.preview == ("A",)
+    assert (apply_model(run, with_preview).picked == apply_model(run, without).picked).all()
+    assert with_preview.stage_of(["A"]) == EARLY and with_preview.stage_of(["B~1.5B"]) == 0
+    early = early_answers(run, with_preview)
+    assert early["members"] == ["A"] and early["answers"] == [row[0] or "" for row in run.answers]
+    sure = np.array(early["confidence"])  # A is sure exactly when right: its line keeps that order
+    assert sure[run.right[:, 0] == 1].min() > sure[run.right[:, 0] == 0].max()
+    back = AdaptiveModel.from_dict(with_preview.to_dict(names), names)
+    assert back.preview == ("A",) and back.cascade.asked == ["B~1.5B", "C~1.5B", "D~1.5B", "A"]
+    record = fit_record(seen, [plain, seen], latency, tolerance=0.005, C=1.0, folds=5, seed=0,
+                        calibration="platt-per-round")
+    assert [x.get("preview") for x in record["layouts"]] == [None, ["A"]]
+    for bad in (["B~1.5B"], ["E"]):  # a round's member, or none of the pool's
+        with pytest.raises(ValueError, match="preview"):
+            AdaptiveModel.from_dict(with_preview.to_dict(names) | {"preview": bad}, names)
+
+
+def test_the_layouts_that_miss_the_first_reply_bound_are_fitted_again_with_a_preview():
+    from voter.adaptive import acceptable, preview_candidates, quick_member
+
+    def fit(layout, cv, first, preview=()):
+        return LayoutFit(layout, (), cv, cv, 0.0, 1.0, 5.0, 1.0, [], first_reply_s=first, preview=preview)
+    whole = fit((("A", "B~1.5B", "C~1.5B"),), 0.60, 9.0)
+    slow = fit((("B~1.5B",), ("C~1.5B",)), 0.60, 4.0)
+    quick = fit((("B~1.5B", "C~1.5B"),), 0.59, 1.0)  # meets the bound already
+    worse = fit((("C~1.5B",), ("B~1.5B",)), 0.50, 4.0)  # below the anchor: never chosen
+    asks = fit((("A",), ("B~1.5B",)), 0.60, 4.0)  # asks A itself
+    fits = [whole, slow, quick, worse, asks]
+    assert worse not in acceptable(fits, 0.005) and slow in acceptable(fits, 0.005)
+    assert preview_candidates(fits, "A", 0.005, 2.0) == [slow.layout]
+    accuracy = {"A": 0.4, "A@CP": 0.5, "B~1.5B": 0.6}
+    assert quick_member(list(accuracy), accuracy, {"A": 100.0, "A@CP": 100.0, "B~1.5B": 100.0}) == "A"
+    assert quick_member(["B~1.5B"], {"B~1.5B": 0.6}, {"B~1.5B": 1.0}) is None
+    # chosen where it alone meets the bound within the cap: the slow layout with its preview
+    previewed = fit(slow.layout, 0.60, 2.0, ("A",))
+    assert choose_layout([*fits[:2], worse, previewed], 0.005, 2.5, 10.0) is previewed
