@@ -200,7 +200,7 @@ def fit_layout(run: PoolRun, layout: Layout, latency: LatencyModel, folds: int =
     `preview`: members read beside round 1 for a stream's first reply and never voted after. The
     scorer is trained on the rounds alone (so the layout's answers, stops and CV figures are those
     without it), the preview's P gets a calibration line of its own, and its reader work is paid on
-    top of the rounds' (the cores are shared) and first: the first reply is its work alone."""
+    top of the rounds' (the cores are shared); its first reply is priced as round 1's early answer is."""
     preview = tuple(preview)
     views, tokens, rounds = round_views(run, layout)
     firsts = early_views(run, layout, preview)  # the first reply: scored, on a line of its own
@@ -225,7 +225,7 @@ def fit_layout(run: PoolRun, layout: Layout, latency: LatencyModel, folds: int =
                  if firsts is not None else math.nan)
     acc, lat, stop = evaluate_stop(trace, tau)
     rows = np.arange(n)
-    work = early_answer_work(run, layout[0], latency.early_first or bool(preview), preview)
+    work = early_answer_work(run, layout[0], latency.early_first, preview)
     first_reply = float(np.mean(latency.seconds(1, work)))
     if preview:  # its reader work delays the rounds' on the shared cores
         lat += float(np.mean([run.cost(i, (frozenset(preview),)) for i in range(n)])) / latency.tokens_per_s

@@ -284,7 +284,7 @@ def test_a_preview_keeps_the_layouts_answers_and_figures_and_brings_a_first_repl
     run = replace(synthetic_run(400, seed=3), pool=names)
     cost = dict(zip(names, (100.0, 300.0, 300.0, 300.0)))
     run = replace(run, cost=lambda i, rounds: sum(cost[s] for s in frozenset().union(*rounds)))
-    latency = LatencyModel(round_overhead_s=1.0, tokens_per_s=100.0)
+    latency = LatencyModel(round_overhead_s=1.0, tokens_per_s=100.0, early_first=True)  # the 0.5B has the cores first
     layout = (("B~1.5B",), ("C~1.5B", "D~1.5B"))
     plain = fit_layout(run, layout, latency, calibration="platt-per-round")
     seen = fit_layout(run, layout, latency, calibration="platt-per-round", preview=("A",))
@@ -293,7 +293,8 @@ def test_a_preview_keeps_the_layouts_answers_and_figures_and_brings_a_first_repl
     assert seen.first_reply_s == pytest.approx(1.0 + 100.0 / 100.0) and plain.first_reply_s == pytest.approx(4.0)
     assert seen.latency_s == pytest.approx(plain.latency_s + 1.0)  # A's 100 tokens at 100/s
     assert seen.calibrator.has_early and not plain.calibrator.has_early and math.isfinite(seen.cv_ece_early)
-    assert set(early_answer_work(run, ["B~1.5B"], preview=("A",)).tolist()) == {200.0}  # sharing the cores
+    shared = fit_layout(run, layout, replace(latency, early_first=False), calibration="platt-per-round", preview=("A",))
+    assert shared.first_reply_s == pytest.approx(1.0 + 200.0 / 100.0)  # sharing the cores with round 1's 300
     with_preview, without = fit_model(run, seen), fit_model(run, plain)
     assert with_preview.preview == ("A",) and with_preview.cascade.preview == ("A",)
     assert (apply_model(run, with_preview).picked == apply_model(run, without).picked).all()
