@@ -235,6 +235,22 @@ def ece_sampling_floor(p: Sequence[float], bins: int = ECE_BINS, draws: int = 20
     return float(np.mean([expected_calibration_error(p, rng.random(len(p)) < p, bins) for _ in range(draws)]))
 
 
+def ece_interval(p: Sequence[float], right: Sequence[float], bins: int = ECE_BINS, draws: int = 1000,
+                 level: float = 0.95, seed: int = 0) -> tuple[float, float]:
+    """A bootstrap interval of the ECE (the questions resampled with replacement): where another
+    draw of as many questions like these could put it, so that a figure near a bound reads as
+    what it is. (NaN, NaN): no answers."""
+    p = np.asarray(p, dtype=np.float64)
+    y = np.asarray(right, dtype=np.float64)
+    if len(p) == 0:
+        return math.nan, math.nan
+    rng = np.random.default_rng(seed)
+    eces = [expected_calibration_error(p[idx], y[idx], bins)
+            for idx in (rng.integers(0, len(p), len(p)) for _ in range(draws))]
+    tail = (1.0 - level) / 2.0
+    return float(np.quantile(eces, tail)), float(np.quantile(eces, 1.0 - tail))
+
+
 @dataclass(frozen=True)
 class CoveragePoint:
     coverage: float  # the share of questions answered

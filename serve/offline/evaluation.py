@@ -22,8 +22,8 @@ import numpy as np
 from serve.offline.fitting import CORRECTNESS, Scored
 from voter.question_vote import Vote, answer_grid
 from retrievers.types import ReaderTokens
-from voter.calibration import (COVERAGES, ECE_BINS, ece_sampling_floor, expected_calibration_error, reliability,
-                               risk_coverage)
+from voter.calibration import (COVERAGES, ECE_BINS, ece_interval, ece_sampling_floor, expected_calibration_error,
+                               reliability, risk_coverage)
 from voter.qa_metrics import exact_match, match, mrlr, oracle_upper_bound, rwr_matrix, token_f1
 from voter.selector import sign_test
 from voter.weights_io import SavedWeights
@@ -404,6 +404,7 @@ def confidence_report(scored: Scored, runs: EnsembleRuns, best_single: str,
         known = [(c, y) for c, y in zip(conf, right) if c is not None]
         doc["ece"] = _clean(expected_calibration_error([c for c, _ in known], [y for _, y in known]))
         doc["ece_sampling_floor"] = _clean(ece_sampling_floor([c for c, _ in known]))  # a calibrated P's, at this n
+        doc["ece_interval_95"] = [_clean(x) for x in ece_interval(*map(list, zip(*known)))] if known else None
         doc["answered_with_confidence"] = len(known)
         doc["reliability"] = [{"low": b.low, "high": b.high, "n": b.n, "confidence": _clean(b.confidence),
                                "accuracy": _clean(b.accuracy)} for b in reliability(*zip(*known))] if known else []
@@ -426,8 +427,11 @@ def format_confidence(doc: dict[str, Any]) -> str:
     kind = {"calibrated": "calibrated P(right)", "raw": "the answer scorer's raw P(right) (no calibrator)",
             "none": "none (this voter has no answer scorer)"}[doc["confidence_kind"]]
     lines = [f"confidence of EoR's answers: {kind}" + (
-        f"; ECE ({doc['bins']} bins) {doc['ece']:.3f} over {doc['answered_with_confidence']} answers (a perfectly "
-        f"calibrated P would show {doc['ece_sampling_floor']:.3f} at this n)" if doc["ece"] is not None else "")]
+        f"; ECE ({doc['bins']} bins) {doc['ece']:.3f} over {doc['answered_with_confidence']} answers"
+        + (f" (95% bootstrap interval {doc['ece_interval_95'][0]:.3f}-{doc['ece_interval_95'][1]:.3f})"
+           if doc.get("ece_interval_95") else "")
+        + f" (a perfectly calibrated P would show {doc['ece_sampling_floor']:.3f} at this n)"
+        if doc["ece"] is not None else "")]
     early = doc.get("early_answer")
     if early and early["ece"] is not None:
         lines.append(f"  a stream's first reply ({'+'.join(early['members'])}, voted alone): Match "

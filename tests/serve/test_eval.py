@@ -263,6 +263,8 @@ def test_eval_reports_calibration_and_risk_coverage_by_hand(tmp_path, eor_home, 
            + abs(0 - p[-0.9])) / 8
     assert c["confidence_kind"] == "calibrated" and c["n"] == 8 and c["answered_with_confidence"] == 8
     assert c["ece"] == pytest.approx(ece, abs=1e-6) and c["bins"] == 10
+    lo, hi = c["ece_interval_95"]  # resampled questions: around the ECE, never beyond [0, 1]
+    assert 0.0 <= lo <= ece <= hi <= 1.0 and hi > lo
     assert [b["n"] for b in c["reliability"]] == [0, 1, 2, 0, 0, 1, 0, 1, 2, 1]
     assert c["reliability"][8]["accuracy"] == 0.5 and c["reliability"][8]["confidence"] == pytest.approx(p[-0.1])
     # EoR most sure first: s1 R, s2 R, s3 W (the tie: the earlier first), s4 R, s5 W, s6 R, s7 W, s8 W.
@@ -277,6 +279,7 @@ def test_eval_reports_calibration_and_risk_coverage_by_hand(tmp_path, eor_home, 
                  "--weights", str(voter)]) == 0
     printed = capsys.readouterr().out
     assert f"confidence of EoR's answers: calibrated P(right); ECE (10 bins) {ece:.3f} over 8 answers" in printed
+    assert f"(95% bootstrap interval {lo:.3f}-{hi:.3f})" in printed
     assert "coverage  50%: EoR  0.750  SE@1  0.750  (4 answered)" in printed
 
 

@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from voter.calibration import (Calibrator, ece_sampling_floor, expected_calibration_error, fit_calibrator,
+from voter.calibration import (Calibrator, ece_interval, ece_sampling_floor, expected_calibration_error, fit_calibrator,
                                reliability, risk_coverage)
 
 
@@ -85,6 +85,19 @@ def test_a_perfectly_calibrated_p_shows_the_sampling_floor_and_it_shrinks_with_n
     assert small == pytest.approx(np.mean(observed), rel=0.15)  # what calibrated answers score at n = 380
     assert 0.02 < small < 0.08 and large < small / 2.5  # about 1 / sqrt(n)
     assert math.isnan(ece_sampling_floor([]))
+
+
+def test_the_ece_interval_holds_the_ece_and_narrows_with_n():
+    """The bootstrap interval holds the observed ECE, shrinks about as 1 / sqrt(n), and covers the
+    ECE of another sample of the same P about as often as it says."""
+    p, right, _ = overconfident(4000, seed=3)
+    lo, hi = ece_interval(p[:400], right[:400], draws=300)
+    assert lo <= expected_calibration_error(p[:400], right[:400]) <= hi
+    lo_big, hi_big = ece_interval(p, right, draws=100)
+    assert (hi_big - lo_big) < (hi - lo) / 2
+    other = expected_calibration_error(p[400:800], right[400:800])
+    assert lo - 0.02 <= other <= hi + 0.02
+    assert all(math.isnan(x) for x in ece_interval([], []))
 
 
 def test_ece_reliability_and_risk_coverage_by_hand():
