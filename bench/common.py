@@ -8,24 +8,31 @@ import time
 from contextlib import contextmanager
 from pathlib import Path
 
+from splits import SPLITS, split_assignment
+
 SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 DEFAULT_QUESTIONS = str(SHARED_DATA / "questions.dev.jsonl")
 DEFAULT_CORPUS = str(SHARED_DATA / "corpus.jsonl")
 
 
 def read_questions(path: str = DEFAULT_QUESTIONS, dataset: str | None = "nq-open-oracle",
-                   limit: int | None = None) -> list[dict]:
+                   limit: int | None = None, split: str = "all") -> list[dict]:
+    """The file's questions of `dataset` (None: all) in file order, of the offline `split` only
+    ("eval": questions no voter was fitted on; the split is `splits`', over the whole file)."""
     if not os.path.exists(path):
         raise SystemExit(f"questions file not found: {path}")
-    out = []
+    if split not in SPLITS:
+        raise SystemExit(f"split must be one of {', '.join(SPLITS)}, got {split!r}")
     with open(path, encoding="utf-8") as f:
-        for line in f:
-            r = json.loads(line)
-            if dataset and r.get("dataset") != dataset:
-                continue
-            out.append(r)
-            if limit and len(out) >= limit:
-                break
+        rows = [json.loads(line) for line in f if line.strip()]
+    part = split_assignment(str(r["qid"]) for r in rows) if split != "all" else {}
+    out = []
+    for r in rows:
+        if (dataset and r.get("dataset") != dataset) or (part and part[str(r["qid"])] != split):
+            continue
+        out.append(r)
+        if limit and len(out) >= limit:
+            break
     return out
 
 

@@ -42,6 +42,7 @@ from bench.robust import query_level, rare, regression, runner, sure
 from bench.robust.client import DEPLOYED, EOR, abstaining
 from bench.robust.report import headline, write_report
 from bench.robust.store import ResultStore
+from splits import SPLITS
 
 SUITES = {"sure": sure, "rare": rare, "query": query_level}
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
@@ -88,6 +89,9 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--corpus", default=DEFAULT_CORPUS, help="corpus JSONL for gold and noise passages")
     ap.add_argument("--dataset", default="nq-open-oracle", help="dataset of the questions file ('all': every one)")
     ap.add_argument("--limit", type=int, default=20, help="questions (default 20)")
+    ap.add_argument("--split", choices=SPLITS, default="eval",
+                    help="the offline split the questions come from (default eval: no voter was fitted on them; "
+                    "all: the file's first questions, as runs before 2026-11-27 took them)")
     ap.add_argument("--out", required=True, help="output folder (results.jsonl, reports)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--batch", type=int, default=8, help="instances per AskBatch call (default 8)")
@@ -171,7 +175,7 @@ def run_once(args: argparse.Namespace, client, out: Path, items, health: dict | 
     suite = make_suite(args, items)
     out.mkdir(parents=True, exist_ok=True)
     meta = {"suite": args.suite, "server": args.server, "seed": args.seed, "dataset": args.dataset,
-            "questions_file": str(args.questions), "limit": args.limit, "batch": args.batch,
+            "questions_file": str(args.questions), "split": args.split, "limit": args.limit, "batch": args.batch,
             "retrievers": list(args.retrievers), "model": (health or {}).get("model", ""),
             "min_confidence": args.min_confidence}
     manifest = out / "manifest.json"
@@ -360,7 +364,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from bench.robust.data import load_items
 
     items = load_items(args.questions, args.corpus, None if args.dataset == "all" else args.dataset,
-                       args.limit, noise=args.suite == "sure")
+                       args.limit, noise=args.suite == "sure", split=args.split)
     try:
         suite = make_suite(args, items)  # bad --perturbations fail here, before any rpc
     except ValueError as exc:

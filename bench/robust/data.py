@@ -1,6 +1,6 @@
 """The suites' inputs: questions with their gold passages, and a noise passage per question.
 
-    items = load_items(questions_file, corpus_file, dataset="nq-open-oracle", limit=20, noise=True)
+    items = load_items(questions_file, corpus_file, dataset="nq-open-oracle", limit=20, noise=True)  # eval split
 
 Gold passages come from the corpus by the question's `gold_pids`. SURE's Noise subset needs
 a grounding document that does *not* hold the answer; SURE took retrieved documents without
@@ -101,11 +101,12 @@ def pick_noise(bm25: BM25, question: str, answers: Sequence[str], gold_ids: Iter
 
 def load_items(questions: str = DEFAULT_QUESTIONS, corpus: str = DEFAULT_CORPUS,
                dataset: str | None = "nq-open-oracle", limit: int | None = None,
-               noise: bool = False) -> list[Item]:
-    """The first `limit` questions of `dataset` whose gold passages are all in the corpus
-    (a question with a missing gold passage is skipped: no oracle or golden document)."""
+               noise: bool = False, split: str = "eval") -> list[Item]:
+    """The first `limit` questions of `dataset` in the offline `split` (default "eval": none a
+    voter was fitted on), in file order, whose gold passages are all in the corpus (a question
+    with a missing gold passage is skipped: no oracle or golden document)."""
     recs = read_corpus(corpus)
-    rows = read_questions(questions, dataset, None)
+    rows = read_questions(questions, dataset, None, split)
     bm25 = BM25(list(recs.values())) if noise else None
     items: list[Item] = []
     for r in rows:
@@ -123,5 +124,6 @@ def load_items(questions: str = DEFAULT_QUESTIONS, corpus: str = DEFAULT_CORPUS,
         if limit and len(items) >= limit:
             break
     if not items:
-        raise SystemExit(f"no usable questions (dataset {dataset!r}) in {questions} with gold passages in {corpus}")
+        raise SystemExit(f"no usable questions (dataset {dataset!r}, split {split!r}) in {questions} "
+                         f"with gold passages in {corpus}")
     return items

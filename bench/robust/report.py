@@ -114,7 +114,7 @@ def markdown(metrics: dict, meta: dict) -> str:
     parts = [f"# {title}\n"]
     facts = [f"{metrics['questions']} questions", f"{metrics['instances']} instances",
              f"reader time {metrics['cost']['total']['reader_s']:.0f} s"]
-    facts += [f"{k}: {v}" for k, v in meta.items() if k in ("server", "seed", "dataset", "started", "finished")]
+    facts += [f"{k}: {v}" for k, v in meta.items() if k in ("server", "seed", "dataset", "split", "started", "finished")]
     parts.append("; ".join(facts) + ". Scores in %.\n")
     parts.append({"sure": _md_sure, "rare": _md_rare, "query": _md_query}[suite](metrics))
     name, scores = headline(metrics)

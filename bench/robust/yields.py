@@ -129,6 +129,7 @@ def main(argv: Sequence[str] | None = None) -> dict:
     ap.add_argument("--corpus", default=DEFAULT_CORPUS)
     ap.add_argument("--dataset", default="nq-open-oracle")
     ap.add_argument("--limit", type=int, default=30)
+    ap.add_argument("--split", choices=("fit", "eval", "all"), default="eval", help="the offline split (default eval)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--batch", type=int, default=8)
     ap.add_argument("--suites", default="query,rare,sure")
@@ -144,7 +145,7 @@ def main(argv: Sequence[str] | None = None) -> dict:
     from bench.robust.client import BenchClient
     from bench.robust.data import load_items
 
-    items = load_items(args.questions, args.corpus, args.dataset, args.limit, noise="sure" in names)
+    items = load_items(args.questions, args.corpus, args.dataset, args.limit, noise="sure" in names, split=args.split)
     client = BenchClient(args.server, timeout_s=args.timeout)
     out = Path(args.out)
     health = client.health()

@@ -13,14 +13,12 @@ from __future__ import annotations
 
 import hashlib
 import json
-import random
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Sequence
+from typing import Sequence
 
-SPLITS = ("fit", "eval", "all")
-DEFAULT_SPLIT_SEED = 0
-DEFAULT_FIT_FRACTION = 0.6
+# the split itself lives in `splits` (shared with the robustness bench); re-exported here
+from splits import DEFAULT_FIT_FRACTION, DEFAULT_SPLIT_SEED, SPLITS, shuffled_qids, split_assignment  # noqa: F401
 
 
 @dataclass(frozen=True)
@@ -93,21 +91,6 @@ def read_questions(path: str | Path) -> list[Question]:
             out.append(Question(qid, str(obj.get("dataset") or "default"), _field(obj, "question", where),
                                 tuple(answers)))
     return out
-
-
-def shuffled_qids(qids: Iterable[str], seed: int) -> list[str]:
-    """The seeded shuffle behind the split (independent of the file's line order)."""
-    order = sorted(qids)
-    random.Random(seed).shuffle(order)
-    return order
-
-
-def split_assignment(qids: Iterable[str], seed: int = DEFAULT_SPLIT_SEED,
-                     fit_fraction: float = DEFAULT_FIT_FRACTION) -> dict[str, str]:
-    """qid -> "fit" | "eval": the first round(fit_fraction * n) shuffled qids are "fit"."""
-    order = shuffled_qids(qids, seed)
-    n_fit = round(fit_fraction * len(order))
-    return {q: ("fit" if i < n_fit else "eval") for i, q in enumerate(order)}
 
 
 def select_questions(sel: Selection) -> list[Question]:

@@ -12,6 +12,7 @@ import pytest
 
 from bench.robust import cli, query_level, runner
 from bench.robust.data import load_items, tokens
+from splits import split_assignment
 from bench.robust.qa import contains_answer
 from tests.shared_data import CORPUS_FILE, QUESTIONS_FILE
 from tests.bench.fakes import FAKE, ITEMS, FakeClient, fake_get
@@ -88,16 +89,16 @@ def test_unreachable_server_is_a_clear_error(tmp_path, data_files):
     q, c = data_files
     with pytest.raises(SystemExit, match=f"cannot reach the eor service at 127.0.0.1:{port}"):
         cli.main(["query", "--server", f"127.0.0.1:{port}", "--questions", str(q), "--corpus", str(c),
-                  "--dataset", "toy", "--out", str(tmp_path / "out"), "--timeout", "5", "--perturbations", "formal"])
+                  "--dataset", "toy", "--split", "all", "--out", str(tmp_path / "out"), "--timeout", "5", "--perturbations", "formal"])
 
 
 def test_bad_address_and_unknown_perturbation(tmp_path, data_files):
     q, c = data_files
     with pytest.raises(SystemExit, match="bad --server"):
-        cli.main(["query", "--server", "nohostport", "--questions", str(q), "--corpus", str(c), "--dataset", "toy",
+        cli.main(["query", "--server", "nohostport", "--questions", str(q), "--corpus", str(c), "--dataset", "toy", "--split", "all",
                   "--perturbations", "formal", "--out", str(tmp_path)])
     with pytest.raises(SystemExit, match="unknown query-level perturbation"):
-        cli.main(["query", "--server", "127.0.0.1:1", "--questions", str(q), "--corpus", str(c), "--dataset", "toy",
+        cli.main(["query", "--server", "127.0.0.1:1", "--questions", str(q), "--corpus", str(c), "--dataset", "toy", "--split", "all",
                   "--perturbations", "nonsense", "--out", str(tmp_path)])
 
 
@@ -105,7 +106,7 @@ def test_unregistered_perturbations_are_a_clear_error(tmp_path, data_files, monk
     monkeypatch.setattr(runner, "default_names", lambda: ["typo"])
     q, c = data_files
     with pytest.raises(SystemExit, match="perturbation.s. ambiguity, formal, redundancy are not registered"):
-        cli.main(["query", "--server", "127.0.0.1:1", "--questions", str(q), "--corpus", str(c), "--dataset", "toy",
+        cli.main(["query", "--server", "127.0.0.1:1", "--questions", str(q), "--corpus", str(c), "--dataset", "toy", "--split", "all",
                   "--out", str(tmp_path)])
 
 
@@ -121,7 +122,7 @@ def test_missing_backend_is_a_clear_error(tmp_path, data_files, fake_service, mo
     monkeypatch.setattr(runner, "default_get", get)
     q, c = data_files
     with pytest.raises(SystemExit, match="a perturbation cannot run here: TextAttack is not installed"):
-        cli.main(["query", "--server", "127.0.0.1:1", "--questions", str(q), "--corpus", str(c), "--dataset", "toy",
+        cli.main(["query", "--server", "127.0.0.1:1", "--questions", str(q), "--corpus", str(c), "--dataset", "toy", "--split", "all",
                   "--perturbations", "typo10", "--out", str(tmp_path)])
 
 
@@ -130,6 +131,9 @@ def test_load_items_picks_a_noise_passage_without_the_answer():
         pytest.skip(f"{CORPUS_FILE} not present (../shared/data beside the checkout, or $EOR_TEST_DATA_DIR)")
     items = load_items(str(QUESTIONS_FILE), str(CORPUS_FILE), "nq-open-oracle", 8, noise=True)
     assert len(items) == 8
+    with open(QUESTIONS_FILE, encoding="utf-8") as f:
+        part = split_assignment(json.loads(line)["qid"] for line in f if line.strip())
+    assert {part[it.qid] for it in items} == {"eval"}  # by default, questions no voter was fitted on
     for it in items:
         assert it.golden is not None and it.golden.id in it.gold_pids
         assert it.noise is not None and it.noise.id not in it.gold_pids
@@ -138,10 +142,29 @@ def test_load_items_picks_a_noise_passage_without_the_answer():
         assert set(tokens(it.question)) & set(tokens(it.noise.title + " " + it.noise.text))
 
 
+def test_the_suites_draw_the_eval_split_by_default(tmp_path):
+    """The split is the offline one (`splits`, over the whole file): `--split eval` (the default)
+    keeps exactly the file's eval-split questions, in file order; `all` keeps every one."""
+    q = tmp_path / "q.jsonl"
+    c = tmp_path / "c.jsonl"
+    rows = [{"qid": f"t-{i}", "dataset": "toy", "question": f"what is {i}", "answers": [str(i)],
+             "gold_pids": [f"p{i}"]} for i in range(20)]
+    q.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    c.write_text("".join(json.dumps({"id": f"p{i}", "title": "t", "text": f"it is {i}", "source": "x"}) + "\n"
+                         for i in range(20)))
+    part = split_assignment(r["qid"] for r in rows)
+    assert [it.qid for it in load_items(str(q), str(c), "toy")] == [r["qid"] for r in rows if part[r["qid"]] == "eval"]
+    assert [it.qid for it in load_items(str(q), str(c), "toy", split="fit")] == \
+        [r["qid"] for r in rows if part[r["qid"]] == "fit"]
+    assert len(load_items(str(q), str(c), "toy", split="all")) == 20
+    with pytest.raises(SystemExit, match="split must be one of"):
+        load_items(str(q), str(c), "toy", split="test")
+
+
 def test_full_run_resumes_and_writes_reports(tmp_path, data_files, fake_service, capsys):
     q, c = data_files
     out = tmp_path / "out"
-    argv = ["query", "--server", "127.0.0.1:1", "--questions", str(q), "--corpus", str(c), "--dataset", "toy",
+    argv = ["query", "--server", "127.0.0.1:1", "--questions", str(q), "--corpus", str(c), "--dataset", "toy", "--split", "all",
             "--limit", "3", "--perturbations", "shout,suffix", "--variants", "2", "--out", str(out), "--quiet"]
     assert cli.main(argv) == 0
     for f in ("results.jsonl", "report.json", "report.md", "radar.png", "bars.png", "manifest.json"):
@@ -163,7 +186,7 @@ def rare_every_hour(data_files, fake_service, monkeypatch, tmp_path):
     monkeypatch.setitem(rare.DOC_PERTURBATIONS, "back_translate", ("generated", {}))
     q, c = data_files
     return lambda *extra: cli.build_parser().parse_args(
-        ["rare", "--server", "127.0.0.1:1", "--questions", str(q), "--corpus", str(c), "--dataset", "toy",
+        ["rare", "--server", "127.0.0.1:1", "--questions", str(q), "--corpus", str(c), "--dataset", "toy", "--split", "all",
          "--perturbations", "shout", "--out", str(tmp_path), "--every", "1h", "--metrics-port", "0",
          "--quiet", "--no-plots", *extra])
 
@@ -174,7 +197,7 @@ def test_continuous_mode_rounds_and_gauges(tmp_path, data_files, fake_service, r
     q, c = data_files
     args = rare_every_hour("--limit", "2")
     slept = []
-    exporter = cli.run_forever(args, load_items(str(q), str(c), "toy", 2), rounds=2, sleep=slept.append)
+    exporter = cli.run_forever(args, load_items(str(q), str(c), "toy", 2, split="all"), rounds=2, sleep=slept.append)
     assert len(slept) == 1 and slept[0] > 3500
     rounds = sorted((tmp_path / "runs").iterdir())
     assert len(rounds) == 2 and all((r / "report.json").exists() for r in rounds)
@@ -201,10 +224,10 @@ def test_each_round_is_compared_with_the_baseline_and_a_real_drop_is_exported(tm
     monkeypatch.setattr(cli, "connect", connect)
     q, c = data_files
     args = cli.build_parser().parse_args(
-        ["query", "--server", "127.0.0.1:1", "--questions", str(q), "--corpus", str(c), "--dataset", "toy",
+        ["query", "--server", "127.0.0.1:1", "--questions", str(q), "--corpus", str(c), "--dataset", "toy", "--split", "all",
          "--limit", "4", "--perturbations", "suffix", "--variants", "2", "--out", str(tmp_path), "--every", "1h",
          "--metrics-port", "0", "--alpha", "0.3", "--quiet", "--no-plots"])
-    exporter = cli.run_forever(args, load_items(str(q), str(c), "toy", 4), rounds=3, sleep=lambda s: None)
+    exporter = cli.run_forever(args, load_items(str(q), str(c), "toy", 4, split="all"), rounds=3, sleep=lambda s: None)
     rounds = sorted((tmp_path / "runs").iterdir())
     assert len(rounds) == 3 and not (rounds[0] / "regression.json").exists()  # the first round is the baseline
     second = json.loads((rounds[1] / "regression.json").read_text())["systems"]["deployed"]
@@ -239,7 +262,7 @@ def test_min_confidence_adds_the_abstaining_row_to_reports_gauges_and_the_regres
 
     q, c = data_files
     args = rare_every_hour("--limit", "4", "--min-confidence", "0.7")
-    exporter = cli.run_forever(args, load_items(str(q), str(c), "toy", 4), rounds=2, sleep=lambda s: None)
+    exporter = cli.run_forever(args, load_items(str(q), str(c), "toy", 4, split="all"), rounds=2, sleep=lambda s: None)
     assert all(set(client.bars) == {0.7} for client in fake_service)
     row = "deployed, abstains below 0.7"
     report = json.loads((tmp_path / "latest" / "report.json").read_text())
@@ -264,9 +287,9 @@ def test_continuous_mode_survives_a_failed_round(tmp_path, data_files, monkeypat
     monkeypatch.setattr(cli, "connect", down)
     q, c = data_files
     args = cli.build_parser().parse_args(["query", "--server", "127.0.0.1:1", "--questions", str(q), "--corpus", str(c),
-                                          "--dataset", "toy", "--out", str(tmp_path), "--every", "1s", "--quiet",
+                                          "--dataset", "toy", "--split", "all", "--out", str(tmp_path), "--every", "1s", "--quiet",
                                           "--perturbations", "typo10"])
-    cli.run_forever(args, load_items(str(q), str(c), "toy", 1), rounds=2, sleep=lambda s: None)
+    cli.run_forever(args, load_items(str(q), str(c), "toy", 1, split="all"), rounds=2, sleep=lambda s: None)
     assert capsys.readouterr().err.count("round failed (cannot reach") == 2
 
 
@@ -297,7 +320,7 @@ def test_cli_over_grpc_end_to_end(tmp_path, data_files, monkeypatch):
     with open(c, "a") as f:
         f.write(json.dumps({"id": "vital-9", "title": "Hamlet (film)", "text": "Hamlet is a 1948 film.", "source": "x"}) + "\n")
     with FakeServer() as address:
-        argv = ["sure", "--server", address, "--questions", str(q), "--corpus", str(c), "--dataset", "toy",
+        argv = ["sure", "--server", address, "--questions", str(q), "--corpus", str(c), "--dataset", "toy", "--split", "all",
                 "--out", str(tmp_path / "out"), "--quiet", "--batch", "3", "--judge", "reader"]
         assert cli.main(argv) == 0
     report = json.loads((tmp_path / "out" / "report.json").read_text())
