@@ -174,8 +174,10 @@ def test_choose_layout_holds_round_one_to_the_first_reply_bound_where_a_layout_n
     assert choose_layout(fits) is slow_start  # no bound: least expected latency
     assert choose_layout(fits, first_reply_s=1.4) is quick_start  # the accuracy anchor still rules
     assert choose_layout([whole, slow_start, quick_but_worse], first_reply_s=1.4) is slow_start  # none can: unbound
-    # a quick first reply, but at more than the cap's mean latency: the bound is given up, not the mean
-    assert choose_layout(fits, first_reply_s=1.4, latency_cap_s=4.5) is slow_start
+    # none meets both: the least relative excess. quick_start is 2% over the cap (4.6 / 4.5), slow_start's
+    # first reply 36% over its bound (1.9 / 1.4): the quick first reply wins; a cap it misses by more, it loses
+    assert choose_layout(fits, first_reply_s=1.4, latency_cap_s=4.5) is quick_start
+    assert choose_layout(fits, first_reply_s=1.4, latency_cap_s=3.0) is slow_start
 
 
 def test_paired_counts_count_the_questions_only_one_side_got_right():
