@@ -27,6 +27,7 @@ from bench.common import DEFAULT_CORPUS, DEFAULT_QUESTIONS
 from bench.robust import query_level, rare, sure
 from bench.robust.client import AskResult
 from bench.robust.runner import run_suite
+from splits import SPLITS
 from bench.robust.store import ResultStore
 
 #: suite -> its LLM-written perturbation labels
@@ -129,7 +130,7 @@ def main(argv: Sequence[str] | None = None) -> dict:
     ap.add_argument("--corpus", default=DEFAULT_CORPUS)
     ap.add_argument("--dataset", default="nq-open-oracle")
     ap.add_argument("--limit", type=int, default=30)
-    ap.add_argument("--split", choices=("fit", "eval", "all"), default="eval", help="the offline split (default eval)")
+    ap.add_argument("--split", choices=SPLITS, default="eval", help="the offline split (default eval)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--batch", type=int, default=8)
     ap.add_argument("--suites", default="query,rare,sure")
