@@ -27,8 +27,8 @@ from bench.common import DEFAULT_CORPUS, DEFAULT_QUESTIONS
 from bench.robust import query_level, rare, sure
 from bench.robust.client import AskResult
 from bench.robust.runner import run_suite
-from splits import SPLITS
 from bench.robust.store import ResultStore
+from splits import SPLITS
 
 #: suite -> its LLM-written perturbation labels
 LLM_TYPES: dict[str, tuple[str, ...]] = {
