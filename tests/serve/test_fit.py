@@ -155,6 +155,10 @@ def test_fit_adds_the_confidence_aware_rounds_by_default_from_20_questions(tmp_p
     assert fit["first_reply_vs"] == "Wiki@10" and fit["latency_cap_s"] == pytest.approx(3 * fit["first_reply_bound_s"])
     assert isinstance(fit["first_reply_met"], bool) and all(lay["first_reply_s"] > 0 for lay in fit["layouts"])
     assert ("(within Wiki@10 alone" if fit["first_reply_met"] else "(NOT within") in printed
+    under = [lay for lay in fit["layouts"] if lay["latency_s"] <= fit["latency_cap_s"]]
+    if not fit["first_reply_met"] and under:  # the trade beside the choice: the most accurate layout within the cap
+        best = max(under, key=lambda lay: (lay["cv_match"], -lay["latency_s"]))
+        assert f"most accurate within the cap: CV Match {best['cv_match']:.3f}" in printed
     assert main(base + ["--out", str(tmp_path / "free.json"), "--first-reply-vs", "none"]) == 0
     assert "(no first-reply bound)" in capsys.readouterr().out
     assert main(base + ["--out", str(tmp_path / "bad.json"), "--first-reply-vs", "HB@RR@10"]) == 2
@@ -185,3 +189,23 @@ def test_fit_adds_the_confidence_aware_rounds_by_default_from_20_questions(tmp_p
     assert main(few + ["--adaptive"]) == 2
     err = capsys.readouterr().err
     assert "--adaptive needs at least 20 questions, the selection has 12" in err and "Traceback" not in err
+
+
+def test_a_missed_bound_names_the_most_accurate_layouts_within_the_cap():
+    """Where the chosen rounds miss the first-reply bound or the cap, the printout names the most
+    accurate layout the fit tried within the cap, and within both, beside it."""
+    from serve.cli.fit import _first_reply_bound
+
+    def lay(rounds, match, latency, reply):
+        return {"rounds": rounds, "cv_match": match, "latency_s": latency, "first_reply_s": reply, "chosen": False}
+
+    record = {"first_reply_vs": "Wiki@10", "first_reply_bound_s": 3.0, "latency_cap_s": 9.0, "first_reply_met": False,
+              "layouts": [lay([["A~1.5B", "B~1.5B"], ["C~1.5B"]], 0.67, 14.0, 1.8),
+                          lay([["A~1.5B"], ["B~1.5B"]], 0.657, 9.0, 4.5),
+                          lay([["A"], ["B", "A~1.5B"]], 0.54, 7.0, 1.8),
+                          lay([["A"]], 0.40, 3.0, 3.0)]}
+    said = _first_reply_bound(record)
+    assert "most accurate within the cap: CV Match 0.657 at 9.0 s, first reply 4.5 s (A~1.5B | B~1.5B)" in said
+    assert "most accurate within both: CV Match 0.540 at 7.0 s, first reply 1.8 s (A | B, A~1.5B)" in said
+    assert _first_reply_bound(record | {"layouts": record["layouts"][:1]}).endswith("no layout tried keeps the cap)")
+    assert _first_reply_bound(record | {"first_reply_met": True}) == " (within Wiki@10 alone: 3.0 s)"
