@@ -402,12 +402,13 @@ def confidence_report(scored: Scored, runs: EnsembleRuns, best_single: str,
                            "reliability": [], "best_single": best_single, "risk_coverage": []}
     if conf is not None:
         known = [(c, y) for c, y in zip(conf, right) if c is not None]
-        doc["ece"] = _clean(expected_calibration_error([c for c, _ in known], [y for _, y in known]))
-        doc["ece_sampling_floor"] = _clean(ece_sampling_floor([c for c, _ in known]))  # a calibrated P's, at this n
-        doc["ece_interval_95"] = [_clean(x) for x in ece_interval(*map(list, zip(*known)))] if known else None
+        p_known, y_known = [c for c, _ in known], [y for _, y in known]
+        doc["ece"] = _clean(expected_calibration_error(p_known, y_known))
+        doc["ece_sampling_floor"] = _clean(ece_sampling_floor(p_known))  # a calibrated P's, at this n
+        doc["ece_interval_95"] = [_clean(x) for x in ece_interval(p_known, y_known)] if known else None
         doc["answered_with_confidence"] = len(known)
         doc["reliability"] = [{"low": b.low, "high": b.high, "n": b.n, "confidence": _clean(b.confidence),
-                               "accuracy": _clean(b.accuracy)} for b in reliability(*zip(*known))] if known else []
+                               "accuracy": _clean(b.accuracy)} for b in reliability(p_known, y_known)] if known else []
     if runs.early is not None:  # a stream's first reply: its own P, measured like the answer's
         e_right = [match(runs.early["answers"][i], q.answers) for i, (q, _) in zip(rows, scored)]
         e_known = [(c, y) for c, y in zip((runs.early["confidence"][i] for i in rows), e_right) if c is not None]
