@@ -25,8 +25,8 @@ import numpy as np
 
 from serve.offline.reader_speed import ReaderSpeed, priced_seconds
 from voter.adaptive import (CV_FOLDS, CV_SEED, LATENCY_CAP, SCORER_C, AdaptiveModel, LatencyModel, LayoutFit,
-                            PoolRun, apply_model, candidate_layouts, choose_layout, fit_layout, fit_model, fit_record,
-                            preview_candidates, quick_member)
+                            PoolRun, acceptable, anchor_se, apply_model, candidate_layouts, choose_layout, fit_layout,
+                            fit_model, fit_record, preview_candidates, quick_member)
 from voter.calibration import DEFAULT_METHOD, METHODS, expected_calibration_error
 from voter.qa_metrics import exact_match, match, token_f1
 from voter.selector import paired_counts, sign_test
@@ -182,7 +182,7 @@ def fit_adaptive(scored: Sequence, specs: Sequence[str], metrics: Sequence[Any],
     folds, C, seed = CV_FOLDS, SCORER_C, CV_SEED
     fits = [fit_layout(run, lay, latency, folds=folds, C=C, tolerance=tolerance, seed=seed, calibration=calibration)
             for lay in candidate_layouts(list(specs), acc, cost)]
-    bound = None
+    bound, widen_to = None, None
     if first_reply_vs is not None:
         if first_reply_vs not in specs:
             raise ValueError(f"--first-reply-vs {first_reply_vs}: not a member of the pool fitted")
@@ -190,13 +190,24 @@ def fit_adaptive(scored: Sequence, specs: Sequence[str], metrics: Sequence[Any],
         reply_s = float(np.mean([latency.seconds(1, run.cost(i, one)) for i in range(len(run))]))
         bound = (first_reply_vs, reply_s, LATENCY_CAP * reply_s)
         quick = quick_member(specs, acc, cost)
-        if quick is not None:  # the layouts that miss the bound, again with a quick preview of their first reply
-            fits += [fit_layout(run, lay, latency, folds=folds, C=C, tolerance=tolerance, seed=seed,
-                                calibration=calibration, preview=(quick,))
-                     for lay in preview_candidates(fits, quick, tolerance, reply_s)]
-    chosen = choose_layout(fits, tolerance, *((None, None) if bound is None else bound[1:]))
+
+        def with_previews(within: float) -> list[LayoutFit]:  # those that miss the bound, again with a quick preview
+            fitted = {(f.layout, f.preview) for f in fits}
+            return [fit_layout(run, lay, latency, folds=folds, C=C, tolerance=tolerance, seed=seed,
+                               calibration=calibration, preview=(quick,))
+                    for lay in preview_candidates(fits, quick, within, reply_s) if (lay, (quick,)) not in fitted]
+
+        if quick is not None:
+            fits += with_previews(tolerance)
+        if not any(f.first_reply_s <= reply_s and f.latency_s <= bound[2] for f in acceptable(fits, tolerance)):
+            widen_to = max(tolerance, anchor_se(fits, len(run)))  # the bounds bind: the anchor within its own error
+            if quick is not None:
+                fits += with_previews(widen_to)
+    chosen = choose_layout(fits, tolerance, *((None, None) if bound is None else bound[1:]), widen_to=widen_to)
     record = fit_record(chosen, fits, latency, tolerance=tolerance, C=C, folds=folds, seed=seed,
                         calibration=calibration, first_reply=bound)
+    if widen_to is not None:
+        record["tolerance_widened_to"] = round(widen_to, 4)
     if overhead_by:
         record["round_overhead_by"] = overhead_by
     if speeds:  # what each reader's prompt token and decode step were taken to cost

@@ -209,3 +209,8 @@ def test_a_missed_bound_names_the_most_accurate_layouts_within_the_cap():
     assert "most accurate within both: CV Match 0.540 at 7.0 s, first reply 1.8 s (A | B, A~1.5B)" in said
     assert _first_reply_bound(record | {"layouts": record["layouts"][:1]}).endswith("no layout tried keeps the cap)")
     assert _first_reply_bound(record | {"first_reply_met": True}) == " (within Wiki@10 alone: 3.0 s)"
+    widened = record | {"tolerance": 0.005, "tolerance_widened_to": 0.028}
+    assert "no layout within 2.8% of the anchor's accuracy (one standard error) met both" in _first_reply_bound(widened)
+    assert _first_reply_bound(widened | {"first_reply_met": True}) == (
+        " (within Wiki@10 alone: 3.0 s; none within 0.5% of the anchor's accuracy met both: the most accurate within "
+        "2.8% of the anchor's accuracy (one standard error))")

@@ -213,3 +213,10 @@ def test_the_fit_holds_round_one_to_the_one_retriever_service_and_records_it():
     assert quick.model.fit["early_answer_first"] is True and held.model.fit["early_answer_first"] is False
     first = {tuple(map(tuple, f["rounds"])): f["first_reply_s"] for f in quick.model.fit["layouts"]}
     assert first[(("SE@1", "SE@1~1.5B"), ("Wiki@10~1.5B",))] == pytest.approx(1.0 + 0.26, abs=1e-3)
+    assert "tolerance_widened_to" not in held.model.fit  # met within the tolerance: never widened
+    # a 1.5B ten times slower: no layout near the anchor keeps the cap, the target widens to its standard error
+    speeds["1.5B"] = ReaderSpeed(30.0, 1.5)
+    slow = fit(first_reply_vs="Wiki@10")
+    anchor = max(f["cv_match"] for f in slow.model.fit["layouts"] if len(f["rounds"]) == 1)
+    assert slow.model.fit["tolerance_widened_to"] == pytest.approx(
+        max(0.005, (anchor * (1 - anchor) / len(scored)) ** 0.5), abs=1e-4)

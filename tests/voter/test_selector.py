@@ -7,8 +7,8 @@ import math
 import numpy as np
 import pytest
 
-from voter.adaptive import (AdaptiveModel, LatencyModel, LayoutFit, PoolRun, apply_model, candidate_layouts,
-                            choose_layout, delivered_ece, fit_layout, fit_model)
+from voter.adaptive import (AdaptiveModel, LatencyModel, LayoutFit, PoolRun, anchor_se, apply_model,
+                            candidate_layouts, choose_layout, delivered_ece, fit_layout, fit_model)
 from voter.selector import (NO_LOGPROB, AnswerScorer, RoundTrace, RoundView, candidate_features, evaluate_stop,
                             feature_names, fit_stop_thresholds, frontier, paired_counts, pick, sign_test)
 from voter.cascade import stop_stages
@@ -334,3 +334,29 @@ def test_the_layouts_that_miss_the_first_reply_bound_are_fitted_again_with_a_pre
     # chosen where it alone meets the bound within the cap: the slow layout with its preview
     previewed = fit(slow.layout, 0.60, 2.0, ("A",))
     assert choose_layout([*fits[:2], worse, previewed], 0.005, 2.5, 10.0) is previewed
+
+
+def test_where_the_bounds_bind_choose_layout_widens_the_target_to_the_anchors_standard_error():
+    """The 280-question fit's shape (2026-11-27): the anchor rose, every layout within 0.5 pt of it
+    missed the cap; within one standard error (2.8 pt) the most accurate layout that meets both
+    bounds is taken, and where none does, the least relative excess among those within it."""
+    def fit(layout, cv, latency, first):
+        return LayoutFit(layout, (), cv, cv, 0.0, float(len(layout)), latency, 0.0, [], first_reply_s=first)
+
+    whole = fit((POOL,), 0.671, 30.0, 30.0)
+    three_rounds = fit((("A~1.5B", "B~1.5B"), ("C~1.5B",), ("D~1.5B",)), 0.668, 14.3, 1.8)
+    two_rounds = fit((("A~1.5B",), ("B~1.5B",)), 0.657, 9.2, 4.5)
+    two_previewed = fit((("A~1.5B",), ("B~1.5B",)), 0.657, 9.6, 1.8)
+    cheaper = fit((("A~1.5B",), ("C~1.5B",)), 0.645, 9.0, 1.8)
+    quick_but_poor = fit((("A",), ("B", "A~1.5B")), 0.539, 7.1, 1.8)
+    se = anchor_se([whole, three_rounds], 280)
+    assert se == pytest.approx((0.671 * 0.329 / 280) ** 0.5)
+    bounds = dict(first_reply_s=3.3, latency_cap_s=9.8)
+    fits = [whole, three_rounds, two_rounds, quick_but_poor]
+    assert choose_layout(fits, **bounds) is three_rounds  # 46% over the cap: the least excess within 0.5 pt
+    assert choose_layout(fits, **bounds, widen_to=se) is two_rounds  # its reply 36% over: less than 46%
+    assert choose_layout(fits + [cheaper, two_previewed], **bounds, widen_to=se) is two_previewed  # both met, best
+    assert choose_layout(fits + [cheaper], **bounds, widen_to=se) is cheaper
+    assert choose_layout(fits + [cheaper], **bounds, widen_to=0.004) is three_rounds  # no wider than the tolerance
+    met = fit((("A~1.5B", "B~1.5B"), ("C~1.5B",)), 0.669, 9.7, 1.8)
+    assert choose_layout(fits + [cheaper, met], **bounds, widen_to=se) is met  # met within 0.5 pt: never widened
