@@ -11,8 +11,9 @@ deployed across them by resources, Asks answered, then the worker node lost unde
 3. Cold questions one at a time (latency), each node's resident memory.
 4. Node loss: under load (`-c` concurrent Asks), SIGKILL the worker node (its raylet, its
    agents and every worker process). A supervisor restarts the node after `--rejoin-after` s
-   (as KubeRay recreates a pod, or systemd restarts a unit): Serve brings the replicas back on
-   it. The timeline: every reply (code, empty?, missing) and every Health poll.
+   (as KubeRay recreates a pod, or systemd restarts a unit), again where a start fails (supervise):
+   Serve brings the replicas back on it. The timeline: every reply (code, empty?, missing), every
+   Health poll and every start tried.
 5. `--one-node`: the same cold questions against the per-spec layout on one node (Ray started
    by eor, as `eor serve` does), for the latency and memory ratio.
 
@@ -61,6 +62,32 @@ def start_worker(port: int, temp_dir: str, metrics_port: int) -> None:
                     "--num-cpus", "1", "--resources", json.dumps({WORKER: 1}), "--temp-dir", temp_dir,
                     "--metrics-export-port", str(metrics_port)],
                    env=_ray_env(), check=True, capture_output=True, timeout=300)
+
+
+def supervise(start, node_pids, note, give_up_at: float, retry_after_s: float = 5.0) -> bool:
+    """Start a node as a supervisor would (KubeRay recreating a pod, systemd's Restart=on-failure):
+    where `start` fails, what the failed try left (`node_pids()`) is killed and it starts again,
+    until `give_up_at` (time.time()). On a loaded 2-core machine Ray 2.60's raylet gives up on its
+    dashboard agent after a fixed 15 s ("Timed out waiting for file metrics_agent_port", ray-project/ray
+    issue 65983) and `ray start` fails: one try is not a supervisor (2026-11-27, Xeon, fp32)."""
+    tries = 0
+    while True:
+        tries += 1
+        try:
+            start()
+            note(kind="rejoined", tries=tries)
+            return True
+        except (subprocess.CalledProcessError, subprocess.TimeoutExpired) as exc:
+            said = (getattr(exc, "stderr", None) or b"").decode(errors="replace").strip().splitlines()
+            note(kind="rejoin_failed", tries=tries, detail=(said[-1] if said else type(exc).__name__)[:160])
+        for pid in node_pids():
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        if time.time() + retry_after_s >= give_up_at:
+            return False
+        time.sleep(retry_after_s)
 
 
 def node_processes(metrics_port: int) -> list[int]:
@@ -172,9 +199,9 @@ def node_loss(client, questions: list[str], n: int, concurrency: int, kill_after
             except ProcessLookupError:
                 pass
         note(kind="kill", pids=len(pids))
+        give_up_at = time.time() + limit_s  # the Asks' own wait below ends then too
         time.sleep(rejoin_after_s)
-        rejoin()
-        note(kind="rejoined")
+        supervise(rejoin, lambda: node_processes(worker_metrics_port), note, give_up_at)
 
     threading.Thread(target=poll_health, daemon=True).start()
     chaos_thread = threading.Thread(target=chaos, daemon=True)
@@ -202,6 +229,7 @@ def node_loss(client, questions: list[str], n: int, concurrency: int, kill_after
             "health_names_missing_after_s": round(degraded - kill_t, 2) if degraded is not None else None,
             "whole_again_after_s": round(whole - kill_t, 2) if whole is not None else None,
             "whole_again_limit_s": round(limit_s, 1),
+            "rejoin_tries": max((e["tries"] for e in events if e["kind"] in ("rejoined", "rejoin_failed")), default=0),
             "timeline": events}
 
 
