@@ -48,7 +48,9 @@ def test_batched_generation_answers_each_prompt(engine):
 # CPU without AVX512; docs/notes/2026-11-25-logprob-agreement.md): SmolLM2 bf16 moved one token by
 # at most 0.153 nats and an answer's mean by at most 0.018; fp32 by at most 2e-5. The bounds below
 # are about 3x the bf16 maxima and 500x the fp32 ones (fp32 kernels differ between CPUs).
-DECODE_TOLERANCE = {"bfloat16": {"token": 0.5, "mean": 0.06}, "float32": {"token": 0.01, "mean": 0.005}}
+# bf16's mean bound: 0.064 measured on a Xeon without AVX512-BF16 (bf16 emulated; a one-token "Paris", its
+# prompt's prefix cached in one read and not in the other), above the 0.06 that AVX512-BF16 machines kept
+DECODE_TOLERANCE = {"bfloat16": {"token": 0.5, "mean": 0.2}, "float32": {"token": 0.01, "mean": 0.005}}
 
 
 @pytest.fixture(scope="module", params=["bfloat16", "float32"])
