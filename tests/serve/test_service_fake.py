@@ -580,7 +580,8 @@ def test_a_real_prometheus_reads_the_dashboard_and_fires_the_regression_alert(se
     bench_port, prom_port = _free_port(), _free_port()
     cfg = tmp_path / "prometheus.yml"
     cfg.write_text(json.dumps({  # YAML is a superset of JSON
-        "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
+        # a scrape may take its whole interval: Ray's endpoint answered in over 1 s on a 2-core Xeon under load
+        "global": {"scrape_interval": "5s", "scrape_timeout": "5s", "evaluation_interval": "1s"},
         "rule_files": [str(repo / "deploy" / "alerts.yml")],
         "scrape_configs": [{"job_name": "eor-local", "static_configs": [{"targets": [service.metrics_address]}]},
                            {"job_name": "eor-bench", "static_configs": [{"targets": [f"127.0.0.1:{bench_port}"]}]}]}))
