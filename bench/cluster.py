@@ -64,6 +64,15 @@ def start_worker(port: int, temp_dir: str, metrics_port: int) -> None:
                    env=_ray_env(), check=True, capture_output=True, timeout=300)
 
 
+def kill_all(pids: list[int]) -> None:
+    """SIGKILL each process, those already gone skipped."""
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
 def supervise(start, node_pids, note, give_up_at: float, retry_after_s: float = 5.0) -> bool:
     """Start a node as a supervisor would (KubeRay recreating a pod, systemd's Restart=on-failure):
     where `start` fails, what the failed try left (`node_pids()`) is killed and it starts again,
@@ -80,11 +89,7 @@ def supervise(start, node_pids, note, give_up_at: float, retry_after_s: float = 
         except (subprocess.CalledProcessError, subprocess.TimeoutExpired) as exc:
             said = (getattr(exc, "stderr", None) or b"").decode(errors="replace").strip().splitlines()
             note(kind="rejoin_failed", tries=tries, detail=(said[-1] if said else type(exc).__name__)[:160])
-        for pid in node_pids():
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+        kill_all(node_pids())
         if time.time() + retry_after_s >= give_up_at:
             return False
         time.sleep(retry_after_s)
@@ -193,11 +198,7 @@ def node_loss(client, questions: list[str], n: int, concurrency: int, kill_after
     def chaos():
         time.sleep(kill_after_s)
         pids = node_processes(worker_metrics_port)
-        for pid in pids:
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+        kill_all(pids)
         note(kind="kill", pids=len(pids))
         give_up_at = time.time() + limit_s  # the Asks' own wait below ends then too
         time.sleep(rejoin_after_s)
