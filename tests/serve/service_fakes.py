@@ -4,7 +4,8 @@ service.sources_factory); other configured sources (the toy) are built from thei
 
 Hooks in the question text: "slow-se" makes the SE search sleep SLOW_S seconds (a retriever
 missing its deadline); "crash-se" makes it raise (a broken source); "closedbook": ReFree's
-answer leaves out the question's last word (so a voter trusting it alone is wrong).
+answer leaves out the question's last word (so a voter trusting it alone is wrong), also
+after a one-letter typo (the query-level bench's typos: "closed" or "book" survives one).
 
 `make_model_engine`: an engine per reader model (two readers, two engines), each logging the
 prompts it is sent under $EOR_HOME, so a test sees which engine read what.
@@ -59,7 +60,7 @@ class FakeServiceEngine(ReaderEngine):
         question = q.group(1) if q else "unknown"
         last = re.sub(r"\W", "", question.split()[-1]) or "none"
         if p.startswith("Please directly answer"):  # ReFree
-            return "no idea" if "closedbook" in question else f"no idea about {last}"
+            return "no idea" if "closed" in question or "book" in question else f"no idea about {last}"
         return f"{last}"
 
     def generate(self, prompts: Sequence[str], params: SamplingParams) -> list[Generation]:
