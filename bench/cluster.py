@@ -7,7 +7,7 @@ deployed across them by resources, Asks answered, then the worker node lost unde
    `eor_worker`, its own metrics port), each with one CPU.
 2. `eor serve`'s service deployed onto the cluster (`service.ray_address`), placed by the
    config (`service.placement`): the reader, voter and ingress on the head; both sources and
-   the 16 per-spec retriever actors on the worker. Health shows which node serves what.
+   per-spec retriever actors (the paper's 16, or `--specs`) on the worker. Health shows which node serves what.
 3. Cold questions one at a time (latency), each node's resident memory.
 4. Node loss: under load (`-c` concurrent Asks), SIGKILL the worker node (its raylet, its
    agents and every worker process). A supervisor restarts the node after `--rejoin-after` s
@@ -248,6 +248,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rejoin-after", type=float, default=20.0)
     ap.add_argument("--one-node", action="store_true", help="also the same cold questions on one node")
     ap.add_argument("--port", type=int, default=6391, help="the head's GCS port (the node metrics ports: +1800, +1801)")
+    ap.add_argument("--eager", action="store_true", help="the reader's engine without torch.compile (no compiled "
+                    "engine started beside the eager one: a start without a compile cache, as in a test)")
+    ap.add_argument("--specs", nargs="+", help="the pool (default: the paper's 16, the shipped voter; else equal "
+                                               "weights); each spec its own actor on the worker")
     ap.add_argument("--out", help="report JSON")
     args = ap.parse_args(argv)
 
@@ -269,11 +273,16 @@ def main(argv: list[str] | None = None) -> int:
     temp = "/tmp/eor-cluster"  # short: Ray's Unix sockets live under it
     from retrievers.spec import PAPER_POOL
 
+    specs = list(args.specs or PAPER_POOL)
     settings = {"reader": {"model": model}, "generator": {"model": ""}, "index": {"name": args.index},
-                "cache": {"enabled": False}, "pool": {"specs": list(PAPER_POOL)},  # one reader: the voter's fallback
+                "cache": {"enabled": False}, "pool": {"specs": specs},  # one reader: the voter's fallback
                 "service": {"port": 0, "retriever_actors": "per-spec", "placement": PLACEMENT,
                             "ray_address": f"127.0.0.1:{port}"}}
-    report: dict = {"model": args.model, "placement": PLACEMENT}
+    if args.eager:
+        settings["reader"]["enforce_eager"] = True
+    if args.specs:  # the shipped voter is fitted for the paper's pool
+        settings["voter"] = {"weights": "equal"}
+    report: dict = {"model": args.model, "placement": PLACEMENT, "specs": specs}
     stop_cluster(temp)  # a run killed before its end left its nodes up
     t = time.time()
     start_head(port, temp, head_metrics)

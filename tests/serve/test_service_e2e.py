@@ -99,13 +99,14 @@ def test_a_bench_suite_slice_against_the_real_service(live, tmp_path):
     out = tmp_path / "query"
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     res = subprocess.run([str(bench_py), "-m", "bench.robust", "query", "--server", live.address,
-                          "--questions", str(QUESTIONS_FILE), "--corpus", str(CORPUS), "--limit", "2",
+                          "--questions", str(QUESTIONS_FILE), "--corpus", str(CORPUS), "--limit", "1",
                           "--perturbations", "typo10", "--variants", "1", "--out", str(out), "--quiet", "--no-plots"],
                          cwd=repo, env=env, capture_output=True, text=True, timeout=1800)
     assert res.returncode == 0, res.stderr[-3000:]
     m = json.loads((out / "report.json").read_text())["metrics"]
     assert m["systems"][:2] == ["deployed", "EoR"] and len(m["systems"]) == 18
     d = m["cost"]["deployed"]
-    assert d["asked"] >= 2 and d["tokens"] > 0 and d["rounds"] >= 1 and d["voter"].startswith("equal weights")
+    # asked: the question and its typo variant (one question: a slice of ~5 min on a 2-core fp32 machine)
+    assert d["asked"] == 2 and d["tokens"] > 0 and d["rounds"] >= 1 and d["voter"].startswith("equal weights")
     assert "| **deployed** |" in (out / "report.md").read_text()
     assert "deployed" in res.stdout
