@@ -10,6 +10,11 @@ measured speed, `eor models speed`; without it, its run logs' seconds per token)
 No eval-split question is read: this is where the choice between readers and layouts is made.
 Reads only questions both readers' run logs have finished (`EOR_CONFIG=deploy/eor-cascade-fit.yaml
 EOR_SPLITS=fit bench/grow_runs.sh 40 400`); it never starts an engine.
+
+`--voter FILE` reads no run log: the frontier a fitted voter keeps (every candidate layout of its
+fit, CV on its own fit questions, priced by its latency model), grouped the same three ways:
+
+    .venv/bin/python -m serve.offline.reader_frontier --voter voter/data/voter.json
 """
 from __future__ import annotations
 
@@ -95,6 +100,62 @@ def compare(scored: Sequence, seconds: dict[str, dict[str, float]], pools: dict[
     return out
 
 
+def stored_frontier(record: dict[str, Any], reader: str = "1.5B") -> dict[str, Any]:
+    """The frontier in a voter's fit record (`AdaptiveModel.fit`): its layouts by the readers they
+    use, each group's Pareto points (faster, or more accurate than every faster one) and the layout
+    each group would ship under the same bounds (the most accurate within the latency cap and
+    first-reply bound; the voter's own choice in its group)."""
+    suffix = f"~{reader}"
+    groups: dict[str, list[dict[str, Any]]] = {"default reader only": [], f"{reader} only": [], "cascade over both": []}
+    for layout in record.get("layouts") or []:
+        members = [m for r in layout["rounds"] for m in r]
+        strong = sum(m.endswith(suffix) for m in members)
+        name = list(groups)[0 if strong == 0 else 1 if strong == len(members) else 2]
+        groups[name].append(layout)
+    if not any(groups.values()):
+        raise ValueError("the voter keeps no fit record with layouts (fitted before eor kept them): "
+                         "run reader_frontier on the run logs instead")
+    cap, bound = record.get("latency_cap_s"), record.get("first_reply_bound_s")
+
+    def within(layout: dict[str, Any]) -> bool:
+        return ((cap is None or layout["latency_s"] <= cap)
+                and (bound is None or layout.get("first_reply_s") is None or layout["first_reply_s"] <= bound))
+
+    systems = {}
+    for name, layouts in groups.items():
+        if not layouts:
+            continue
+        pareto, best = [], float("-inf")
+        for layout in sorted(layouts, key=lambda x: (x["latency_s"], -x["cv_match"])):
+            if layout["cv_match"] > best:
+                pareto.append(layout)
+                best = layout["cv_match"]
+        shipped = next((x for x in layouts if x.get("chosen")), None)
+        ok = [x for x in layouts if within(x)]
+        chosen = shipped or (max(ok, key=lambda x: (x["cv_match"], -x["latency_s"])) if ok else None)
+        systems[name] = {"layouts": layouts, "pareto": pareto, "chosen": chosen, "shipped": shipped is not None}
+    return {"layouts": sum(len(v) for v in groups.values()), "latency_cap_s": cap, "first_reply_bound_s": bound,
+            "reader_speed": record.get("reader_speed"), "systems": systems}
+
+
+def format_stored_frontier(doc: dict[str, Any]) -> str:
+    lines = [f"{doc['layouts']} layouts the voter's fit kept (5-fold CV on its fit questions); latency cap "
+             f"{doc['latency_cap_s']} s, first reply within {doc['first_reply_bound_s']} s",
+             f"{'system':22s} {'CV Match':>8s} {'latency s':>9s} {'1st reply':>9s}  layout (rounds)"]
+
+    def row(label: str, x: dict[str, Any]) -> str:
+        first = x.get("first_reply_s")
+        return (f"{label:22s} {x['cv_match']:8.3f} {x['latency_s']:9.2f} {first if first is not None else float('nan'):9.2f}"
+                f"  {' | '.join(', '.join(r) for r in x['rounds'])}")
+
+    for name, s in doc["systems"].items():
+        c = s["chosen"]
+        lines.append(row(name, c) + ("  (shipped)" if s["shipped"] else "  (best within the bounds)") if c
+                     else f"{name:22s} no layout within the bounds")
+        lines += [row("  frontier", x) for x in s["pareto"]]
+    return "\n".join(lines)
+
+
 def format_frontier(doc: dict[str, Any]) -> str:
     lines = [f"{doc['fit_questions']} fit questions (5-fold CV; no eval question read); readers {doc.get('models')}; "
              + (f"prefill / decode tok/s {first['reader_speed']}" if (first := next(iter(doc['systems'].values())))
@@ -109,19 +170,19 @@ def format_frontier(doc: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def frontier_plot(doc: dict[str, Any], path: Path) -> Path:
+GROUP_COLORS = ("tab:gray", "tab:orange", "tab:blue")  # the default reader, the strong one, both
+
+
+def _frontier_figure(path: Path, title: str, draw: Any) -> Path:
+    """One frontier figure: `draw(ax)` draws the points; axes, legend and file are the same for both kinds."""
     from serve.offline.plots import _figure
 
     fig = _figure(6.0, 4.2)
     ax = fig.add_subplot(1, 1, 1)
-    for (name, s), color in zip(doc["systems"].items(), ("tab:gray", "tab:orange", "tab:blue")):
-        pts = sorted((p["latency_s"], p["cv_match"]) for p in s["layouts"])
-        ax.scatter([x for x, _ in pts], [y for _, y in pts], s=14, color=color, alpha=0.6)
-        c = s["chosen"]
-        ax.scatter([c["latency_s"]], [c["cv_match"]], s=90, marker="*", color=color, label=f"{name} (chosen)")
+    draw(ax)
     ax.set_xlabel("expected seconds per question (the fit's latency model: measured speeds, where kept)")
     ax.set_ylabel("cross-validated Match (fit split)")
-    ax.set_title(f"readers and layouts, {doc['fit_questions']} fit questions", fontsize=9)
+    ax.set_title(title, fontsize=9)
     ax.legend(fontsize=7, loc="lower right")
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -129,9 +190,38 @@ def frontier_plot(doc: dict[str, Any], path: Path) -> Path:
     return path
 
 
+def frontier_plot(doc: dict[str, Any], path: Path) -> Path:
+    def draw(ax: Any) -> None:
+        for (name, s), color in zip(doc["systems"].items(), GROUP_COLORS):
+            pts = sorted((p["latency_s"], p["cv_match"]) for p in s["layouts"])
+            ax.scatter([x for x, _ in pts], [y for _, y in pts], s=14, color=color, alpha=0.6)
+            c = s["chosen"]
+            ax.scatter([c["latency_s"]], [c["cv_match"]], s=90, marker="*", color=color, label=f"{name} (chosen)")
+
+    return _frontier_figure(path, f"readers and layouts, {doc['fit_questions']} fit questions", draw)
+
+
+def stored_frontier_plot(doc: dict[str, Any], path: Path) -> Path:
+    """A voter's stored frontier: each group's layouts, its Pareto line, the layout it would ship (a star)
+    and the latency cap (dashed)."""
+    def draw(ax: Any) -> None:
+        for (name, s), color in zip(doc["systems"].items(), GROUP_COLORS):
+            ax.scatter([x["latency_s"] for x in s["layouts"]], [x["cv_match"] for x in s["layouts"]], s=10,
+                       color=color, alpha=0.35)
+            ax.plot([x["latency_s"] for x in s["pareto"]], [x["cv_match"] for x in s["pareto"]], color=color, lw=1)
+            if (c := s["chosen"]) is not None:
+                ax.scatter([c["latency_s"]], [c["cv_match"]], s=90, marker="*", color=color,
+                           label=f"{name} ({'shipped' if s['shipped'] else 'best within the bounds'})")
+        if doc.get("latency_cap_s"):
+            ax.axvline(doc["latency_cap_s"], color="k", lw=0.6, ls="--")
+
+    return _frontier_figure(path, f"a fitted voter's frontier: {doc['layouts']} layouts", draw)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--questions", required=True)
+    ap.add_argument("--questions", help="the run logs' questions (not with --voter)")
+    ap.add_argument("--voter", type=Path, help="a fitted voter file: the frontier its fit kept (no run log read)")
     ap.add_argument("--index", default="shared")
     ap.add_argument("--config")
     ap.add_argument("--reader", default="1.5B", help="the configured reader to compare with the default one")
@@ -151,6 +241,22 @@ def main(argv: list[str] | None = None) -> int:
     _quiet_logs()
     from serve.offline.adaptive import emit
 
+    if args.voter is not None:
+        from voter.weights_io import load_weights
+
+        try:
+            saved = load_weights(args.voter)
+            if saved.adaptive is None:
+                raise ValueError("the voter has no adaptive rounds")
+            doc = stored_frontier(saved.adaptive.fit, args.reader)
+        except (OSError, ValueError) as exc:
+            print(f"eor: {args.voter}: {exc}", file=sys.stderr)
+            return 2
+        if args.plot:
+            stored_frontier_plot(doc, args.plot)
+        return emit(doc, args, format_stored_frontier)
+    if not args.questions:
+        ap.error("--questions (the run logs' questions) or --voter (a fitted voter file) is required")
     doc = frontier(args)
     if args.plot:
         frontier_plot(doc, args.plot)

@@ -165,3 +165,33 @@ def test_the_frontier_compares_each_reader_alone_and_the_cascade_by_cv():
     assert got["1.5B only"]["chosen"]["cv_match"] > got["default reader only"]["chosen"]["cv_match"]
     assert got["cascade over both"]["best_single"].endswith("~1.5B")
     assert "cascade over both" in format_frontier(doc)
+
+
+def test_the_frontier_a_voter_keeps_groups_its_layouts_by_reader_without_any_run_log(tmp_path, capsys):
+    from serve.offline.reader_frontier import main, stored_frontier
+
+    def layout(rounds, match, latency, first, chosen=False):
+        return {"rounds": rounds, "cv_match": match, "latency_s": latency, "first_reply_s": first, "chosen": chosen}
+
+    record = {"latency_cap_s": 10.0, "first_reply_bound_s": 3.0, "layouts": [
+        layout([["SE@1"]], 0.45, 3.0, 2.0), layout([["SE@1"], ["Wiki@10"]], 0.44, 4.0, 2.0),  # slower, less: off
+        layout([["SE@1"], ["Wiki@10", "PK"]], 0.49, 5.0, 2.0),
+        layout([["SE@1~1.5B"], ["SE@4~1.5B"]], 0.65, 9.0, 2.5, chosen=True),
+        layout([["SE@1~1.5B", "SE@4~1.5B"]], 0.67, 14.0, 14.0),  # more accurate, past the cap
+        layout([["SE@1"], ["SE@1~1.5B"]], 0.53, 7.0, 2.0), layout([["SE@1", "SE@1~1.5B"]], 0.60, 8.0, 8.0)]}
+    doc = stored_frontier(record)
+    small, strong, both = (doc["systems"][k] for k in ("default reader only", "1.5B only", "cascade over both"))
+    assert [x["cv_match"] for x in small["pareto"]] == [0.45, 0.49] and small["chosen"]["cv_match"] == 0.49
+    assert strong["shipped"] and strong["chosen"]["cv_match"] == 0.65  # the voter's own choice in its group
+    assert [x["cv_match"] for x in strong["pareto"]] == [0.65, 0.67]
+    assert both["chosen"]["cv_match"] == 0.53  # 0.60's first reply is past the bound
+    with pytest.raises(ValueError, match="no fit record"):
+        stored_frontier({})
+    # the shipped voter's own record, through the CLI (and a file that is no voter: one line, exit 2)
+    assert main(["--voter", "voter/data/voter.json", "--plot", str(tmp_path / "f.png")]) == 0
+    out = capsys.readouterr().out
+    assert "1.5B only" in out and "(shipped)" in out and (tmp_path / "f.png").stat().st_size > 0
+    (tmp_path / "bad.json").write_text("{}")
+    assert main(["--voter", str(tmp_path / "bad.json")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("eor: ") and "Traceback" not in err and err.count("\n") == 1
