@@ -275,7 +275,7 @@ def main(argv: list[str] | None = None) -> int:
 
     specs = list(args.specs or PAPER_POOL)
     settings = {"reader": {"model": model}, "generator": {"model": ""}, "index": {"name": args.index},
-                "cache": {"enabled": False}, "pool": {"specs": specs},  # one reader: the voter's fallback
+                "cache": {"enabled": False}, "pool": {"specs": specs},  # one reader: the shipped voter's fallback, or equal weights (--specs)
                 "service": {"port": 0, "retriever_actors": "per-spec", "placement": PLACEMENT,
                             "ray_address": f"127.0.0.1:{port}"}}
     if args.eager:

@@ -106,7 +106,7 @@ def test_a_bench_suite_slice_against_the_real_service(live, tmp_path):
     m = json.loads((out / "report.json").read_text())["metrics"]
     assert m["systems"][:2] == ["deployed", "EoR"] and len(m["systems"]) == 18
     d = m["cost"]["deployed"]
-    # asked: the question and its typo variant (one question: a slice of ~5 min on a 2-core fp32 machine)
+    # asked: the question and its typo variant (one question: 201 s on a 2-core fp32 machine, two took 600 s)
     assert d["asked"] == 2 and d["tokens"] > 0 and d["rounds"] >= 1 and d["voter"].startswith("equal weights")
     assert "| **deployed** |" in (out / "report.md").read_text()
     assert "deployed" in res.stdout
