@@ -58,7 +58,7 @@ else
   say "installed $(grep -c '^[^#].*==' "$LOCK") pinned packages"
 fi
 say "compiling the packages' bytecode"
-compile_bytecode "$VENV/bin/python" "$("$VENV/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')" >/dev/null
+compile_bytecode "$VENV/bin/python"
 "$VENV/bin/python" - <<'EOF'
 from importlib.metadata import version
 print("bench/setup.sh: versions:", ", ".join(f"{p} {version(p)}" for p in

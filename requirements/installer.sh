@@ -57,11 +57,13 @@ installer_for() {
   pkg_check=("${uv[@]}" check -q --python "$py")
 }
 
-# compile_bytecode PYTHON DIR...: the .pyc of every module under DIR (already current ones skipped:
-# ~17 s for .venv when nothing changed). A file that does not compile (Python 2 leftovers some
-# packages ship) is said in the log and fails nothing: its import would fail the same way.
+# compile_bytecode PYTHON [DIR...]: the .pyc of every module in PYTHON's site-packages and under each
+# DIR (current ones skipped: ~17 s for .venv when nothing changed). A file that does not compile
+# (Python 2 leftovers some packages ship) is said in the output and fails nothing: its import
+# would fail the same way.
 compile_bytecode() {
-  local py=$1
+  local py=$1 site
   shift
-  "$py" -m compileall -q -j 0 "$@" || echo "compileall: the files above did not compile (nothing imports them here)"
+  site=$("$py" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+  "$py" -m compileall -q -j 0 "$site" "$@" || echo "compileall: the files above did not compile (importing them fails the same way)"
 }
