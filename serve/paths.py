@@ -18,7 +18,7 @@ def models_dir() -> Path:
 def converted_models_cache() -> Path | None:
     """A machine-wide store of converted reader models ($EOR_MODEL_CACHE, default ~/.cache/eor/models;
     "off": none): a fresh checkout on a machine that converted a model once links it instead of
-    converting it again (the three models: about 6 min of a fresh setup; CI clones afresh)."""
+    converting it again (the three models: about 4 min of a fresh setup; CI clones afresh)."""
     env = os.environ.get("EOR_MODEL_CACHE", "")
     if env == "off":
         return None
