@@ -32,7 +32,7 @@ from serve.builder import source_shapes
 from serve.config import config_from_dict, reader_models
 from serve.app.wire import (AskSpec, ask_reply, parse_ask, parse_generate, parse_retrieve,
                         parse_weights, retrieve_reply)
-from serve.deadline import Deadline
+from serve.deadline import Deadline, ask_deadline
 
 log = logging.getLogger(__name__)
 
@@ -109,7 +109,8 @@ class EorIngress(Placed, HealthChecks):
         try:
             self._check_token(metadata)
             handler = {"Ask": lambda r: self._ask_one(r, transport), "AskBatch": lambda r: self._ask_batch(r, transport),
-                       "Generate": self._generate, "Health": self._health, "Retrieve": self._retrieve,
+                       "Generate": lambda r: self._generate(r, transport), "Health": self._health,
+                       "Retrieve": lambda r: self._retrieve(r, transport),
                        "SetVoterWeights": self._refuse_weights, "CheckVoterWeights": self._check_weights,
                        }.get(method)
             if handler is None:
@@ -239,13 +240,17 @@ class EorIngress(Placed, HealthChecks):
             metrics.inc("eor_abstentions", float(replies[-1].abstained))
         return replies
 
-    async def _retrieve(self, request) -> eor_pb2.RetrieveReply:
+    async def _retrieve(self, request, transport: Deadline | None = None) -> eor_pb2.RetrieveReply:
+        """Each source searched until the service's default deadline or the client's, the shorter."""
         spec = parse_retrieve(request, sorted(self.sources), self.limits, self.settings.pool.max_question_chars)
         k = spec.k or self.settings.pool.default_k
-        deadline = Deadline.after(self.limits.ask_deadline_s)
+        deadline = ask_deadline(None, self.limits.ask_deadline_s, transport)
 
         async def search(src: str):
-            return await bounded(self.sources[src].search.remote(list(spec.questions), k), deadline)
+            try:
+                return await bounded(self.sources[src].search.remote(list(spec.questions), k), deadline)
+            except asyncio.TimeoutError:
+                return TimeoutError(f"missed the {deadline.seconds:g} s deadline")
         found = await asyncio.gather(*[search(s) for s in spec.sources], return_exceptions=True)
         return retrieve_reply(spec, dict(zip(spec.sources, found)))
 
@@ -263,7 +268,9 @@ class EorIngress(Placed, HealthChecks):
                        "this endpoint cannot apply weights: push through `eor serve`'s gRPC front, or set the "
                        "Voter's user_config ({\"weights_file\": PATH}) in deploy/serve.yaml and `serve deploy` it")
 
-    async def _generate(self, request) -> eor_pb2.GenerateReply:
+    async def _generate(self, request, transport: Deadline | None = None) -> eor_pb2.GenerateReply:
+        """Bounded by the client's deadline (none: unbounded, a long rewrite is its caller's call);
+        past it, or when the client goes away, the engine requests are aborted (`bounded`)."""
         req = parse_generate(request, self.limits)
         from retrievers.reader import PromptText
 
@@ -272,7 +279,11 @@ class EorIngress(Placed, HealthChecks):
         texts = list(req.prompts) if req.raw else prompts  # the reader formats typed prompts
         params = SamplingParams(max_tokens=req.max_tokens or 64, temperature=float(req.temperature),
                                 stop=tuple(req.stop))
-        outs = await self.generator.generate.remote(texts, params)
+        try:
+            outs = await bounded(self.generator.generate.remote(texts, params), transport)
+        except asyncio.TimeoutError:
+            raise DeadlineExceeded(f"Generate did not finish within the client's "
+                                   f"{transport.seconds:g} s deadline") from None
         if not req.raw:
             outs = [p.reply(o) for p, o in zip(prompts, outs)]
         model = await self.generator.model_id.remote()

@@ -189,3 +189,55 @@ def test_a_vote_whose_judge_ran_past_the_deadline_ends_like_a_late_vote():
     broken = ServiceCrew([], {}, {}, _Handle(decide=lambda r, k, c, st, d: RayTaskError(ValueError("bad"))), "k")
     with pytest.raises(RayTaskError):
         asyncio.run(broken.decide(results, one, 0, Deadline.after(5.0)))
+
+
+# ---- Retrieve and Generate carry the client's deadline too -------------------------------------
+class _Response:
+    """A Serve response that takes `delay` s to give `value`; records whether it was cancelled
+    (what `handles.bounded` does past a deadline: Ray aborts the call)."""
+
+    def __init__(self, delay: float, value):
+        self.delay, self.value, self.cancelled = delay, value, False
+
+    def __await__(self):
+        return asyncio.sleep(self.delay, self.value).__await__()
+
+    def cancel(self):
+        self.cancelled = True
+
+
+class _Deployment:
+    def __init__(self, method: str, response: _Response):
+        setattr(self, method, type("M", (), {"remote": staticmethod(lambda *args: response)})())
+
+
+def _front(sources=None, generator=None):
+    from serve.app.ingress import EorIngress
+
+    settings = config_from_dict({"voter": {"weights": "equal"}})
+    return EorIngress.func_or_class(settings.to_dict(), [_Handle()], [list(settings.pool.specs)], _Handle(),
+                                    _Handle(), sources=sources, generator=generator)
+
+
+def test_retrieve_stops_waiting_for_a_source_at_the_clients_deadline():
+    from retrievers.types import Passage
+
+    slow, fast = _Response(10.0, None), _Response(0.0, [[Passage("p1", "Hamlet", "a play")]])
+    ing = _front(sources={"SE": _Deployment("search", slow), "Wiki": _Deployment("search", fast)})
+    t = time.perf_counter()
+    reply, code, _ = asyncio.run(ing.call("Retrieve", eor_pb2.RetrieveRequest(questions=["who?"]), (),
+                                          client_deadline(0.3 + REPLY_MARGIN_S)))
+    assert code == grpc.StatusCode.OK and time.perf_counter() - t < 3.0 and slow.cancelled
+    hits = {s.source: s for s in reply.results[0].sources}
+    assert hits["SE"].error == "TimeoutError: missed the 0.3 s deadline" and not hits["SE"].passages
+    assert [p.title for p in hits["Wiki"].passages] == ["Hamlet"] and not hits["Wiki"].error
+
+
+def test_generate_past_the_clients_deadline_is_deadline_exceeded_and_aborted():
+    slow = _Response(10.0, ["late"])
+    ing = _front(generator=_Deployment("generate", slow))
+    t = time.perf_counter()
+    reply, code, details = asyncio.run(ing.call("Generate", eor_pb2.GenerateRequest(prompts=["p"], raw=True), (),
+                                                client_deadline(0.3 + REPLY_MARGIN_S)))
+    assert (reply, code) == (None, grpc.StatusCode.DEADLINE_EXCEEDED) and time.perf_counter() - t < 3.0
+    assert details == "Generate did not finish within the client's 0.3 s deadline" and slow.cancelled

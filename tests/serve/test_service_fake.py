@@ -630,7 +630,11 @@ def test_a_real_prometheus_reads_the_dashboard_and_fires_the_regression_alert(se
             stub.Ask(eor_pb2.AskRequest(question=f"who painted the mona lisa, take {i}"), timeout=60)
             time.sleep(3)
             empty = [e for e in exprs if not query(e)]
-        assert not empty, f"dashboard queries without data from the live service: {empty}"
+        if empty:  # why: each target's scrape health and last error, as Prometheus saw them
+            url = f"http://127.0.0.1:{prom_port}/api/v1/targets"
+            targets = [(t["scrapePool"], t["health"], t["lastError"], t.get("lastScrapeDuration"))
+                       for t in json.loads(urllib.request.urlopen(url, timeout=10).read())["data"]["activeTargets"]]
+            pytest.fail(f"dashboard queries without data from the live service: {empty}; targets: {targets}")
         # the degraded voter, forced past the gate; the bench's next round against the one before
         assert gated_push(args, degraded, metrics, save_weights(tmp_path / "degraded.json", degraded)) == 0
         rounds = subprocess.Popen(bench + ["--out", str(tmp_path / "rounds"), "--every", "1h", "--metrics-port",
