@@ -40,19 +40,24 @@ log = logging.getLogger(__name__)
 
 @serve.deployment(ray_actor_options=THIN, max_ongoing_requests=64)
 class Source(Placed):
-    """One knowledge source, loaded once; the first configured also serves the @RR encoder."""
+    """One knowledge source, loaded once; the first configured also serves the @RR encoder (the
+    others never load it: a Lucene source's process holds no torch model)."""
 
     def __init__(self, settings: dict, name: str):
         sources, encoder = make_service_sources(config_from_dict(settings))
         self.name = name
         self.source = sources[name].load()
-        self.encoder = encoder.load() if hasattr(encoder, "load") else encoder
+        self.encoder = None
+        if name == next(iter(sources)):  # the one RetrieverGroup asks to encode (RemoteEncoder)
+            self.encoder = encoder.load() if hasattr(encoder, "load") else encoder
         self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"source-{name}")
 
     async def search(self, queries: list[str], k: int):
         return await asyncio.get_running_loop().run_in_executor(self._thread, self.source.search, queries, k)
 
     async def encode(self, texts: list[str]):
+        if self.encoder is None:
+            raise RuntimeError(f"source {self.name} holds no encoder: @RR encodes with the first configured source")
         return await asyncio.get_running_loop().run_in_executor(self._thread, self.encoder.encode, texts)
 
     async def ping(self) -> str:

@@ -161,6 +161,10 @@ def test_the_service_searches_the_toy_once_and_answers_its_spec(tmp_path, monkey
     assert searches == {"Wiki": [20], "SE": [10], "Toy": [20]}
     assert [m for m, _ in sources["Wiki"].calls].count("encode") > 0  # the first source serves @RR
     assert not [m for m, _ in sources["Toy"].calls if m == "encode"]
+    # only the first configured source holds the @RR encoder; another asked to encode says so in one line
+    assert [n for n, h in sources.items() if h.target.encoder is not None] == ["Wiki"]
+    with pytest.raises(RuntimeError, match="source SE holds no encoder: @RR encodes with the first configured"):
+        asyncio.run(sources["SE"].target.encode(["x"]))
 
     only, code, _ = asyncio.run(ingress.call("Ask", eor_pb2.AskRequest(question=QUESTION, retrievers=["Toy@2"])))
     assert code.name == "OK" and only.retriever == "Toy@2"
