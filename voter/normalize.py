@@ -1,4 +1,4 @@
-"""SQuAD-style answer normalisation.
+"""SQuAD-style answer normalisation (answers/: the one definition, shared with the bench).
 
 Every string comparison in the voter (EM similarity, the EM short-circuit that skips model
 calls, the QA metrics) goes through this one function, so "The Eiffel Tower." and
@@ -6,19 +6,7 @@ calls, the QA metrics) goes through this one function, so "The Eiffel Tower." an
 """
 from __future__ import annotations
 
-import re
-import string
-
-_ARTICLES = re.compile(r"\b(a|an|the)\b")
-_PUNCT = frozenset(string.punctuation)
-
-
-def normalize_answer(text: str) -> str:
-    """Lowercase, drop punctuation, drop articles (a/an/the), collapse whitespace (SQuAD v1.1)."""
-    text = text.lower()
-    text = "".join(ch for ch in text if ch not in _PUNCT)
-    text = _ARTICLES.sub(" ", text)
-    return " ".join(text.split())
+from answers import normalize_answer  # noqa: F401  (the one definition, shared with the bench)
 
 
 def normalize_tokens(text: str) -> list[str]:

@@ -11,13 +11,13 @@ from typing import Iterable, Sequence
 
 import numpy as np
 
-from voter.normalize import normalize_answer, normalize_tokens
+import answers
+from voter.normalize import normalize_tokens
 
 
 def exact_match(prediction: str, golds: Sequence[str]) -> float:
-    """1.0 if the normalised prediction equals any normalised gold answer."""
-    pred = normalize_answer(prediction)
-    return float(any(pred == normalize_answer(g) for g in golds))
+    """1.0 if the normalised prediction equals any normalised gold answer (answers/)."""
+    return float(answers.exact_match(prediction, golds))
 
 
 def _f1(pred_tokens: list[str], gold_tokens: list[str]) -> float:
@@ -39,21 +39,10 @@ def token_f1(prediction: str, golds: Sequence[str]) -> float:
 
 
 def match(prediction: str, golds: Sequence[str], word_boundary: bool = False) -> float:
-    """1.0 if a normalised gold answer is contained in the normalised prediction.
-
-    This is BERGEN's *Match* (used by the query-level robustness paper): a plain substring
-    test. `word_boundary=True` only accepts whole-token matches ("1" not in "1990").
-    """
-    pred = normalize_answer(prediction)
-    if word_boundary:
-        pred = f" {pred} "
-    for g in golds:
-        gold = normalize_answer(g)
-        if not gold:
-            continue
-        if (f" {gold} " if word_boundary else gold) in pred:
-            return 1.0
-    return 0.0
+    """1.0 if a normalised gold answer is contained in the normalised prediction: BERGEN's
+    *Match* (used by the query-level robustness paper), a plain substring test (answers/).
+    `word_boundary=True` only accepts whole-token matches ("1" not in "1990")."""
+    return float(answers.match(prediction, golds, word_boundary))
 
 
 def _as_bool(correct: np.ndarray | Sequence[Sequence[float]]) -> np.ndarray:

@@ -1,45 +1,11 @@
-"""Answer correctness for the robustness suites: normalisation, EM, Match, refusal detection.
-
-The bench may not import the server's packages, so this is its own small copy of
-`voter/normalize.py` and `voter.qa_metrics.exact_match` / `match` (same definitions: SQuAD
-v1.1 normalisation; Match = a normalised gold answer contained in the normalised output,
-BERGEN's metric, used by all three papers). Keep the two in step.
-"""
+"""Answer correctness for the robustness suites: EM and Match (answers/: the voter's own
+definitions, shared), a gold answer in a document or a rewrite, refusal detection."""
 from __future__ import annotations
 
 import re
-import string
 from typing import Sequence
 
-_ARTICLES = re.compile(r"\b(a|an|the)\b")
-_PUNCT = frozenset(string.punctuation)
-
-
-def normalize_answer(text: str) -> str:
-    """Lowercase, drop punctuation, drop articles (a/an/the), collapse whitespace (SQuAD v1.1)."""
-    text = text.lower()
-    text = "".join(ch for ch in text if ch not in _PUNCT)
-    text = _ARTICLES.sub(" ", text)
-    return " ".join(text.split())
-
-
-def exact_match(prediction: str, golds: Sequence[str]) -> bool:
-    """The normalised prediction equals a normalised gold answer."""
-    pred = normalize_answer(prediction)
-    return any(pred == normalize_answer(g) for g in golds if normalize_answer(g))
-
-
-def match(prediction: str, golds: Sequence[str], word_boundary: bool = False) -> bool:
-    """A normalised gold answer is contained in the normalised prediction (plain substring,
-    as BERGEN's Match; `word_boundary=True` accepts whole tokens only: "1" not in "1990")."""
-    pred = normalize_answer(prediction)
-    if word_boundary:
-        pred = f" {pred} "
-    for g in golds:
-        gold = normalize_answer(g)
-        if gold and (f" {gold} " if word_boundary else gold) in pred:
-            return True
-    return False
+from answers import exact_match, match, normalize_answer  # noqa: F401  (the suites import them from here)
 
 
 def contains_answer(text: str, golds: Sequence[str]) -> bool:

@@ -1,5 +1,6 @@
 """Acceptance: the robustness bench imports none of the server's packages (it is a gRPC client
-with its own environment; it may import `protos` and `bench`).
+with its own environment; it may import `protos`, `bench` and the standard-library-only `splits` and
+`answers`).
 
 The other scripts in bench/ are component benchmarks that measure the server's parts
 in-process (recall of the sources, reader batching, model choice, the voter's objective,

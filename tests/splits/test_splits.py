@@ -2,22 +2,16 @@
 (whose environment has none of the server's packages): standard library only."""
 from __future__ import annotations
 
-import ast
-import sys
 from pathlib import Path
 
 import splits
+from tests.stdlib_only import non_stdlib_imports
 
 SPLITS_DIR = Path(splits.__file__).resolve().parent
 
 
 def test_splits_imports_the_standard_library_only():
-    for f in SPLITS_DIR.rglob("*.py"):
-        for node in ast.walk(ast.parse(f.read_text(encoding="utf-8"))):
-            names = ([a.name for a in node.names] if isinstance(node, ast.Import) else
-                     [node.module] if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module else [])
-            for m in names:
-                assert m.split(".")[0] in sys.stdlib_module_names or m == "__future__", f"{f.name} imports {m}"
+    assert non_stdlib_imports(SPLITS_DIR) == []
 
 
 def test_the_split_is_seeded_disjoint_and_independent_of_order():
