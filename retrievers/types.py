@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
+from typing import Sequence
 
 
 @dataclass(frozen=True)
@@ -107,6 +108,22 @@ class QuestionResult:
     question: str
     candidates: tuple[Candidate, ...] = field(default_factory=tuple)
     shared_tokens: dict[str, ReaderTokens] = field(default_factory=dict)  # "PK": writing the PK document
+
+    @classmethod
+    def joined(cls, question: str, parts: Sequence[QuestionResult],
+               order: Sequence[str] | None = None) -> QuestionResult:
+        """One question's results from several calls as one: the candidates in `order` (None: as
+        they come; a member in two parts: the later one), each shared document's tokens once. The
+        one place results are put together (a round's groups, a stream's early and late halves, an
+        Ask's rounds, a fit's rounds and its readers' run logs)."""
+        cands = [c for p in parts for c in p.candidates]
+        if order is not None:
+            by = {c.retriever: c for c in cands}
+            cands = [by[s] for s in order if s in by]
+        shared: dict = {}
+        for p in parts:
+            shared.update(p.shared_tokens)
+        return cls(question, tuple(cands), shared)
 
     def for_vote(self) -> "QuestionResult":
         """The same answers without what the vote never reads (passages, documents): what

@@ -42,20 +42,6 @@ class EnsembleAnswer:
         return [c.retriever for c in self.result.candidates]
 
 
-def joined(question: str, parts: Sequence[QuestionResult], order: Sequence[str] | None = None) -> QuestionResult:
-    """One question's results from several calls as one: the candidates in `order` (None: as
-    they come), each shared document's tokens once. The one place results are put together
-    (a round's groups, a stream's early and late halves, the rounds of an Ask)."""
-    cands = [c for p in parts for c in p.candidates]
-    if order is not None:
-        by = {c.retriever: c for c in cands}
-        cands = [by[s] for s in order if s in by]
-    shared: dict = {}
-    for p in parts:
-        shared.update(p.shared_tokens)
-    return QuestionResult(question, tuple(cands), shared)
-
-
 def cascade_for(voter_cascade: Cascade, specs: Sequence[str] | None = None) -> Cascade:
     """The voter's cascade, or the caller's explicit retrievers as one stage (the rule for
     `eor ask --retrievers` and `AskRequest.retrievers` alike)."""
@@ -104,7 +90,7 @@ async def answer_async(questions: Sequence[str], cascade: Cascade, run_stage: As
         if len(results) != len(todo):
             raise RuntimeError(f"stage {k + 1} returned {len(results)} results for {len(todo)} questions")
         for i, r in zip(todo, results):
-            merged[i] = joined(r.question, [m for m in (merged[i], r) if m is not None])
+            merged[i] = QuestionResult.joined(r.question, [m for m in (merged[i], r) if m is not None])
         try:
             decisions = await vote([merged[i] for i in todo], k)
         except VoteDeadline:  # end with the last vote; the stage's answers are returned but did not vote

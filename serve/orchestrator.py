@@ -25,7 +25,7 @@ from retrievers.groundwork import Groundwork, RoundRun, pending_searches, search
 from retrievers.spec import parse_spec
 from retrievers.types import Failure, Passage, QuestionResult
 from serve.deadline import Deadline
-from serve.ensemble import EnsembleAnswer, OnProvisional, VoteDeadline, answer_async, joined
+from serve.ensemble import EnsembleAnswer, OnProvisional, VoteDeadline, answer_async
 from voter.cascade import Cascade, early_answer, early_cascade
 from voter.decision import Decision
 
@@ -123,7 +123,7 @@ class AskRounds:
 
     async def _vote(self, results: list[QuestionResult], stage: int, cascade: Cascade | None = None) -> list[Decision]:
         if cascade is None and self.preview:  # a round's vote: without the preview (its own vote is early_cascade's)
-            results = [joined(r.question, (r,), [c.retriever for c in r.candidates if c.retriever not in self.preview])
+            results = [QuestionResult.joined(r.question, (r,), [c.retriever for c in r.candidates if c.retriever not in self.preview])
                        for r in results]
         return await self.crew.decide(results, cascade or self.cascade, stage,
                                       None if self.deadline is None else self.deadline.at_least(self.reserve))
@@ -139,7 +139,7 @@ class AskRounds:
                 later = asyncio.ensure_future(self._fan_out(open_, specs, searches))
                 seen = await self._preview(open_, preview, searches)
                 late = await later
-                return late if seen is None else [joined(a.question, (a, b), [*specs, *preview])
+                return late if seen is None else [QuestionResult.joined(a.question, (a, b), [*specs, *preview])
                                                   for a, b in zip(late, seen)]
             if not (self.early_answer and first and quick):
                 return await self._fan_out(open_, specs, searches)
@@ -147,7 +147,7 @@ class AskRounds:
             early = await self._fan_out(open_, quick, searches)
             await self._early_answer(open_, early)
             late = await later
-            return [joined(a.question, (a, b), specs) for a, b in zip(early, late)]
+            return [QuestionResult.joined(a.question, (a, b), specs) for a, b in zip(early, late)]
         finally:
             for task in [later, *searches.values()]:
                 if task is not None:
@@ -215,4 +215,4 @@ class AskRounds:
             self.reader_s += run.reader_s
             for j, found in enumerate(run.found):
                 self.work[open_[j]] = self.work[open_[j]].plus(found)
-        return [joined(q, [run.results[j] for run in runs], specs) for j, q in enumerate(qs)]
+        return [QuestionResult.joined(q, [run.results[j] for run in runs], specs) for j, q in enumerate(qs)]

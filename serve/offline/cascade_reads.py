@@ -30,13 +30,6 @@ def round_members(layout: Sequence[Sequence[str]], beside: Sequence[str] = ()) -
     return [first] + [[s for s in r if s not in beside] for r in layout[1:]]
 
 
-def merged(parts: Sequence[QuestionResult], order: Sequence[str]) -> QuestionResult:
-    """One question's rounds as one result: every member read, in the pool's order."""
-    by = {c.retriever: c for r in parts for c in r.candidates}
-    shared = {k: t for r in parts for k, t in r.shared_tokens.items()}
-    return QuestionResult(parts[0].question, tuple(by[s] for s in order if s in by), shared)
-
-
 def read_cascade(pool, config, questions_file: str, questions: Sequence[Question],
                  rounds: Sequence[Sequence[str]], stops: Callable[[Scored], Sequence[int]],
                  batch_size: int = DEFAULT_BATCH_SIZE, progress: bool = True,
@@ -59,7 +52,8 @@ def read_cascade(pool, config, questions_file: str, questions: Sequence[Question
             # stop the readers the next round does not use: a round read by the 0.5B alone and the next
             # by the 1.5B alone would otherwise hold both engines in memory
             close_engines(pool, keep=set(by_reader(next((r for r in rounds[k + 1:] if r), ()))))
-        scored = [(q, merged(read[q.qid], pool.specs)) for q in questions if q.qid in read]
+        scored = [(q, QuestionResult.joined(read[q.qid][0].question, read[q.qid], pool.specs))
+                  for q in questions if q.qid in read]
         if k + 1 < len(rounds):
             after = {q.qid: s for (q, _), s in zip(scored, stops(scored))}
             todo = [q for q in todo if after.get(q.qid, -1) > k]

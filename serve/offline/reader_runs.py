@@ -46,9 +46,7 @@ def renamed(result: QuestionResult, reader: str) -> QuestionResult:
 def joined_result(parts: dict[str, QuestionResult], order: Sequence[str]) -> QuestionResult:
     """One question's per-reader results as the joined pool's: members in `order`."""
     named = [renamed(r, name) for name, r in parts.items()]
-    by = {c.retriever: c for r in named for c in r.candidates}
-    shared = {k: t for r in named for k, t in r.shared_tokens.items()}
-    return QuestionResult(named[0].question, tuple(by[s] for s in order if s in by), shared)
+    return QuestionResult.joined(named[0].question, named, order)
 
 
 class ReaderRuns:

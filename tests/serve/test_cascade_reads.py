@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import pytest
 
+from retrievers.types import QuestionResult
 from serve.config import config_from_dict
 from serve.builder import close_engines
-from serve.offline.cascade_reads import merged, read_cascade, round_members
+from serve.offline.cascade_reads import read_cascade, round_members
 from tests.serve.test_reader_runs import JOINED, QUESTIONS, make_pool
 
 
@@ -94,8 +95,9 @@ def test_a_reader_the_next_round_does_not_use_is_stopped_between_rounds(eor_home
     assert closed[0] == "0.5B" and big.calls
 
 
-def test_merged_keeps_the_pools_order():
+def test_a_questions_rounds_join_in_the_pools_order():
     pool, _, _ = make_pool()
     a = pool.subset(["Wiki@10", "ReFree"]).run([QUESTIONS[0].question])[0]
     b = pool.subset(["SE@1"]).run([QUESTIONS[0].question])[0]
-    assert [c.retriever for c in merged([a, b], JOINED).candidates] == ["Wiki@10", "SE@1", "ReFree"]
+    assert [c.retriever for c in QuestionResult.joined(a.question, [a, b], JOINED).candidates] == ["Wiki@10", "SE@1",
+                                                                                              "ReFree"]
