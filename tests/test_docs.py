@@ -103,3 +103,10 @@ def test_slug_follows_github():
     assert slug("Today's figures: the system (Qwen, 2026-11-25)") == "todays-figures-the-system-qwen-2026-11-25"
     assert slug("Robustness bench") == "robustness-bench"
     assert slug("SE@1 & `Wiki@10`") == "se1--wiki10"
+
+
+def test_the_readme_is_a_front_door():
+    """ARCHITECTURE.md: the README is the front door (<= 150 lines); tables of earlier defaults live in benchmarks."""
+    lines = (ROOT / "README.md").read_text().splitlines()
+    assert len(lines) <= 150, f"README.md has {len(lines)} lines"
+    assert lines[3].startswith("./setup.sh && .venv/bin/eor ask") and lines[4].startswith("./setup.sh --tests")
