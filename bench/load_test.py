@@ -191,13 +191,13 @@ def _reader_totals(pool) -> dict[str, int]:
 
 
 def inprocess_asks(questions: list[str], config_path: str | None) -> dict:
-    """The same questions through `eor ask`'s in-process path (serve/ensemble.answer over the
+    """The same questions through `eor ask`'s in-process path (serve/orchestrator.answer over the
     pool, the offline vLLM engine), one at a time, in one process; the engine is started and
     warmed before the first timed question."""
     from serve.builder import close_engines, make_pool
     from serve.cli.common import voter_choice
     from serve.config import load_config
-    from serve.ensemble import answer
+    from serve.orchestrator import answer
     from voter.question_vote import build_metrics
 
     config = load_config(config_path)

@@ -2,22 +2,21 @@
 each, stop a question as soon as the voter says it is settled (voter/decision.py).
 
 One loop for every entry point; a round's work is done by the one orchestrator both use
-(serve/orchestrator.py: `AskRounds`, with the in-process pool or the service's deployments).
+(serve/orchestrator.py: `AskRounds`, with the in-process pool or the service's deployments),
+which calls this loop; this module imports nothing of it.
 Retrievers the voter dropped are not in any stage, so they never run; the dropped ones reach
 the reader only when a caller names them explicitly (`--retrievers`,
 `AskRequest.retrievers`), and then they run as one stage.
 """
 from __future__ import annotations
 
-import asyncio
 from dataclasses import dataclass
-from typing import Any, Awaitable, Callable, Sequence
+from typing import Awaitable, Callable, Sequence
 
 from retrievers.types import QuestionResult
-from voter.decision import Confidence, Decision, decide
-from voter.question_vote import Vote, VoterChoice
+from voter.decision import Confidence, Decision
+from voter.question_vote import Vote
 from voter.cascade import Cascade
-from voter.similarity import PairSimilarity
 
 
 @dataclass(frozen=True)
@@ -107,25 +106,3 @@ async def answer_async(questions: Sequence[str], cascade: Cascade, run_stage: As
         if on_provisional is not None and still:
             await on_provisional([EnsembleAnswer.of(merged[i], last[i], k + 1, n_stages) for i in still], still)
     return [done[i] for i in range(len(qs))]
-
-
-def answer(questions: Sequence[str], choice: VoterChoice, pool: Any,
-           metrics: Sequence[PairSimilarity], specs: Sequence[str] | None = None,
-           on_stage: Callable[[int, int, list[str]], None] | None = None,
-           on_provisional: Callable[[list[EnsembleAnswer], list[int]], None] | None = None) -> list[EnsembleAnswer]:
-    """In-process (`eor ask`): the rounds of serve/orchestrator.py with `pool` (a RetrieverPool)
-    doing the work and the vote here; each source is searched once per question (at the depth
-    the whole cascade needs), PK written once, chunks embedded once."""
-    from serve.orchestrator import AskRounds, LocalCrew
-
-    cascade = cascade_for(choice.saved.stages, specs)
-
-    def decided(results: list[QuestionResult], run: Cascade, stage: int) -> list[Decision]:
-        return decide(results, choice.saved, metrics, run, stage)
-
-    async def provisional(answers: list[EnsembleAnswer], positions: list[int]) -> None:
-        if on_provisional is not None:
-            on_provisional(answers, positions)
-
-    rounds = AskRounds(questions, cascade, LocalCrew(pool, decided, holds=cascade.asked), pool.config)
-    return asyncio.run(rounds.answer(on_stage, provisional))

@@ -25,9 +25,11 @@ from retrievers.groundwork import Groundwork, RoundRun, pending_searches, search
 from retrievers.spec import parse_spec
 from retrievers.types import Failure, Passage, QuestionResult
 from serve.deadline import Deadline
-from serve.ensemble import EnsembleAnswer, OnProvisional, VoteDeadline, answer_async
+from serve.ensemble import EnsembleAnswer, OnProvisional, VoteDeadline, answer_async, cascade_for
 from voter.cascade import Cascade, early_answer, early_cascade
-from voter.decision import Decision
+from voter.decision import Decision, decide
+from voter.question_vote import VoterChoice
+from voter.similarity import PairSimilarity
 
 # (results so far, the cascade being run, its 0-based stage) -> the voter's decisions (voter/decision.py)
 Decide = Callable[[list[QuestionResult], Cascade, int], list[Decision]]
@@ -216,3 +218,23 @@ class AskRounds:
             for j, found in enumerate(run.found):
                 self.work[open_[j]] = self.work[open_[j]].plus(found)
         return [QuestionResult.joined(q, [run.results[j] for run in runs], specs) for j, q in enumerate(qs)]
+
+
+def answer(questions: Sequence[str], choice: VoterChoice, pool: Any,
+           metrics: Sequence[PairSimilarity], specs: Sequence[str] | None = None,
+           on_stage: Callable[[int, int, list[str]], None] | None = None,
+           on_provisional: Callable[[list[EnsembleAnswer], list[int]], None] | None = None) -> list[EnsembleAnswer]:
+    """In-process (`eor ask`): the rounds above with `pool` (a RetrieverPool)
+    doing the work and the vote here; each source is searched once per question (at the depth
+    the whole cascade needs), PK written once, chunks embedded once."""
+    cascade = cascade_for(choice.saved.stages, specs)
+
+    def decided(results: list[QuestionResult], run: Cascade, stage: int) -> list[Decision]:
+        return decide(results, choice.saved, metrics, run, stage)
+
+    async def provisional(answers: list[EnsembleAnswer], positions: list[int]) -> None:
+        if on_provisional is not None:
+            on_provisional(answers, positions)
+
+    rounds = AskRounds(questions, cascade, LocalCrew(pool, decided, holds=cascade.asked), pool.config)
+    return asyncio.run(rounds.answer(on_stage, provisional))

@@ -226,7 +226,7 @@ def _quickest_engines(config):
 
 def _ask_local(args, questions, con, pools):
     """The in-process ask, with a progress line per step on the console."""
-    from serve.ensemble import answer
+    from serve.orchestrator import answer
 
     con.step("loading the voter, the indexes and the encoder")
     config = _config(args)

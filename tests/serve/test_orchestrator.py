@@ -155,3 +155,14 @@ def test_the_deadline_and_the_rounds_import_neither_ray_nor_grpc():
                          text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert not {m.split(".")[0] for m in out.stdout.split()} & {"ray", "vllm", "grpc"}
+
+
+def test_the_stage_loop_imports_nothing_of_the_orchestrator():
+    """serve/ensemble.py is the loop the orchestrator calls, never the other way round (no import cycle)."""
+    import ast
+    from pathlib import Path
+
+    tree = ast.parse((Path(__file__).resolve().parents[2] / "serve" / "ensemble.py").read_text())
+    imported = {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
+    imported |= {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+    assert not {m for m in imported if m and m.startswith("serve.")}
