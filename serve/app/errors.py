@@ -55,7 +55,7 @@ class FailedPrecondition(ServiceError):
     code = grpc.StatusCode.FAILED_PRECONDITION
 
 
-def _unwrapped(exc: BaseException) -> BaseException:
+def unwrapped(exc: BaseException) -> BaseException:
     """The error a remote actor raised: Ray's RayTaskError keeps it as `cause` (and subclasses
     its type, so isinstance also holds on the wrapper)."""
     cause = getattr(exc, "cause", None)
@@ -63,14 +63,14 @@ def _unwrapped(exc: BaseException) -> BaseException:
 
 
 def reader_unavailable(exc: BaseException) -> bool:
-    return isinstance(exc, ReaderUnavailable) or isinstance(_unwrapped(exc), ReaderUnavailable)
+    return isinstance(exc, ReaderUnavailable) or isinstance(unwrapped(exc), ReaderUnavailable)
 
 
 def status_of(exc: BaseException) -> tuple[grpc.StatusCode, str]:
     """The one table: a ServiceError answers with its own code and details, also when raised in
     another actor; a dead engine is UNAVAILABLE in our words; anything else is INTERNAL with
     its first line."""
-    err = _unwrapped(exc)
+    err = unwrapped(exc)
     if isinstance(err, ServiceError):
         return err.code, err.details
     if isinstance(exc, ServiceError):

@@ -33,7 +33,7 @@ from retrievers.reader import Generation, PromptText, SamplingParams
 from retrievers.sources.base import PASSAGES
 from retrievers.types import ERROR, TIMEOUT, Candidate, Failure, Passage, QuestionResult
 from serve.app import metrics
-from serve.app.errors import reader_unavailable, status_of
+from serve.app.errors import reader_unavailable, status_of, unwrapped
 from serve.deadline import Deadline
 from serve.ensemble import VoteDeadline
 from serve.orchestrator import RoundInput
@@ -58,7 +58,7 @@ async def bounded(response: Any, deadline: Deadline | None) -> Any:
 
 def _ran_late(exc: BaseException) -> bool:
     """A vote that raised VoteDeadline in the Voter (Ray hands it back as its cause)."""
-    return isinstance(exc, VoteDeadline) or isinstance(getattr(exc, "cause", None), VoteDeadline)
+    return isinstance(unwrapped(exc), VoteDeadline)
 
 
 class ServiceCrew:
