@@ -125,7 +125,8 @@ class AskRounds:
 
     async def _vote(self, results: list[QuestionResult], stage: int, cascade: Cascade | None = None) -> list[Decision]:
         if cascade is None and self.preview:  # a round's vote: without the preview (its own vote is early_cascade's)
-            results = [QuestionResult.joined(r.question, (r,), [c.retriever for c in r.candidates if c.retriever not in self.preview])
+            results = [QuestionResult.joined(r.question, (r,),
+                                             [c.retriever for c in r.candidates if c.retriever not in self.preview])
                        for r in results]
         return await self.crew.decide(results, cascade or self.cascade, stage,
                                       None if self.deadline is None else self.deadline.at_least(self.reserve))
