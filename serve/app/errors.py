@@ -106,11 +106,16 @@ def engine_died(exc: BaseException) -> bool:
     return _dead(exc) is not None
 
 
-def engine_down(exc: BaseException) -> str:
-    """What callers are told while a dead engine restarts: the project's words and the error's
-    kind; the engine's own message ("See stack trace (above) ...") is for the log only."""
+def engine_stopped(exc: BaseException) -> str:
+    """A dead engine in the project's words and the error's kind; the engine's own message
+    ("See stack trace (above) ...") is for the log only."""
     dead = _dead(exc) or exc
-    return f"reader engine down ({type(dead).__name__}: its engine process stopped); restarting, try again shortly"
+    return f"reader engine down ({type(dead).__name__}: its engine process stopped)"
+
+
+def engine_down(exc: BaseException) -> str:
+    """What the service's callers are told while a dead engine restarts."""
+    return f"{engine_stopped(exc)}; restarting, try again shortly"
 
 
 def one_line(exc: BaseException) -> str:

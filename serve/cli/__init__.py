@@ -20,13 +20,16 @@ from __future__ import annotations
 
 import argparse
 import sys
+import traceback
 from typing import Callable
 
 from retrievers.sources.base import MissingIndexError
 from retrievers.spec import SpecError
+from serve.app.errors import engine_died, engine_stopped
 from serve.cli.ask import cmd_ask
 from serve.cli.bench import cmd_bench, run_bench
 from serve.cli.common import DEFAULT_EVAL_DIR, DEFAULT_WEIGHTS, _quiet_logs, stop_on_sigterm
+from serve.cli.console import log_path
 from serve.cli.evaluate import cmd_eval
 from serve.cli.fit import cmd_fit, push_weights
 from serve.cli.prepare import cmd_index, cmd_models
@@ -213,6 +216,16 @@ def main(argv: list[str] | None = None) -> int:
         print("eor: interrupted; finished questions are kept in the run log: run the same command "
               "again to resume", file=sys.stderr)
         return 130
+    except Exception as exc:
+        if not engine_died(exc):
+            raise
+        log = log_path()  # the traceback goes to the log only
+        log.parent.mkdir(parents=True, exist_ok=True)
+        with log.open("a") as f:
+            traceback.print_exception(exc, file=f)
+        print(f"eor: error: {engine_stopped(exc)}; finished questions are kept in the run log: run the same "
+              f"command again to resume (details in {log_path()})", file=sys.stderr)
+        return 1
 
 
 def run_reporting_errors(command: Callable[[], int]) -> int:

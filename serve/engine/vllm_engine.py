@@ -27,6 +27,7 @@ log = logging.getLogger(__name__)
 CPU_KV_BLOCK_TOKENS = 32
 # the caller's own KV-cache size wins over every engine's `cpu_kv_cache_gib`
 _KV_CACHE_FROM_CALLER = "VLLM_CPU_KVCACHE_SPACE" in os.environ
+_STEP_TIMEOUT_FROM_CALLER = "VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS" in os.environ
 
 
 @dataclass(frozen=True)
@@ -62,10 +63,17 @@ class VLLMConfig:
     # a compiled engine on CPU loads the graph an earlier start compiled (vLLM 0.32 saves it but cannot read
     # it back: serve/engine/compile_cache.py); False: it compiles at every start, as vLLM alone does
     compile_cache: bool = True
+    # on CPU, the seconds one engine step may take before vLLM declares its worker hung and kills the engine
+    # (VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS, vLLM's default 300). A long-form batch of the 1.5B in fp32 beside a
+    # busy second engine, or a machine paused and resumed (SIGSTOP), passed 300 s in the fit grow of
+    # 2026-11-28 and the run ended in EngineDeadError; a step on CPU is bounded by its tokens, not hung
+    cpu_step_timeout_s: int = 3600
 
     def __post_init__(self) -> None:
         if not 0 <= self.cpu_nice <= MAX_NICE:
             raise ValueError(f"reader cpu_nice must be 0 to {MAX_NICE}, got {self.cpu_nice!r}")
+        if self.cpu_step_timeout_s <= 0:
+            raise ValueError(f"reader cpu_step_timeout_s must be a positive number of seconds, got {self.cpu_step_timeout_s!r}")
         if self.kv_block_tokens < 0 or self.kv_block_tokens % 16:
             raise ValueError(f"reader kv_block_tokens must be 0 (the machine's default) or a multiple of 16, "
                              f"got {self.kv_block_tokens!r}")
@@ -103,6 +111,20 @@ def threads_bind(config: VLLMConfig) -> str:
     cores = os.cpu_count() or 1
     bind = config.cpu_threads if config.cpu_threads != "auto" else f"0-{cores - 1}"
     return os.environ.get("VLLM_CPU_OMP_THREADS_BIND", bind)
+
+
+def cpu_engine_env(config: VLLMConfig) -> dict[str, str]:
+    """vLLM's variables a CPU engine of `config` starts with (it reads them as it starts, so two
+    engines of one process each set their own): the caller's own threads bind, reserved CPUs,
+    KV-cache size and step timeout win; the compile cache is one per CPU kind."""
+    env = {"VLLM_CPU_OMP_THREADS_BIND": threads_bind(config),
+           "VLLM_CPU_NUM_OF_RESERVED_CPU": os.environ.get("VLLM_CPU_NUM_OF_RESERVED_CPU", "0"),
+           "VLLM_CACHE_ROOT": str(cache_root())}
+    if not _KV_CACHE_FROM_CALLER:
+        env["VLLM_CPU_KVCACHE_SPACE"] = f"{config.cpu_kv_cache_gib:g}"
+    if not _STEP_TIMEOUT_FROM_CALLER:
+        env["VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS"] = str(config.cpu_step_timeout_s)
+    return env
 
 
 def compile_factors(config: VLLMConfig, dtype: str, on_cpu: bool) -> dict:
@@ -174,11 +196,7 @@ class VLLMEngine(ReaderEngine):
             self.on_start()
             self.on_start = None
         if self.on_cpu:
-            os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", threads_bind(self.config))
-            os.environ.setdefault("VLLM_CPU_NUM_OF_RESERVED_CPU", "0")
-            if not _KV_CACHE_FROM_CALLER:  # each engine its own budget (vLLM reads it as the engine starts)
-                os.environ["VLLM_CPU_KVCACHE_SPACE"] = f"{self.config.cpu_kv_cache_gib:g}"
-            os.environ["VLLM_CACHE_ROOT"] = str(cache_root())  # its compile cache: one per CPU kind
+            os.environ.update(cpu_engine_env(self.config))
         t0 = time.perf_counter()
         nice = self.config.cpu_nice if self.on_cpu else 0
         before = child_pids() if nice else set()

@@ -2,8 +2,11 @@
 (serve/engine/vllm_engine.py: `service_stages`, `engine_args`); no engine starts."""
 from __future__ import annotations
 
+import pytest
+
 from serve.engine.compile_cache import WORKER_EXTENSION
-from serve.engine.vllm_engine import EngineStages, VLLMConfig, compile_factors, engine_args, service_stages
+from serve.engine.vllm_engine import (EngineStages, VLLMConfig, compile_factors, cpu_engine_env, engine_args,
+                                      service_stages)
 
 
 def test_by_the_job_a_cpu_service_runs_eager_then_compiled(eor_home):  # no compiled start recorded
@@ -80,3 +83,16 @@ def test_eor_ask_picks_each_readers_quickest_engine_on_its_own(eor_home):
     assert fast.reader.enforce_eager is False  # the 0.5B: compiled, its cache is warm
     strong = reader_config(fast, "1.5B")
     assert strong.enforce_eager is True and strong.cpu_kv_cache_gib == 1 and strong.model == "qwen2.5-coder-1.5b"
+
+
+def test_a_cpu_engine_gives_a_step_an_hour_unless_its_caller_set_the_timeout(eor_home, monkeypatch):
+    """vLLM kills an engine whose step passes VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS (300 s): a
+    1.5B fp32 batch beside a second engine did, and the fit grow of 2026-11-28 died of it."""
+    from serve.engine import vllm_engine
+
+    assert cpu_engine_env(VLLMConfig())["VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS"] == "3600"
+    assert cpu_engine_env(VLLMConfig(cpu_step_timeout_s=900))["VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS"] == "900"
+    monkeypatch.setattr(vllm_engine, "_STEP_TIMEOUT_FROM_CALLER", True)
+    assert "VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS" not in cpu_engine_env(VLLMConfig())
+    with pytest.raises(ValueError, match="cpu_step_timeout_s"):
+        VLLMConfig(cpu_step_timeout_s=0)

@@ -26,6 +26,7 @@ import traceback
 from contextlib import contextmanager
 from dataclasses import dataclass
 
+from serve.app.errors import engine_died, engine_stopped
 from serve.cli.common import _quiet_logs, stop_on_sigterm
 from serve.cli.console import for_terminal, log_path
 from serve.cli.warm.client import format_duration
@@ -138,7 +139,8 @@ class Worker:
             else:
                 self.broken = True
                 self.log(f"an ask failed:\n{traceback.format_exc()}")
-                error = f"the warm reader failed: {type(exc).__name__}: {exc} (details in {log_path()})"
+                what = engine_stopped(exc) if engine_died(exc) else f"{type(exc).__name__}: {exc}"
+                error = f"the warm reader failed: {what} (details in {log_path()})"
         finally:
             self.busy_since = None
         self.answered += 1

@@ -1,0 +1,34 @@
+"""`eor`'s own failures: a reader engine that dies mid-run is one line in the project's words,
+with the way to resume; the traceback goes to the log (serve/cli/__init__.py: `main`)."""
+from __future__ import annotations
+
+import pytest
+
+import serve.cli
+from serve.cli import main
+from serve.cli.console import log_path
+
+
+def test_a_dead_engine_ends_eor_run_in_one_line_and_the_log_keeps_the_traceback(eor_home, monkeypatch, capsys):
+    from vllm.v1.engine.exceptions import EngineDeadError
+
+    def run_until_the_engine_dies(args):
+        try:
+            raise EngineDeadError()
+        except EngineDeadError as inner:  # as the pool sees it: wrapped by the reader's call
+            raise RuntimeError("generate failed") from inner
+    monkeypatch.setattr(serve.cli, "cmd_run", run_until_the_engine_dies)
+    assert main(["run", "--questions", "q.jsonl"]) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "Traceback" not in err and "See stack trace" not in err
+    assert err.startswith("eor: error: reader engine down (EngineDeadError: its engine process stopped); "
+                          "finished questions are kept in the run log: run the same command again to resume")
+    assert "Traceback" in log_path().read_text() and "EngineDeadError" in log_path().read_text()
+
+
+def test_any_other_failure_is_not_called_a_dead_engine(eor_home, monkeypatch):
+    def fails(args):
+        raise RuntimeError("a bug")
+    monkeypatch.setattr(serve.cli, "cmd_run", fails)
+    with pytest.raises(RuntimeError, match="a bug"):
+        main(["run", "--questions", "q.jsonl"])
