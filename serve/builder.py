@@ -4,7 +4,7 @@ from __future__ import annotations
 import importlib
 import json
 from pathlib import Path
-from typing import Any, Collection, TextIO
+from typing import Any, Collection, Iterable, TextIO
 
 from retrievers.corpus import Document
 from retrievers.encoder import Encoder
@@ -87,6 +87,12 @@ def make_service_sources(config: EorConfig) -> tuple[dict, Any]:
         return import_factory(config.service.sources_factory)(config)
     encoder = Encoder(config.index.encoder)
     return make_sources(config, encoder), encoder
+
+
+def encoding_source(names: Iterable[str]) -> str | None:
+    """The service's source that also serves @RR's encoder: the first configured (the others never
+    load it, so a Lucene source's process holds no torch model)."""
+    return next(iter(names), None)
 
 
 def runnable_config(config: EorConfig) -> tuple[EorConfig, list[str]]:

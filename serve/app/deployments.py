@@ -28,7 +28,7 @@ from retrievers.types import QuestionResult
 from serve.app import metrics
 from serve.app.handles import RemoteEncoder, RemoteReader, RemoteSource, StageClock, working_for
 from serve.app.placement import THIN, Placed
-from serve.builder import make_service_sources, source_shapes
+from serve.builder import encoding_source, make_service_sources, source_shapes
 from serve.config import config_from_dict, reader_models, used_readers
 from serve.deadline import Deadline
 from serve.ensemble import VoteDeadline
@@ -40,15 +40,14 @@ log = logging.getLogger(__name__)
 
 @serve.deployment(ray_actor_options=THIN, max_ongoing_requests=64)
 class Source(Placed):
-    """One knowledge source, loaded once; the first configured also serves the @RR encoder (the
-    others never load it: a Lucene source's process holds no torch model)."""
+    """One knowledge source, loaded once; the encoding source (`encoding_source`) also serves @RR's encoder."""
 
     def __init__(self, settings: dict, name: str):
         sources, encoder = make_service_sources(config_from_dict(settings))
         self.name = name
         self.source = sources[name].load()
         self.encoder = None
-        if name == next(iter(sources)):  # the one RetrieverGroup asks to encode (RemoteEncoder)
+        if name == encoding_source(sources):  # the one RetrieverGroup asks to encode (RemoteEncoder)
             self.encoder = encoder.load() if hasattr(encoder, "load") else encoder
         self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"source-{name}")
 
@@ -95,7 +94,8 @@ class RetrieverGroup(Placed):
         sources = {name: RemoteSource(name, h, t, shapes[name]) for name, h in handles.items()}
         self.specs = list(specs)
         self.config = replace(s.pool, specs=tuple(specs))
-        encoder = RemoteEncoder(next(iter(handles.values())), t) if handles else None
+        encoding = encoding_source(handles)
+        encoder = RemoteEncoder(handles[encoding], t) if encoding is not None else None
         # the Readers format, deduplicate and cache; each of this group's members reads with its own
         default = RemoteReader(reader, timeout_s=t)
         others = {name: RemoteReader((readers or {})[name], timeout_s=t) for name in used_readers(s, specs) if name}
