@@ -151,8 +151,11 @@ class ServiceConfig:
     max_tokens: int = 512  # Generate's max_tokens cap
     max_documents: int = 50  # grounding documents per question (Ask.documents)
     max_document_chars: int = 20000  # characters per grounding document
-    reader_batch_wait_s: float = 0.02  # the reader waits this long for concurrent calls to merge
-    reader_max_batch: int = 256  # prompts per engine call at most
+    # for a batch-only engine (an engine_factory's with `continuous = False`: serve/app/batching.py) the
+    # reader waits this long for concurrent calls to merge, up to this many prompts a call; vLLM, the
+    # default, batches continuously and reads neither
+    reader_batch_wait_s: float = 0.02
+    reader_max_batch: int = 256
     token_env: str = "EOR_SERVE_TOKEN"  # bearer token from this env var; unset/empty: no auth
     tls_cert: str = ""  # PEM paths; both set: the front serves TLS
     tls_key: str = ""
