@@ -71,7 +71,11 @@ class Crew(Protocol):
 
 
 class LocalCrew:
-    """The in-process pool as the crew: it searches, runs and (with `decide`) votes here."""
+    """The in-process pool as the crew: it searches, runs and (with `decide`) votes here. Its
+    async methods run the pool's blocking calls on the event loop on purpose: the in-process
+    reader is one synchronous engine (`VLLMEngine`; two threads must not share it), so its
+    calls run one at a time either way, and `answer` asks for no early answer that would need
+    them to overlap."""
 
     def __init__(self, pool: Any, decide: Decide, holds: Sequence[str]):
         self.pool = pool
