@@ -146,6 +146,8 @@ class LocalService:
         from ray import serve
         from ray.serve.config import gRPCOptions
 
+        from serve.app.grpc_service import PROXY_SERVICERS
+
         svc = self.settings.service
         env = _runtime_env()
         if svc.token_env and svc.token_env in os.environ:
@@ -165,8 +167,7 @@ class LocalService:
         self.metrics_address = f"127.0.0.1:{_metrics_port(svc)}"
         if svc.ray_grpc_port:
             serve.start(proxy_location="HeadOnly", http_options={"host": "127.0.0.1", "port": 0},
-                        grpc_options=gRPCOptions(port=svc.ray_grpc_port,
-                                                 grpc_servicer_functions=["serve.app.grpc_service.add_eor_servicer"]))
+                        grpc_options=gRPCOptions(port=svc.ray_grpc_port, grpc_servicer_functions=list(PROXY_SERVICERS)))
         else:
             serve.start(proxy_location="Disabled")
         handle = self._deploy(None)

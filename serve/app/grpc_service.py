@@ -129,25 +129,53 @@ def client_deadline(time_remaining: float | None) -> Deadline | None:
     return Deadline.after(min(max(time_remaining - REPLY_MARGIN_S, 0.05), MAX_DEADLINE_S))
 
 
+HEALTH_CHECK_S = 10.0  # the longest a grpc.health.v1 Check waits for the ingress's answer
+
+
+def health_refusal(request: Any) -> tuple[grpc.StatusCode, str] | None:
+    """Why a grpc.health.v1 Check is refused (a request that does not parse; a service eor does
+    not serve), or None; both fronts' Check reads it."""
+    if isinstance(request, BadRequest):
+        return grpc.StatusCode.INVALID_ARGUMENT, request.message
+    if request.service not in ("", SERVICE):
+        return grpc.StatusCode.NOT_FOUND, f"unknown service {request.service!r}"
+    return None
+
+
+async def health_check(serving: Awaitable[tuple[bool, str]]) -> Any:
+    """The HealthCheckResponse for the ingress's `serving()`: NOT_SERVING when it fails or is late."""
+    from grpc_health.v1 import health_pb2
+
+    try:
+        ok, _ = await asyncio.wait_for(serving, HEALTH_CHECK_S)
+    except Exception:
+        ok = False
+    return health_pb2.HealthCheckResponse(
+        status=health_pb2.HealthCheckResponse.SERVING if ok else health_pb2.HealthCheckResponse.NOT_SERVING)
+
+
+def add_health_servicer(servicer: Any, server: Any) -> None:
+    """grpc.health.v1's Check for Ray Serve's gRPC proxy (`grpc_servicer_functions`, beside
+    `add_eor_servicer`): the proxy routes it to the ingress's `Check` (serve/app/health.py).
+    Watch, a stream a probe does not use, is not registered there: UNIMPLEMENTED."""
+    _add_health_servicer(servicer, server, watch=False)
+
+
+# what Ray Serve's gRPC proxy registers (`eor serve --ray-grpc-port`; deploy/serve.yaml and the RayService files)
+PROXY_SERVICERS = ("serve.app.grpc_service.add_eor_servicer", "serve.app.grpc_service.add_health_servicer")
+
+
 def _health_servicer(ingress: Any) -> Any:
     """The standard grpc.health.v1 service (Kubernetes gRPC probes, grpc-health-probe): SERVING
     exactly when eor's own Health says so (reader engine up, voter answering)."""
-    import asyncio
-
-    from grpc_health.v1 import health_pb2, health_pb2_grpc
+    from grpc_health.v1 import health_pb2_grpc
 
     class Health(health_pb2_grpc.HealthServicer):
         async def Check(self, request, context):  # noqa: N802 (the rpc's name)
-            if isinstance(request, BadRequest):
-                await context.abort(grpc.StatusCode.INVALID_ARGUMENT, request.message)
-            if request.service not in ("", SERVICE):
-                await context.abort(grpc.StatusCode.NOT_FOUND, f"unknown service {request.service!r}")
-            try:
-                ok, _ = await asyncio.wait_for(ingress.serving.remote(), 10.0)
-            except Exception:
-                ok = False
-            status = health_pb2.HealthCheckResponse.SERVING if ok else health_pb2.HealthCheckResponse.NOT_SERVING
-            return health_pb2.HealthCheckResponse(status=status)
+            refused = health_refusal(request)
+            if refused is not None:
+                await context.abort(*refused)
+            return await health_check(ingress.serving.remote())
 
         async def Watch(self, request, context):  # noqa: N802
             await context.abort(grpc.StatusCode.UNIMPLEMENTED, "Watch is not served; poll Check")
@@ -155,7 +183,7 @@ def _health_servicer(ingress: Any) -> Any:
     return Health()
 
 
-def _add_health_servicer(servicer: Any, server: Any) -> None:
+def _add_health_servicer(servicer: Any, server: Any, watch: bool = True) -> None:
     """Like the generated add_HealthServicer_to_server, with the lenient deserializer (a
     request that does not parse is INVALID_ARGUMENT, not UNKNOWN)."""
     from grpc_health.v1 import health_pb2
@@ -167,10 +195,11 @@ def _add_health_servicer(servicer: Any, server: Any) -> None:
         "Check": grpc.unary_unary_rpc_method_handler(
             servicer.Check, request_deserializer=lenient(health_pb2.HealthCheckRequest),
             response_serializer=health_pb2.HealthCheckResponse.SerializeToString),
-        "Watch": grpc.unary_stream_rpc_method_handler(
-            servicer.Watch, request_deserializer=lenient(health_pb2.HealthCheckRequest),
-            response_serializer=health_pb2.HealthCheckResponse.SerializeToString),
     }
+    if watch:
+        handlers["Watch"] = grpc.unary_stream_rpc_method_handler(
+            servicer.Watch, request_deserializer=lenient(health_pb2.HealthCheckRequest),
+            response_serializer=health_pb2.HealthCheckResponse.SerializeToString)
     server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(name, handlers),))
 
 

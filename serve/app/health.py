@@ -98,6 +98,21 @@ class HealthChecks:
         reply = await self._health(eor_pb2.HealthRequest(), pings=False)
         return reply.status == eor_pb2.HealthReply.SERVING, reply.detail
 
+    async def Check(self, request, grpc_context=None):  # noqa: N802 (grpc.health.v1's rpc)
+        """grpc.health.v1 through Ray Serve's gRPC proxy (serve/app/grpc_service.py: add_health_servicer);
+        the front answers it itself, with the same rules."""
+        from serve.app.grpc_service import health_check, health_refusal
+
+        refused = health_refusal(request)
+        if refused is None:
+            return await health_check(self.serving())
+        if grpc_context is not None:
+            grpc_context.set_code(refused[0])
+            grpc_context.set_details(refused[1])
+        from grpc_health.v1 import health_pb2
+
+        return health_pb2.HealthCheckResponse()
+
     @staticmethod
     async def _stats(handle: Any) -> dict:
         return await handle.stats.remote()

@@ -50,9 +50,13 @@ def test_serve_config_is_valid_and_its_app_builds(where, config, monkeypatch, tm
 
         graph = {d.name for d in flatten(built, name=app.name).deployments}
         assert names <= graph, f"{where}: config names deployments the app does not have: {sorted(names - graph)}"
-    for fn in (getattr(schema, "grpc_options", None) and schema.grpc_options.grpc_servicer_functions) or ():
+    servicers = (getattr(schema, "grpc_options", None) and schema.grpc_options.grpc_servicer_functions) or ()
+    for fn in servicers:
         module, _, attr = fn.rpartition(".")
         assert callable(getattr(importlib.import_module(module), attr)), fn
+    from serve.app.grpc_service import PROXY_SERVICERS
+
+    assert not servicers or tuple(servicers) == PROXY_SERVICERS, f"{where}: Ray's proxy serves eor and its health"
 
 
 def test_the_gpu_variant_gives_the_reader_its_gpu():

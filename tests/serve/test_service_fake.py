@@ -181,12 +181,17 @@ def test_health_after_bad_inputs(stub, service):
     assert list(h.unavailable) == [] and not h.detail  # every actor and source answers its ping
     from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-    with grpc.insecure_channel(service.address) as ch:  # the standard health service answers too
-        probe = health_pb2_grpc.HealthStub(ch)
-        assert probe.Check(health_pb2.HealthCheckRequest(), timeout=30).status == \
-            health_pb2.HealthCheckResponse.SERVING
-        assert probe.Check(health_pb2.HealthCheckRequest(service="eor.v1.Eor"), timeout=30).status == \
-            health_pb2.HealthCheckResponse.SERVING
+    # the standard health service answers too, on the front and through Ray Serve's own proxy
+    for address in (service.address, f"127.0.0.1:{service.settings.service.ray_grpc_port}"):
+        with grpc.insecure_channel(address) as ch:
+            probe = health_pb2_grpc.HealthStub(ch)
+            assert probe.Check(health_pb2.HealthCheckRequest(), timeout=30).status == \
+                health_pb2.HealthCheckResponse.SERVING, address
+            assert probe.Check(health_pb2.HealthCheckRequest(service="eor.v1.Eor"), timeout=30).status == \
+                health_pb2.HealthCheckResponse.SERVING, address
+            with pytest.raises(grpc.RpcError) as e:
+                probe.Check(health_pb2.HealthCheckRequest(service="other.v1.Service"), timeout=30)
+            assert e.value.code() == grpc.StatusCode.NOT_FOUND and "unknown service" in e.value.details(), address
 
 
 def test_fuzz_share_gets_no_internal_or_unknown_and_health_stays_ok(service):
