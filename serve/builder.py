@@ -90,8 +90,9 @@ def make_service_sources(config: EorConfig) -> tuple[dict, Any]:
 
 
 def encoding_source(names: Iterable[str]) -> str | None:
-    """The service's source that also serves @RR's encoder: the first configured (the others never
-    load it, so a Lucene source's process holds no torch model)."""
+    """The service's source that also serves @RR's encoder: the first of `names`, the configured
+    sources in their order (`index.sources`, one Source deployment each); the others never load
+    it, so a Lucene source's process holds no torch model."""
     return next(iter(names), None)
 
 

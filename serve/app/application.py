@@ -34,7 +34,8 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 # what actors inherit from the driver, besides every EOR_* variable (models load offline;
 # EOR_HOME locates indexes + cache)
 PASS_ENV = ("EOR_HOME", "HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "TOKENIZERS_PARALLELISM", "VLLM_LOGGING_LEVEL",
-            "VLLM_CPU_OMP_THREADS_BIND", "VLLM_CPU_NUM_OF_RESERVED_CPU", "VLLM_CPU_KVCACHE_SPACE", "JAVA_HOME",
+            "VLLM_CPU_OMP_THREADS_BIND", "VLLM_CPU_NUM_OF_RESERVED_CPU", "VLLM_CPU_KVCACHE_SPACE",
+            "VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS", "JAVA_HOME",
             "RAY_SERVE_METRICS_EXPORT_INTERVAL_MS", "RAY_SERVE_CONTROL_LOOP_INTERVAL_S")
 
 

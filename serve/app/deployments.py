@@ -43,11 +43,12 @@ class Source(Placed):
     """One knowledge source, loaded once; the encoding source (`encoding_source`) also serves @RR's encoder."""
 
     def __init__(self, settings: dict, name: str):
-        sources, encoder = make_service_sources(config_from_dict(settings))
+        config = config_from_dict(settings)
+        sources, encoder = make_service_sources(config)
         self.name = name
         self.source = sources[name].load()
         self.encoder = None
-        if name == encoding_source(sources):  # the one RetrieverGroup asks to encode (RemoteEncoder)
+        if name == encoding_source(config.index.sources):  # the one RetrieverGroup asks to encode (RemoteEncoder)
             self.encoder = encoder.load() if hasattr(encoder, "load") else encoder
         self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"source-{name}")
 
@@ -94,8 +95,8 @@ class RetrieverGroup(Placed):
         sources = {name: RemoteSource(name, h, t, shapes[name]) for name, h in handles.items()}
         self.specs = list(specs)
         self.config = replace(s.pool, specs=tuple(specs))
-        encoding = encoding_source(handles)
-        encoder = RemoteEncoder(handles[encoding], t) if encoding is not None else None
+        encoding = encoding_source(s.index.sources)
+        encoder = RemoteEncoder(handles[encoding], t) if encoding in handles else None
         # the Readers format, deduplicate and cache; each of this group's members reads with its own
         default = RemoteReader(reader, timeout_s=t)
         others = {name: RemoteReader((readers or {})[name], timeout_s=t) for name in used_readers(s, specs) if name}

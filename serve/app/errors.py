@@ -101,9 +101,10 @@ def _dead(exc: BaseException | None, pipes: bool = True) -> BaseException | None
     return None
 
 
-def engine_died(exc: BaseException) -> bool:
-    """Whether `exc` says the reader engine is gone (see `_dead`)."""
-    return _dead(exc) is not None
+def engine_died(exc: BaseException, pipes: bool = True) -> bool:
+    """Whether `exc` says the reader engine is gone (see `_dead`; `pipes`: a broken pipe counts,
+    only where the error came from the engine)."""
+    return _dead(exc, pipes) is not None
 
 
 def engine_stopped(exc: BaseException) -> str:

@@ -157,7 +157,8 @@ async def health_check(serving: Awaitable[tuple[bool, str]]) -> Any:
 def add_health_servicer(servicer: Any, server: Any) -> None:
     """grpc.health.v1's Check for Ray Serve's gRPC proxy (`grpc_servicer_functions`, beside
     `add_eor_servicer`): the proxy routes it to the ingress's `Check` (serve/app/health.py).
-    Watch, a stream a probe does not use, is not registered there: UNIMPLEMENTED."""
+    Watch, a stream a probe does not use, is not registered there: UNIMPLEMENTED. A probe sends no
+    `application` metadata, so Ray routes it while eor is the cluster's only Serve application."""
     _add_health_servicer(servicer, server, watch=False)
 
 

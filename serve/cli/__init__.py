@@ -217,14 +217,14 @@ def main(argv: list[str] | None = None) -> int:
               "again to resume", file=sys.stderr)
         return 130
     except Exception as exc:
-        if not engine_died(exc):
+        if not engine_died(exc, pipes=False):  # a pipe here is stdout's (`eor eval --json | head`), not the engine's
             raise
         log = log_path()  # the traceback goes to the log only
         log.parent.mkdir(parents=True, exist_ok=True)
         with log.open("a") as f:
             traceback.print_exception(exc, file=f)
-        print(f"eor: error: {engine_stopped(exc)}; finished questions are kept in the run log: run the same "
-              f"command again to resume (details in {log_path()})", file=sys.stderr)
+        print(f"eor: error: {engine_stopped(exc)}; run the command again (a run keeps its finished questions "
+              f"in its run log and resumes; details in {log_path()})", file=sys.stderr)
         return 1
 
 

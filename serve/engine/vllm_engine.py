@@ -72,7 +72,7 @@ class VLLMConfig:
     def __post_init__(self) -> None:
         if not 0 <= self.cpu_nice <= MAX_NICE:
             raise ValueError(f"reader cpu_nice must be 0 to {MAX_NICE}, got {self.cpu_nice!r}")
-        if self.cpu_step_timeout_s <= 0:
+        if type(self.cpu_step_timeout_s) is not int or self.cpu_step_timeout_s <= 0:  # vLLM reads it with int()
             raise ValueError(f"reader cpu_step_timeout_s must be a positive number of seconds, got {self.cpu_step_timeout_s!r}")
         if self.kv_block_tokens < 0 or self.kv_block_tokens % 16:
             raise ValueError(f"reader kv_block_tokens must be 0 (the machine's default) or a multiple of 16, "
@@ -114,9 +114,10 @@ def threads_bind(config: VLLMConfig) -> str:
 
 
 def cpu_engine_env(config: VLLMConfig) -> dict[str, str]:
-    """vLLM's variables a CPU engine of `config` starts with (it reads them as it starts, so two
-    engines of one process each set their own): the caller's own threads bind, reserved CPUs,
-    KV-cache size and step timeout win; the compile cache is one per CPU kind."""
+    """vLLM's variables a CPU engine of `config` starts with (its engine process reads them as it
+    starts): the caller's own threads bind, reserved CPUs, KV-cache size and step timeout win,
+    the first engine's bind and reserved CPUs stay for the next; each engine its own KV-cache
+    size and step timeout; the compile cache is one per CPU kind."""
     env = {"VLLM_CPU_OMP_THREADS_BIND": threads_bind(config),
            "VLLM_CPU_NUM_OF_RESERVED_CPU": os.environ.get("VLLM_CPU_NUM_OF_RESERVED_CPU", "0"),
            "VLLM_CACHE_ROOT": str(cache_root())}

@@ -22,13 +22,14 @@ def test_a_dead_engine_ends_eor_run_in_one_line_and_the_log_keeps_the_traceback(
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "Traceback" not in err and "See stack trace" not in err
     assert err.startswith("eor: error: reader engine down (EngineDeadError: its engine process stopped); "
-                          "finished questions are kept in the run log: run the same command again to resume")
+                          "run the command again (a run keeps its finished questions in its run log and resumes")
     assert "Traceback" in log_path().read_text() and "EngineDeadError" in log_path().read_text()
 
 
-def test_any_other_failure_is_not_called_a_dead_engine(eor_home, monkeypatch):
+@pytest.mark.parametrize("error", [RuntimeError("a bug"), BrokenPipeError("stdout closed")])  # `eor eval --json | head`
+def test_any_other_failure_is_not_called_a_dead_engine(eor_home, monkeypatch, error):
     def fails(args):
-        raise RuntimeError("a bug")
+        raise error
     monkeypatch.setattr(serve.cli, "cmd_run", fails)
-    with pytest.raises(RuntimeError, match="a bug"):
+    with pytest.raises(type(error)):
         main(["run", "--questions", "q.jsonl"])

@@ -94,5 +94,6 @@ def test_a_cpu_engine_gives_a_step_an_hour_unless_its_caller_set_the_timeout(eor
     assert cpu_engine_env(VLLMConfig(cpu_step_timeout_s=900))["VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS"] == "900"
     monkeypatch.setattr(vllm_engine, "_STEP_TIMEOUT_FROM_CALLER", True)
     assert "VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS" not in cpu_engine_env(VLLMConfig())
-    with pytest.raises(ValueError, match="cpu_step_timeout_s"):
-        VLLMConfig(cpu_step_timeout_s=0)
+    for bad in (0, -5, 3600.5, True, "3600"):  # vLLM reads it with int(): a config's float or bool fails here, in our words
+        with pytest.raises(ValueError, match="cpu_step_timeout_s"):
+            VLLMConfig(cpu_step_timeout_s=bad)

@@ -139,7 +139,7 @@ class Worker:
             else:
                 self.broken = True
                 self.log(f"an ask failed:\n{traceback.format_exc()}")
-                what = engine_stopped(exc) if engine_died(exc) else f"{type(exc).__name__}: {exc}"
+                what = engine_stopped(exc) if engine_died(exc, pipes=False) else f"{type(exc).__name__}: {exc}"
                 error = f"the warm reader failed: {what} (details in {log_path()})"
         finally:
             self.busy_since = None
