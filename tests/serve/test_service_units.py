@@ -183,7 +183,9 @@ def test_deploy_serve_yaml_is_a_valid_serve_config_that_builds_the_app():
     schema = ServeDeploySchema.model_validate(doc)
     [app] = schema.applications
     assert app.import_path == "serve.app.application:app_builder"
-    assert schema.grpc_options.grpc_servicer_functions == ["serve.app.grpc_service.add_eor_servicer"]
+    from serve.app.grpc_service import PROXY_SERVICERS
+
+    assert tuple(schema.grpc_options.grpc_servicer_functions) == PROXY_SERVICERS  # eor.v1.Eor and grpc.health.v1
     assert {d.name for d in app.deployments} <= _app_deployments()
     assert app_builder(app.args) is not None
 
