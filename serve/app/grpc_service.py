@@ -163,7 +163,7 @@ def add_health_servicer(servicer: Any, server: Any) -> None:
 
 
 # what Ray Serve's gRPC proxy registers (`eor serve --ray-grpc-port`; deploy/serve.yaml and the RayService files)
-PROXY_SERVICERS = ("serve.app.grpc_service.add_eor_servicer", "serve.app.grpc_service.add_health_servicer")
+PROXY_SERVICERS = tuple(f"{f.__module__}.{f.__name__}" for f in (add_eor_servicer, add_health_servicer))
 
 
 def _health_servicer(ingress: Any) -> Any:

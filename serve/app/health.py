@@ -101,6 +101,8 @@ class HealthChecks:
     async def Check(self, request, grpc_context=None):  # noqa: N802 (grpc.health.v1's rpc)
         """grpc.health.v1 through Ray Serve's gRPC proxy (serve/app/grpc_service.py: add_health_servicer);
         the front answers it itself, with the same rules."""
+        from grpc_health.v1 import health_pb2
+
         from serve.app.grpc_service import health_check, health_refusal
 
         refused = health_refusal(request)
@@ -109,8 +111,6 @@ class HealthChecks:
         if grpc_context is not None:
             grpc_context.set_code(refused[0])
             grpc_context.set_details(refused[1])
-        from grpc_health.v1 import health_pb2
-
         return health_pb2.HealthCheckResponse()
 
     @staticmethod

@@ -224,7 +224,7 @@ def main(argv: list[str] | None = None) -> int:
         with log.open("a") as f:
             traceback.print_exception(exc, file=f)
         print(f"eor: error: {engine_stopped(exc)}; run the command again (a run keeps its finished questions "
-              f"in its run log and resumes; details in {log_path()})", file=sys.stderr)
+              f"in its run log and resumes; details in {log})", file=sys.stderr)
         return 1
 
 
