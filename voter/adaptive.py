@@ -16,13 +16,14 @@ prefill and decode apart per reader where their speeds were measured).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Iterable, Sequence
 
 import numpy as np
 
 from retrievers.spec import parse_spec, split_reader
-from voter.calibration import EARLY, Calibrator, expected_calibration_error, fit_calibrator
+from voter.calibration import (DEFAULT_METHOD as DEFAULT_CALIBRATION, EARLY, Calibrator, expected_calibration_error,
+                               fit_calibrator)
 from voter.cascade import Cascade, early_answer, early_members, stop_stages
 from voter.selector import (AnswerScorer, RoundTrace, RoundView, candidate_features, evaluate_stop,
                             feature_names, fit_stop_thresholds, frontier)
@@ -425,6 +426,96 @@ def apply_model(run: PoolRun, model: AdaptiveModel) -> Outcome:
     stop = stop_stages(conf, model.thresholds)
     i = np.arange(len(run))
     return Outcome(who[i, stop], ok[i, stop], tokens[i, stop], rounds[i, stop], stop, conf[i, stop])
+
+
+@dataclass(frozen=True)
+class HeldOut:
+    """A shipped model's raw P on questions it was never fitted on, read as its cascade reads them
+    (`eor calibrate`): each round's pick where the question reached that round (NaN after the
+    round it stopped at, or where no member answered), whether it was right, the round each
+    stopped after, and the first reply's P (NaN: none)."""
+
+    p: np.ndarray  # [N, R]
+    right: np.ndarray  # [N, R]
+    stop: np.ndarray  # [N]
+    p_early: np.ndarray  # [N]
+    right_early: np.ndarray  # [N]
+
+    def delivered(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(raw P, right, round) of each answer a caller got: the round each question stopped after
+        (questions with no answer left out)."""
+        rows = np.arange(len(self.stop))
+        p, right = self.p[rows, self.stop], self.right[rows, self.stop]
+        keep = np.isfinite(p)
+        return p[keep], right[keep], self.stop[keep]
+
+
+def held_out(run: PoolRun, model: AdaptiveModel) -> HeldOut:
+    """The model's own picks and stops on `run`, a cascade's reads of questions it never saw: a
+    round after the stop was not read there, so its P is NaN, not the pick of an empty vote."""
+    views, _, _ = round_views(run, model.layout)
+    p, ok, who = picks(views, run.right, run.pool, model.scorer, range(len(run)))
+    stop = stop_stages(model.confidence_rounds(p), model.thresholds)
+    reached = np.arange(len(model.layout))[None, :] <= stop[:, None]
+    firsts = early_views(run, model.layout, model.preview)
+    p_early, ok_early = np.full(len(run), np.nan), np.zeros(len(run))
+    if firsts is not None:
+        pe, oke, whoe = picks(firsts, run.right, run.pool, model.scorer, range(len(run)))
+        p_early, ok_early = np.where(whoe[:, 0] >= 0, pe[:, 0], np.nan), oke[:, 0]
+    return HeldOut(np.where(reached & (who >= 0), p, np.nan), ok, stop, p_early, ok_early)
+
+
+def _fit_held_out(held: HeldOut, method: str, rows: np.ndarray) -> Calibrator:
+    early = rows[np.isfinite(held.p_early[rows])]
+    return fit_calibrator(held.p[rows], held.right[rows], method,
+                          (held.p_early[early], held.right_early[early]) if len(early) else None)
+
+
+def held_out_ece(held: HeldOut, method: str | None, calibrator: Calibrator | None = None, folds: int = CV_FOLDS,
+                 seed: int = CV_SEED) -> tuple[float, float]:
+    """(ECE of the answers delivered, ECE of the first replies), 10 bins. `method` None: `calibrator`
+    as it is (None: the raw P) on every question; else lines of that method fitted per fold on
+    the other questions (cross-validation by question), as `recalibrate` would fit them."""
+    n = len(held.stop)
+    conf, conf_early = np.full(n, np.nan), np.full(n, np.nan)
+    rows = np.arange(n)
+    p_stop = held.p[rows, held.stop]
+
+    def apply(cal: Calibrator | None, test: np.ndarray) -> None:
+        for i in test:
+            if np.isfinite(p_stop[i]):
+                conf[i] = cal(p_stop[i], int(held.stop[i])) if cal is not None else p_stop[i]
+            if np.isfinite(held.p_early[i]):
+                conf_early[i] = cal(held.p_early[i], EARLY) if cal is not None else held.p_early[i]
+    if method is None:
+        apply(calibrator, rows)
+    else:
+        for test in folds_by_question(n, min(folds, n), seed):
+            apply(_fit_held_out(held, method, np.setdiff1d(rows, test)), test)
+    right = held.right[rows, held.stop]
+    a, e = np.isfinite(conf), np.isfinite(conf_early)
+    return (expected_calibration_error(conf[a], right[a]),
+            expected_calibration_error(conf_early[e], held.right_early[e]) if e.any() else math.nan)
+
+
+def recalibrate(model: AdaptiveModel, held: HeldOut, method: str | None = None,
+                record: dict[str, Any] | None = None) -> AdaptiveModel:
+    """The model with its calibration lines fitted again on `held` (questions it never saw), and its
+    thresholds carried to the new lines so that every question stops after the same round: the
+    layout, scorer, answers, stops and latency are the model's; only the P each answer carries
+    changes. `record`: what to keep in its fit record under "recalibrated"."""
+    method = method or (model.calibrator.method if model.calibrator is not None else DEFAULT_CALIBRATION)
+    if method == "isotonic":
+        raise ValueError("recalibrate fits Platt lines (platt-per-round or platt): an isotonic step function "
+                         "could move a stop")
+    cal = _fit_held_out(held, method, np.arange(len(held.stop)))
+    old = model.calibrator
+
+    def carried(t: float, k: int) -> float:
+        return t if not math.isfinite(t) else cal(old.raw(t, k) if old is not None else t, k)
+    tau = tuple(carried(t, k) for k, t in enumerate(model.thresholds))
+    fit = {**model.fit, "recalibrated": dict(record or {})} if record is not None else dict(model.fit)
+    return replace(model, calibrator=cal, thresholds=tau, fit=fit)
 
 
 def _splits(members: Sequence[str], firsts: Sequence[int], seconds: Sequence[int]) -> list[tuple[list, list]]:

@@ -80,8 +80,9 @@ class Calibrator:
     def fit(self, p: Sequence[float] | np.ndarray, right: Sequence[float] | np.ndarray,
             early: tuple[Sequence[float], Sequence[float]] | None = None) -> "Calibrator":
         """`p` and `right`: [N] answers, or [N, R] (question, round): per round for
-        `platt-per-round` (which needs the rounds), pooled for the others. `early`: (P, right) [N]
-        of round 1's early answers, a line of their own (`platt-per-round` only)."""
+        `platt-per-round` (which needs the rounds), pooled for the others; a NaN P is a round the
+        question did not reach (a cascade's reads: `eor calibrate`), left out of every line.
+        `early`: (P, right) [N] of round 1's early answers, a line of their own (`platt-per-round` only)."""
         self.early_ = None
         if early is not None and self.method == "platt-per-round":
             pe = np.asarray(early[0], dtype=np.float64)
@@ -89,20 +90,22 @@ class Calibrator:
             self.early_ = _platt(pe, ye) if pe.size else None
         p = np.asarray(p, dtype=np.float64)
         y = (np.asarray(right, dtype=np.float64) > 0).astype(int)
-        if p.size == 0:
+        seen = np.isfinite(p)
+        if not seen.any():
             raise ValueError("calibration needs at least one answer")
         if self.method == "platt-per-round" and p.ndim != 2:
             raise ValueError("platt-per-round calibration needs P per question and round ([N, R])")
         if self.method == "isotonic":
             from sklearn.isotonic import IsotonicRegression
 
-            iso = IsotonicRegression(y_min=0.0, y_max=1.0, increasing=True, out_of_bounds="clip").fit(p.ravel(),
-                                                                                                       y.ravel())
+            iso = IsotonicRegression(y_min=0.0, y_max=1.0, increasing=True, out_of_bounds="clip").fit(p[seen],
+                                                                                                       y[seen])
             self.x_, self.y_ = (np.asarray(a, dtype=np.float64) for a in (iso.X_thresholds_, iso.y_thresholds_))
             return self
-        self.a_, self.b_ = _pooled_platt(p.ravel(), y.ravel())  # platt-per-round: its pooled line
+        self.a_, self.b_ = _pooled_platt(p[seen], y[seen])  # platt-per-round: its pooled line
         if self.method == "platt-per-round":  # a round without a line of its own reads the pooled one
-            self.rounds_ = [_platt(p[:, k], y[:, k]) or (self.a_, self.b_) for k in range(p.shape[1])]
+            self.rounds_ = [_platt(p[seen[:, k], k], y[seen[:, k], k]) or (self.a_, self.b_)
+                            for k in range(p.shape[1])]
         return self
 
     @property
@@ -120,13 +123,29 @@ class Calibrator:
         p = np.asarray(p, dtype=np.float64)
         if self.method == "isotonic":
             return np.interp(p, self.x_, self.y_)
-        if stage == EARLY and self.has_early:
-            a, b = self.early_
-        else:
-            stage = (None if self.method == "platt" else 0) if stage == EARLY else stage
-            a, b = (self.a_, self.b_) if stage is None or self.method == "platt" else self.rounds_[stage]
+        a, b = self._line(stage)
         z = np.clip(a * _logit(p) + b, -40, 40)
         return 1.0 / (1.0 + np.exp(-z))
+
+    def _line(self, stage: int | str | None) -> tuple[float, float]:
+        """(a, b) of the Platt line a stage reads (`predict`'s `stage`)."""
+        if stage == EARLY and self.has_early:
+            return self.early_
+        stage = (None if self.method == "platt" else 0) if stage == EARLY else stage
+        return (self.a_, self.b_) if stage is None or self.method == "platt" else self.rounds_[stage]
+
+    def raw(self, confidence: float, stage: int | str | None = None) -> float:
+        """The raw P that `predict` calibrates to `confidence` on this stage's line: how a
+        threshold on one calibrator's P is carried to another's without moving a stop
+        (voter/adaptive.py: recalibrate). A line is strictly increasing; a flat one (slope 0:
+        one outcome only) and isotonic steps have no inverse."""
+        if self.method == "isotonic":
+            raise ValueError("an isotonic calibrator has no inverse: recalibrate a Platt one")
+        a, b = self._line(stage)
+        if a <= 0:
+            raise ValueError("a flat calibration line (every answer alike) has no inverse")
+        z = (float(_logit(np.array(confidence))) - b) / a
+        return float(1.0 / (1.0 + math.exp(-max(-40.0, min(40.0, z)))))
 
     def predict_rounds(self, p: np.ndarray) -> np.ndarray:
         """[N, R] P per question and round -> calibrated, column k as round k."""

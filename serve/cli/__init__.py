@@ -9,6 +9,7 @@
     eor fit --questions FILE [--dataset D] [--limit N] [--split fit] [--metrics em,bertscore,nli]
             [--nli-model PATH] [--pooling mean] [--out weights.json] [--push HOST:PORT]
     eor eval --questions FILE [--split eval] [--weights W | --equal-weights] [--json] [--out-dir DIR]
+    eor calibrate --questions FILE --limit N [--weights W] [--out voter.json]   (fit-split questions the voter never saw)
     eor bench {sure,rare,query} --server HOST:PORT --questions FILE --limit N [--every 6h]
 
 fit and eval run the pool over the questions resumably (run log under $EOR_HOME/runs) and
@@ -28,6 +29,7 @@ from retrievers.spec import SpecError
 from serve.app.errors import engine_died, engine_stopped
 from serve.cli.ask import cmd_ask
 from serve.cli.bench import cmd_bench, run_bench
+from serve.cli.calibrate import cmd_calibrate
 from serve.cli.common import DEFAULT_EVAL_DIR, DEFAULT_WEIGHTS, _quiet_logs, stop_on_sigterm
 from serve.cli.console import log_path
 from serve.cli.evaluate import cmd_eval
@@ -162,6 +164,18 @@ def build_parser() -> argparse.ArgumentParser:
                         "baseline and round 1's members only")
     common(e)
     e.set_defaults(func=cmd_eval)
+
+    c = sub.add_parser("calibrate", help="fit the voter's P(right) lines again on fit-split questions it never saw "
+                       "(the same rounds, answers and stops)")
+    questions_args(c, "fit")
+    c.add_argument("--weights", help="the voter file to calibrate (default: the shipped voter)")
+    voter_args(c, choose=False)
+    c.add_argument("--method", choices=("platt-per-round", "platt"), default=None,
+                   help="the calibration lines (default: the voter's own method)")
+    c.add_argument("--out", help=f"voter file to write (default: $EOR_HOME/{DEFAULT_WEIGHTS})")
+    c.add_argument("--json", action="store_true", help="print a JSON summary")
+    common(c)
+    c.set_defaults(func=cmd_calibrate)
 
     r = sub.add_parser("run", help="run the pool over questions into the resumable run log (no vote)")
     questions_args(r, "all")

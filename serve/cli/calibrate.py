@@ -1,0 +1,114 @@
+"""`eor calibrate`: fit a shipped voter's P(right) lines again on fit-split questions it never saw.
+
+`eor fit` calibrates on its own questions' out-of-fold P: five scorers, each fitted on four fifths
+of them, stand in for the one it ships. Here the shipped scorer itself reads new fit questions as
+its cascade reads them (round 1 and the preview for every question, a later round for those sent
+there: `eor eval --reads cascade`'s reads) and its lines are fitted on those raw P. The layout,
+scorer, answers, stops and latency stay the voter's (each threshold is carried to the new line);
+only the P each answer carries changes. The eval split is never read here.
+"""
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import replace
+
+from serve.cli.common import DEFAULT_WEIGHTS, _config, voter_choice
+from serve.cli.runs import _read_cascade, _selection
+
+MIN_HELD_OUT = 50  # fewer, and two parameters a round are fitted on a handful of answers per round
+
+
+def voter_questions(saved, path: str) -> set[str]:
+    """The qids a voter file was fitted on, rebuilt from its provenance and checked against the
+    fingerprint it records: questions to leave out. An error where it cannot tell."""
+    from serve.offline.dataset import Selection, qids_digest, select_questions
+    from voter.weights_io import file_sha256
+
+    extra = saved.provenance.extra
+    if extra.get("questions_sha256") != file_sha256(path) or "split" not in extra:
+        raise ValueError(f"the voter ({saved.describe()}) was not fitted on {path}: calibrate on the question file "
+                         "it was fitted on, so the questions it saw can be left out")
+    own = select_questions(Selection(path, extra.get("dataset"), extra["split"], extra.get("limit"),
+                                     extra.get("split_seed", 0), extra.get("fit_fraction", 0.6)))
+    if extra.get("qids_sha256") not in (None, qids_digest(own)):
+        raise ValueError("the voter's fit questions cannot be rebuilt from its provenance (their fingerprint "
+                         "differs): calibrate needs to know which questions it saw")
+    return {q.qid for q in own}
+
+
+def _r(x: float) -> float | None:
+    return round(float(x), 4) if math.isfinite(x) else None
+
+
+def cmd_calibrate(args) -> int:
+    import numpy as np
+
+    from serve.builder import make_pool
+    from serve.offline.adaptive import equal_vote, pool_run
+    from serve.offline.cascade_reads import round_members
+    from serve.offline.dataset import qids_digest, select_questions
+    from serve.offline.evaluation import cascade_stops
+    from serve.paths import eor_home
+    from voter.adaptive import held_out, held_out_ece, recalibrate
+    from voter.question_vote import build_metrics
+    from voter.weights_io import save_weights
+
+    if args.split != "fit":
+        raise ValueError(f"calibrate reads fit-split questions only (--split fit); the {args.split} split is "
+                         "eor eval's")
+    config = _config(args)
+    selection = _selection(args)
+    pool = make_pool(config)
+    choice = voter_choice(args, pool, config=config)  # a wrong voter file fails before any work
+    saved = choice.saved
+    model = saved.adaptive
+    if model is None:
+        raise ValueError(f"{choice.describe()} has no answer scorer to calibrate (a voter with rounds: eor fit)")
+    if model.calibrator is not None and model.calibrator.method == "isotonic":
+        raise ValueError("calibrate fits Platt lines and carries the stop thresholds along them; this voter's "
+                         "calibrator is isotonic")
+    own = voter_questions(saved, selection.path)
+    questions = [q for q in select_questions(selection) if q.qid not in own]
+    if len(questions) < MIN_HELD_OUT:
+        raise ValueError(f"{len(questions)} of the selected questions are new to the voter (it was fitted on "
+                         f"{len(own)}); calibrate needs at least {MIN_HELD_OUT}: raise --limit")
+    metrics = build_metrics(choice.options, pool.reader)
+    rounds = round_members(model.layout, list(model.preview))
+    scored, read_by_round = _read_cascade(args, config, pool, selection, questions, rounds,
+                                          lambda so_far: cascade_stops(so_far, saved, metrics))
+    run = pool_run(scored, list(saved.pool), metrics, equal_vote(list(saved.pool), saved.metrics, saved.pooling))
+    held = held_out(run, model)
+    method = args.method or (model.calibrator.method if model.calibrator is not None else None)
+    before, before_early = held_out_ece(held, None, model.calibrator)
+    after, after_early = held_out_ece(held, method)
+    p, right, stage = held.delivered()
+    record = {"questions": len(scored), "qids_sha256": qids_digest([q for q, _ in scored]),
+              "selection": {k: v for k, v in selection.describe().items() if k != "questions_file"},
+              "left_out": len(own), "questions_per_round": read_by_round, "method": method,
+              "ece_before": _r(before), "cv_ece_after": _r(after), "early_ece_before": _r(before_early),
+              "early_cv_ece_after": _r(after_early), "match": _r(float(np.mean(right))) if len(right) else None}
+    new = recalibrate(model, held, method, record)
+    mean_p = {name: _r(float(np.mean([m.confidence(x, int(k)) for x, k in zip(p, stage)]))) if len(p) else None
+              for name, m in (("before", model), ("after", new))}
+    record.update(mean_confidence_before=mean_p["before"], mean_confidence_after=mean_p["after"])
+    out = save_weights(args.out or eor_home() / DEFAULT_WEIGHTS, replace(saved, adaptive=new))
+    doc = {"weights": str(out), "voter": choice.describe(), "recalibrated": replace(saved, adaptive=new).describe(),
+           **record, "thresholds": [None if not math.isfinite(t) else round(t, 4) for t in new.thresholds]}
+    if args.json:
+        print(json.dumps(doc))
+        return 0
+    print(f"{len(scored)} fit questions the voter never saw ({len(own)} it was fitted on left out); rounds read "
+          f"by {', '.join(map(str, read_by_round))} of them")
+    print(f"its answers: Match {record['match']}, mean P(right) {mean_p['before']} as shipped, "
+          f"{mean_p['after']} recalibrated")
+    print(f"ECE (10 bins) of the answers' P: {_fmt(before)} as shipped, {_fmt(after)} recalibrated ({method}, "
+          f"5-fold CV on these questions); first replies {_fmt(before_early)} / {_fmt(after_early)}")
+    print("the same rounds, answers and stops; thresholds " + ", ".join(
+        f"{_fmt(a)} -> {_fmt(b)}" for a, b in zip(model.thresholds, new.thresholds)))
+    print(f"{doc['recalibrated']} written to {out}")
+    return 0
+
+
+def _fmt(x: float) -> str:
+    return "-" if not math.isfinite(x) else f"{x:.3f}"
