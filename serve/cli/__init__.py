@@ -9,7 +9,7 @@
     eor fit --questions FILE [--dataset D] [--limit N] [--split fit] [--metrics em,bertscore,nli]
             [--nli-model PATH] [--pooling mean] [--out weights.json] [--push HOST:PORT]
     eor eval --questions FILE [--split eval] [--weights W | --equal-weights] [--json] [--out-dir DIR]
-    eor calibrate --questions FILE --limit N [--weights W] [--out voter.json]   (fit-split questions the voter never saw)
+    eor calibrate --questions FILE --limit N [--weights W] [--out voter.json]  (fit questions the voter never saw)
     eor bench {sure,rare,query} --server HOST:PORT --questions FILE --limit N [--every 6h]
 
 fit and eval run the pool over the questions resumably (run log under $EOR_HOME/runs) and
@@ -29,7 +29,7 @@ from retrievers.spec import SpecError
 from serve.app.errors import engine_died, engine_stopped
 from serve.cli.ask import cmd_ask
 from serve.cli.bench import cmd_bench, run_bench
-from serve.cli.calibrate import cmd_calibrate
+from serve.cli.calibrate import LINE_METHODS, cmd_calibrate
 from serve.cli.common import DEFAULT_EVAL_DIR, DEFAULT_WEIGHTS, _quiet_logs, stop_on_sigterm
 from serve.cli.console import log_path
 from serve.cli.evaluate import cmd_eval
@@ -170,8 +170,9 @@ def build_parser() -> argparse.ArgumentParser:
     questions_args(c, "fit")
     c.add_argument("--weights", help="the voter file to calibrate (default: the shipped voter)")
     voter_args(c, choose=False)
-    c.add_argument("--method", choices=("platt-per-round", "platt"), default=None,
-                   help="the calibration lines (default: the voter's own method)")
+    c.add_argument("--method", choices=LINE_METHODS, default=None,
+                   help="the calibration lines (default: whichever of the two has the lower cross-validated ECE on "
+                        "these questions)")
     c.add_argument("--out", help=f"voter file to write (default: $EOR_HOME/{DEFAULT_WEIGHTS})")
     c.add_argument("--json", action="store_true", help="print a JSON summary")
     common(c)

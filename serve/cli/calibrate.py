@@ -16,6 +16,7 @@ from dataclasses import replace
 from serve.cli.common import DEFAULT_WEIGHTS, _config, voter_choice
 from serve.cli.runs import _read_cascade, _selection
 
+LINE_METHODS = ("platt-per-round", "platt")  # lines a threshold can be carried along (isotonic steps cannot)
 MIN_HELD_OUT = 50  # fewer, and two parameters a round are fitted on a handful of answers per round
 
 
@@ -79,15 +80,18 @@ def cmd_calibrate(args) -> int:
                                           lambda so_far: cascade_stops(so_far, saved, metrics))
     run = pool_run(scored, list(saved.pool), metrics, equal_vote(list(saved.pool), saved.metrics, saved.pooling))
     held = held_out(run, model)
-    method = args.method or (model.calibrator.method if model.calibrator is not None else None)
     before, before_early = held_out_ece(held, None, model.calibrator)
-    after, after_early = held_out_ece(held, method)
+    methods = [args.method] if args.method else list(LINE_METHODS)
+    cv = {m: held_out_ece(held, m) for m in methods}  # out of fold: each line never saw the answers it scores
+    method = min(methods, key=lambda m: (cv[m][0], methods.index(m)))
+    after, after_early = cv[method]
     p, right, stage = held.delivered()
     record = {"questions": len(scored), "qids_sha256": qids_digest([q for q, _ in scored]),
               "selection": {k: v for k, v in selection.describe().items() if k != "questions_file"},
               "left_out": len(own), "questions_per_round": read_by_round, "method": method,
               "ece_before": _r(before), "cv_ece_after": _r(after), "early_ece_before": _r(before_early),
-              "early_cv_ece_after": _r(after_early), "match": _r(float(np.mean(right))) if len(right) else None}
+              "early_cv_ece_after": _r(after_early), "cv_ece_by_method": {m: _r(e) for m, (e, _) in cv.items()},
+              "match": _r(float(np.mean(right))) if len(right) else None}
     new = recalibrate(model, held, method, record)
     mean_p = {name: _r(float(np.mean([m.confidence(x, int(k)) for x, k in zip(p, stage)]))) if len(p) else None
               for name, m in (("before", model), ("after", new))}
@@ -102,8 +106,10 @@ def cmd_calibrate(args) -> int:
           f"by {', '.join(map(str, read_by_round))} of them")
     print(f"its answers: Match {record['match']}, mean P(right) {mean_p['before']} as shipped, "
           f"{mean_p['after']} recalibrated")
-    print(f"ECE (10 bins) of the answers' P: {_fmt(before)} as shipped, {_fmt(after)} recalibrated ({method}, "
-          f"5-fold CV on these questions); first replies {_fmt(before_early)} / {_fmt(after_early)}")
+    print(f"ECE (10 bins) of the answers' P: {_fmt(before)} as shipped; recalibrated (5-fold CV on these questions) "
+          + ", ".join(f"{m} {_fmt(e)}" for m, (e, _) in cv.items()) + f": {method} kept"
+          + ("" if after < before else " (no better than the shipped lines here)")
+          + f"; first replies {_fmt(before_early)} / {_fmt(after_early)}")
     print("the same rounds, answers and stops; thresholds " + ", ".join(
         f"{_fmt(a)} -> {_fmt(b)}" for a, b in zip(model.thresholds, new.thresholds)))
     print(f"{doc['recalibrated']} written to {out}")

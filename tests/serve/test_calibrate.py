@@ -97,13 +97,20 @@ def test_calibrate_reads_only_new_fit_questions_and_keeps_every_stop(tmp_path, e
     tau = new.adaptive.thresholds[0]
     assert new.adaptive.confidence(0.8176, 0) >= tau > new.adaptive.confidence(0.7311, 0)
     rec = new.adaptive.fit["recalibrated"]
-    assert rec["questions"] == 70 and rec["selection"]["split"] == "fit" and rec["method"] == "platt-per-round"
+    assert rec["questions"] == 70 and rec["selection"]["split"] == "fit"
+    by = rec["cv_ece_by_method"]  # the lines kept: the lower cross-validated ECE of the two
+    assert set(by) == {"platt-per-round", "platt"}
+    assert rec["method"] == min(by, key=lambda m: (by[m], m != "platt-per-round"))
+    assert rec["cv_ece_after"] == by[rec["method"]]
     assert doc["recalibrated"] == new.describe() and new.digest != old.digest
 
     rc, out, _ = calibrate(capsys, "--questions", str(qfile), "--limit", "100", "--weights", str(voter),
                            "--out", str(tmp_path / "new2.json"))
     assert rc == 0 and "70 fit questions the voter never saw (20 it was fitted on left out)" in out
-    assert "the same rounds, answers and stops; thresholds 0.800 -> " in out and "ECE (10 bins)" in out
+    assert "the same rounds, answers and stops; thresholds 0.800 -> " in out and "as shipped; recalibrated" in out
+    assert main(["calibrate", "--questions", str(qfile), "--limit", "100", "--weights", str(voter), "--metrics", "em",
+                 "--no-progress", "--method", "platt", "--out", str(tmp_path / "p.json"), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["cv_ece_by_method"].keys() == {"platt"}
 
 
 def test_calibrate_refuses_what_it_cannot_do_in_one_line(tmp_path, eor_home, use_pool, qfile, capsys):
