@@ -498,24 +498,34 @@ def held_out_ece(held: HeldOut, method: str | None, calibrator: Calibrator | Non
             expected_calibration_error(conf_early[e], held.right_early[e]) if e.any() else math.nan)
 
 
-def recalibrate(model: AdaptiveModel, held: HeldOut, method: str | None = None,
-                record: dict[str, Any] | None = None) -> AdaptiveModel:
+def recalibrate(model: AdaptiveModel, held: HeldOut, method: str | None = None) -> AdaptiveModel:
     """The model with its calibration lines fitted again on `held` (questions it never saw), and its
     thresholds carried to the new lines so that every question stops after the same round: the
     layout, scorer, answers, stops and latency are the model's; only the P each answer carries
-    changes. `record`: what to keep in its fit record under "recalibrated"."""
+    changes. The lines are taken as a file holds them (8 decimals), and each carried threshold is
+    held to `held`'s own stops (a P on the old threshold stops on the new one too: float error in
+    the round trip is not allowed to move it)."""
     method = method or (model.calibrator.method if model.calibrator is not None else DEFAULT_CALIBRATION)
     if method == "isotonic":
         raise ValueError("recalibrate fits Platt lines (platt-per-round or platt): an isotonic step function "
                          "could move a stop")
-    cal = _fit_held_out(held, method, np.arange(len(held.stop)))
+    cal = Calibrator.from_dict(_fit_held_out(held, method, np.arange(len(held.stop))).to_dict())
     old = model.calibrator
-
-    def carried(t: float, k: int) -> float:
-        return t if not math.isfinite(t) else cal(old.raw(t, k) if old is not None else t, k)
-    tau = tuple(carried(t, k) for k, t in enumerate(model.thresholds))
-    fit = {**model.fit, "recalibrated": dict(record or {})} if record is not None else dict(model.fit)
-    return replace(model, calibrator=cal, thresholds=tau, fit=fit)
+    conf = cal.predict_rounds(held.p)  # NaN where a round was not reached
+    tau = list(model.thresholds)
+    for k, t in enumerate(model.thresholds):
+        if not math.isfinite(t):
+            continue
+        if cal._line(k)[0] <= 0:
+            raise ValueError(f"the new line for round {k + 1} is flat (its answers all right or all wrong): a stop "
+                             "threshold cannot be carried along it; calibrate on more questions")
+        tau[k] = cal(old.raw(t, k) if old is not None else t, k)
+        stopped, went_on = held.stop == k, held.stop > k
+        if stopped.any():
+            tau[k] = min(tau[k], float(np.nanmin(conf[stopped, k])))
+        if np.any(conf[went_on, k] >= tau[k]):
+            raise ValueError(f"round {k + 1}'s threshold cannot be carried to the new line without moving a stop")
+    return replace(model, calibrator=cal, thresholds=tuple(tau))
 
 
 def _splits(members: Sequence[str], firsts: Sequence[int], seconds: Sequence[int]) -> list[tuple[list, list]]:

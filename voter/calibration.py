@@ -87,6 +87,7 @@ class Calibrator:
         if early is not None and self.method == "platt-per-round":
             pe = np.asarray(early[0], dtype=np.float64)
             ye = (np.asarray(early[1], dtype=np.float64) > 0).astype(int)
+            pe, ye = pe[np.isfinite(pe)], ye[np.isfinite(pe)]
             self.early_ = _platt(pe, ye) if pe.size else None
         p = np.asarray(p, dtype=np.float64)
         y = (np.asarray(right, dtype=np.float64) > 0).astype(int)
@@ -144,7 +145,8 @@ class Calibrator:
         a, b = self._line(stage)
         if a <= 0:
             raise ValueError("a flat calibration line (every answer alike) has no inverse")
-        z = (float(_logit(np.array(confidence))) - b) / a
+        c = min(max(float(confidence), 1e-15), 1.0 - 1e-15)  # predict reaches beyond _logit's 1e-6 clip
+        z = (math.log(c / (1.0 - c)) - b) / a
         return float(1.0 / (1.0 + math.exp(-max(-40.0, min(40.0, z)))))
 
     def predict_rounds(self, p: np.ndarray) -> np.ndarray:

@@ -20,22 +20,36 @@ LINE_METHODS = ("platt-per-round", "platt")  # lines a threshold can be carried 
 MIN_HELD_OUT = 50  # fewer, and two parameters a round are fitted on a handful of answers per round
 
 
-def voter_questions(saved, path: str) -> set[str]:
-    """The qids a voter file was fitted on, rebuilt from its provenance and checked against the
-    fingerprint it records: questions to leave out. An error where it cannot tell."""
+def voter_questions(saved, selection) -> set[str]:
+    """The qids a voter file has seen: those it was fitted on and those an earlier `eor calibrate`
+    fitted its lines on, rebuilt from its records and checked against the fingerprints they keep.
+    An error where it cannot tell, or where `selection` splits the file otherwise than the voter
+    did (its eval split would be read as fit questions)."""
     from serve.offline.dataset import Selection, qids_digest, select_questions
     from voter.weights_io import file_sha256
 
+    path = selection.path
     extra = saved.provenance.extra
     if extra.get("questions_sha256") != file_sha256(path) or "split" not in extra:
         raise ValueError(f"the voter ({saved.describe()}) was not fitted on {path}: calibrate on the question file "
                          "it was fitted on, so the questions it saw can be left out")
-    own = select_questions(Selection(path, extra.get("dataset"), extra["split"], extra.get("limit"),
-                                     extra.get("split_seed", 0), extra.get("fit_fraction", 0.6)))
-    if extra.get("qids_sha256") not in (None, qids_digest(own)):
-        raise ValueError("the voter's fit questions cannot be rebuilt from its provenance (their fingerprint "
-                         "differs): calibrate needs to know which questions it saw")
-    return {q.qid for q in own}
+    seed, fraction = extra.get("split_seed", 0), extra.get("fit_fraction", 0.6)
+    if (selection.seed, selection.fit_fraction) != (seed, fraction):
+        raise ValueError(f"--split-seed {selection.seed} splits the file otherwise than the voter's fit did (seed "
+                         f"{seed}): questions of its eval split would be read; use --split-seed {seed}")
+
+    def rebuilt(sel: dict, digest: str | None, minus: set[str], what: str) -> set[str]:
+        qs = [q for q in select_questions(Selection(path, sel.get("dataset"), sel["split"], sel.get("limit"), seed,
+                                                    fraction)) if q.qid not in minus]
+        if digest not in (None, qids_digest(qs)):
+            raise ValueError(f"the questions {what} cannot be rebuilt from the voter's records (their fingerprint "
+                             "differs): calibrate needs to know which questions it saw")
+        return {q.qid for q in qs}
+    seen = rebuilt(extra, extra.get("qids_sha256"), set(), "it was fitted on")
+    earlier = (saved.adaptive.fit.get("recalibrated") if saved.adaptive is not None else None) or {}
+    if earlier.get("selection"):
+        seen |= rebuilt(earlier["selection"], earlier.get("qids_sha256"), seen, "its lines were calibrated on")
+    return seen
 
 
 def _r(x: float) -> float | None:
@@ -69,7 +83,7 @@ def cmd_calibrate(args) -> int:
     if model.calibrator is not None and model.calibrator.method == "isotonic":
         raise ValueError("calibrate fits Platt lines and carries the stop thresholds along them; this voter's "
                          "calibrator is isotonic")
-    own = voter_questions(saved, selection.path)
+    own = voter_questions(saved, selection)
     questions = [q for q in select_questions(selection) if q.qid not in own]
     if len(questions) < MIN_HELD_OUT:
         raise ValueError(f"{len(questions)} of the selected questions are new to the voter (it was fitted on "
@@ -85,17 +99,20 @@ def cmd_calibrate(args) -> int:
     cv = {m: held_out_ece(held, m) for m in methods}  # out of fold: each line never saw the answers it scores
     method = min(methods, key=lambda m: (cv[m][0], methods.index(m)))
     after, after_early = cv[method]
-    p, right, stage = held.delivered()
+    p, _, stage = held.delivered()
+    got = held.right[np.arange(len(held.stop)), held.stop]  # a question without an answer counts as wrong, as in eval
+    new = recalibrate(model, held, method)
+    mean_p = {name: _r(float(np.mean([m.confidence(x, int(k)) for x, k in zip(p, stage)]))) if len(p) else None
+              for name, m in (("before", model), ("after", new))}
+    earlier = model.fit.get("recalibrated")
     record = {"questions": len(scored), "qids_sha256": qids_digest([q for q, _ in scored]),
               "selection": {k: v for k, v in selection.describe().items() if k != "questions_file"},
               "left_out": len(own), "questions_per_round": read_by_round, "method": method,
               "ece_before": _r(before), "cv_ece_after": _r(after), "early_ece_before": _r(before_early),
               "early_cv_ece_after": _r(after_early), "cv_ece_by_method": {m: _r(e) for m, (e, _) in cv.items()},
-              "match": _r(float(np.mean(right))) if len(right) else None}
-    new = recalibrate(model, held, method, record)
-    mean_p = {name: _r(float(np.mean([m.confidence(x, int(k)) for x, k in zip(p, stage)]))) if len(p) else None
-              for name, m in (("before", model), ("after", new))}
-    record.update(mean_confidence_before=mean_p["before"], mean_confidence_after=mean_p["after"])
+              "match": _r(float(np.mean(got))), "mean_confidence_before": mean_p["before"],
+              "mean_confidence_after": mean_p["after"], **({"earlier": earlier} if earlier else {})}
+    new = replace(new, fit={**model.fit, "recalibrated": record})
     out = save_weights(args.out or eor_home() / DEFAULT_WEIGHTS, replace(saved, adaptive=new))
     doc = {"weights": str(out), "voter": choice.describe(), "recalibrated": replace(saved, adaptive=new).describe(),
            **record, "thresholds": [None if not math.isfinite(t) else round(t, 4) for t in new.thresholds]}
@@ -112,6 +129,8 @@ def cmd_calibrate(args) -> int:
           + f"; first replies {_fmt(before_early)} / {_fmt(after_early)}")
     print("the same rounds, answers and stops; thresholds " + ", ".join(
         f"{_fmt(a)} -> {_fmt(b)}" for a, b in zip(model.thresholds, new.thresholds)))
+    if saved.fallback is not None and saved.fallback.adaptive is not None:
+        print("the single-reader fallback (run where a reader is missing) keeps its own lines")
     print(f"{doc['recalibrated']} written to {out}")
     return 0
 

@@ -3,12 +3,13 @@ held_out_ece, recalibrate) and the calibrator pieces it needs (NaN rounds, the i
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import numpy as np
 import pytest
 
-from tests.voter.test_selector import synthetic_run
-from voter.adaptive import (LatencyModel, apply_model, fit_layout, fit_model, held_out, held_out_ece,
+from tests.voter.test_selector import POOL, synthetic_run
+from voter.adaptive import (AdaptiveModel, LatencyModel, apply_model, fit_layout, fit_model, held_out, held_out_ece,
                             recalibrate)
 from voter.calibration import EARLY, Calibrator, expected_calibration_error
 
@@ -29,6 +30,11 @@ def test_a_round_a_question_never_reached_is_left_out_of_its_line():
     alone = Calibrator("platt-per-round").fit(grid[~np.isnan(grid[:, 1])], right[~np.isnan(grid[:, 1])])
     assert cal.rounds_[1] == pytest.approx(alone.rounds_[1], rel=1e-6)  # the same line as without those rows
     assert cal.rounds_[0] != pytest.approx(alone.rounds_[0], rel=1e-3)  # round 1 kept every question
+    pe, ye = overconfident(300, 4)
+    pe[::4] = np.nan  # first replies not read: left out of the early line, not an error
+    with_nan = Calibrator("platt-per-round").fit(grid, right, (pe, ye))
+    finite = Calibrator("platt-per-round").fit(grid, right, (pe[np.isfinite(pe)], ye[np.isfinite(pe)]))
+    assert with_nan.early_ == pytest.approx(finite.early_, rel=1e-9)
     with pytest.raises(ValueError, match="at least one answer"):
         Calibrator("platt").fit(np.full(4, np.nan), np.ones(4))
 
@@ -87,11 +93,12 @@ def test_held_out_reads_a_round_only_where_the_question_reached_it(shipped):
 def test_recalibrating_keeps_every_stop_and_answer_and_mends_an_overconfident_p(shipped):
     run = shifted_run(400, 11)
     held = held_out(run, shipped)
-    new = recalibrate(shipped, held, record={"questions": 400})
-    before, after = apply_model(run, shipped), apply_model(run, new)
+    new = recalibrate(shipped, held)
+    back = AdaptiveModel.from_dict(new.to_dict(POOL), POOL)  # as the voter file holds it
+    before, after = apply_model(run, shipped), apply_model(run, back)
     assert np.array_equal(before.stop, after.stop) and np.array_equal(before.picked, after.picked)
-    assert new.layout == shipped.layout and new.scorer is shipped.scorer
-    assert new.thresholds != shipped.thresholds and new.fit["recalibrated"] == {"questions": 400}
+    assert new.layout == shipped.layout and new.scorer is shipped.scorer and new.fit == shipped.fit
+    assert new.thresholds != shipped.thresholds and new.calibrator.to_dict() != shipped.calibrator.to_dict()
     # over-confident before (the mean P above the share right), calibrated after
     assert before.confidence.mean() > before.right.mean() + 0.1
     assert after.confidence.mean() == pytest.approx(after.right.mean(), abs=0.03)
@@ -99,8 +106,43 @@ def test_recalibrating_keeps_every_stop_and_answer_and_mends_an_overconfident_p(
     ece_cv, _ = held_out_ece(held, "platt-per-round")
     assert ece_before == pytest.approx(expected_calibration_error(before.confidence, before.right))
     assert ece_cv < ece_before / 2  # out of fold, on questions neither line saw
-    assert all(math.isinf(t) for t in recalibrate(shipped, held, "platt").thresholds) == \
-        all(math.isinf(t) for t in shipped.thresholds)
     with pytest.raises(ValueError, match="isotonic"):
         recalibrate(shipped, held, "isotonic")
 
+
+def test_a_threshold_exactly_met_still_stops_and_a_never_stop_stays_never(shipped):
+    """A question whose old P sits exactly on the threshold stops on the new line too (the round
+    trip through the inverse is not allowed to move it by float error); +inf is carried as +inf."""
+    run = shifted_run(300, 5)
+    held = held_out(run, shipped)
+    raw = np.unique(held.p[:, 0])
+    for x in raw[np.linspace(1, len(raw) - 2, 25).astype(int)]:  # each time one question's own P is the threshold
+        exact = replace(shipped, thresholds=(shipped.confidence(float(x), 0),))
+        on_it = held_out(run, exact)
+        assert on_it.stop[held.p[:, 0] == x].tolist() == [0] * int((held.p[:, 0] == x).sum())
+        new = AdaptiveModel.from_dict(recalibrate(exact, on_it).to_dict(POOL), POOL)
+        assert np.array_equal(apply_model(run, new).stop, apply_model(run, exact).stop)
+    never = replace(shipped, thresholds=(math.inf,))
+    assert recalibrate(never, held_out(run, never)).thresholds == (math.inf,)
+
+
+def test_a_flat_new_line_is_refused_rather_than_stopping_everything(shipped):
+    run = synthetic_run(100, 3)
+    held = held_out(run, shipped)
+    all_right = replace(held, right=np.ones_like(held.right), right_early=np.ones_like(held.right_early))
+    with pytest.raises(ValueError, match="flat"):
+        recalibrate(shipped, all_right)
+
+
+def test_a_preview_gets_its_own_line_from_the_new_questions():
+    layout = (("A",), ("C", "D"))
+    fit = fit_layout(synthetic_run(300), layout, LatencyModel(tokens_per_s=100.0), calibration="platt-per-round",
+                     preview=("B",))
+    model = fit_model(synthetic_run(300), fit)
+    held = held_out(shifted_run(300, 9), model)
+    assert np.isfinite(held.p_early).all()  # B answered every question: a first reply with its own P
+    new = recalibrate(model, held)
+    assert new.calibrator.has_early and new.calibrator.early_ != model.calibrator.early_
+    _, early_before = held_out_ece(held, None, model.calibrator)
+    _, early_after = held_out_ece(held, "platt-per-round")
+    assert math.isfinite(early_before) and math.isfinite(early_after)
