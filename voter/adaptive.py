@@ -22,8 +22,8 @@ from typing import Any, Callable, Iterable, Sequence
 import numpy as np
 
 from retrievers.spec import parse_spec, split_reader
-from voter.calibration import (DEFAULT_METHOD as DEFAULT_CALIBRATION, EARLY, Calibrator, expected_calibration_error,
-                               fit_calibrator)
+from voter.calibration import (DEFAULT_METHOD as DEFAULT_CALIBRATION, EARLY, Calibrator, brier_score,
+                               expected_calibration_error, fit_calibrator, log_loss)
 from voter.cascade import Cascade, early_answer, early_members, stop_stages
 from voter.selector import (AnswerScorer, RoundTrace, RoundView, candidate_features, evaluate_stop,
                             feature_names, fit_stop_thresholds, frontier)
@@ -471,11 +471,24 @@ def _fit_held_out(held: HeldOut, method: str, rows: np.ndarray) -> Calibrator:
                           (held.p_early[early], held.right_early[early]) if len(early) else None)
 
 
-def held_out_ece(held: HeldOut, method: str | None, calibrator: Calibrator | None = None, folds: int = CV_FOLDS,
-                 seed: int = CV_SEED) -> tuple[float, float]:
-    """(ECE of the answers delivered, ECE of the first replies), 10 bins. `method` None: `calibrator`
-    as it is (None: the raw P) on every question; else lines of that method fitted per fold on
-    the other questions (cross-validation by question), as `recalibrate` would fit them."""
+@dataclass(frozen=True)
+class HeldOutScores:
+    """How well a P(right) does on held-out answers: of the answers delivered, ECE (10 bins, the
+    issue's measure), log loss and Brier score (proper scores: steadier at a few hundred
+    answers); of the first replies, ECE and log loss (NaN: none)."""
+
+    ece: float
+    log_loss: float
+    brier: float
+    early_ece: float
+    early_log_loss: float
+
+
+def held_out_scores(held: HeldOut, method: str | None, calibrator: Calibrator | None = None,
+                    folds: int = CV_FOLDS, seed: int = CV_SEED) -> HeldOutScores:
+    """`method` None: `calibrator` as it is (None: the raw P) on every question; else lines of that
+    method fitted per fold on the other questions (cross-validation by question), as `recalibrate`
+    would fit them."""
     n = len(held.stop)
     conf, conf_early = np.full(n, np.nan), np.full(n, np.nan)
     rows = np.arange(n)
@@ -494,8 +507,9 @@ def held_out_ece(held: HeldOut, method: str | None, calibrator: Calibrator | Non
             apply(_fit_held_out(held, method, np.setdiff1d(rows, test)), test)
     right = held.right[rows, held.stop]
     a, e = np.isfinite(conf), np.isfinite(conf_early)
-    return (expected_calibration_error(conf[a], right[a]),
-            expected_calibration_error(conf_early[e], held.right_early[e]) if e.any() else math.nan)
+    return HeldOutScores(expected_calibration_error(conf[a], right[a]), log_loss(conf[a], right[a]),
+                         brier_score(conf[a], right[a]), expected_calibration_error(conf_early[e], held.right_early[e]),
+                         log_loss(conf_early[e], held.right_early[e]))
 
 
 def recalibrate(model: AdaptiveModel, held: HeldOut, method: str | None = None) -> AdaptiveModel:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import replace
+from dataclasses import asdict, replace
 
 from serve.cli.common import DEFAULT_WEIGHTS, _config, voter_choice
 from serve.cli.runs import _read_cascade, _selection
@@ -65,7 +65,7 @@ def cmd_calibrate(args) -> int:
     from serve.offline.dataset import qids_digest, select_questions
     from serve.offline.evaluation import cascade_stops
     from serve.paths import eor_home
-    from voter.adaptive import held_out, held_out_ece, recalibrate
+    from voter.adaptive import held_out, held_out_scores, recalibrate
     from voter.question_vote import build_metrics
     from voter.weights_io import save_weights
 
@@ -94,11 +94,12 @@ def cmd_calibrate(args) -> int:
                                           lambda so_far: cascade_stops(so_far, saved, metrics))
     run = pool_run(scored, list(saved.pool), metrics, equal_vote(list(saved.pool), saved.metrics, saved.pooling))
     held = held_out(run, model)
-    before, before_early = held_out_ece(held, None, model.calibrator)
+    before = held_out_scores(held, None, model.calibrator)
     methods = [args.method] if args.method else list(LINE_METHODS)
-    cv = {m: held_out_ece(held, m) for m in methods}  # out of fold: each line never saw the answers it scores
-    method = min(methods, key=lambda m: (cv[m][0], methods.index(m)))
-    after, after_early = cv[method]
+    cv = {m: held_out_scores(held, m) for m in methods}  # out of fold: each line never saw the answers it scores
+    method = min(methods, key=lambda m: (cv[m].log_loss, methods.index(m)))  # a proper score: steadier than ECE
+    after = cv[method]
+    better = after.log_loss < before.log_loss
     p, _, stage = held.delivered()
     got = held.right[np.arange(len(held.stop)), held.stop]  # a question without an answer counts as wrong, as in eval
     new = recalibrate(model, held, method)
@@ -108,8 +109,8 @@ def cmd_calibrate(args) -> int:
     record = {"questions": len(scored), "qids_sha256": qids_digest([q for q, _ in scored]),
               "selection": {k: v for k, v in selection.describe().items() if k != "questions_file"},
               "left_out": len(own), "questions_per_round": read_by_round, "method": method,
-              "ece_before": _r(before), "cv_ece_after": _r(after), "early_ece_before": _r(before_early),
-              "early_cv_ece_after": _r(after_early), "cv_ece_by_method": {m: _r(e) for m, (e, _) in cv.items()},
+              "before": _scores(before), "cv_after": _scores(after), "better": better,
+              "cv_by_method": {m: _scores(x) for m, x in cv.items()},
               "match": _r(float(np.mean(got))), "mean_confidence_before": mean_p["before"],
               "mean_confidence_after": mean_p["after"], **({"earlier": earlier} if earlier else {})}
     new = replace(new, fit={**model.fit, "recalibrated": record})
@@ -123,16 +124,24 @@ def cmd_calibrate(args) -> int:
           f"by {', '.join(map(str, read_by_round))} of them")
     print(f"its answers: Match {record['match']}, mean P(right) {mean_p['before']} as shipped, "
           f"{mean_p['after']} recalibrated")
-    print(f"ECE (10 bins) of the answers' P: {_fmt(before)} as shipped; recalibrated (5-fold CV on these questions) "
-          + ", ".join(f"{m} {_fmt(e)}" for m, (e, _) in cv.items()) + f": {method} kept"
-          + ("" if after < before else " (no better than the shipped lines here)")
-          + f"; first replies {_fmt(before_early)} / {_fmt(after_early)}")
+    print("the answers' P, as shipped / recalibrated (5-fold CV on these questions): "
+          f"log loss {_fmt(before.log_loss)} / {_fmt(after.log_loss)}, ECE (10 bins) {_fmt(before.ece)} / "
+          f"{_fmt(after.ece)}, Brier {_fmt(before.brier)} / {_fmt(after.brier)}; first replies' log loss "
+          f"{_fmt(before.early_log_loss)} / {_fmt(after.early_log_loss)}, ECE {_fmt(before.early_ece)} / "
+          f"{_fmt(after.early_ece)}")
+    print(f"lines: {method} (log loss " + ", ".join(f"{m} {_fmt(x.log_loss)}" for m, x in cv.items()) + "); "
+          + ("better than the shipped lines here" if better else
+             "NO better than the shipped lines here by log loss: keep the voter you have"))
     print("the same rounds, answers and stops; thresholds " + ", ".join(
         f"{_fmt(a)} -> {_fmt(b)}" for a, b in zip(model.thresholds, new.thresholds)))
     if saved.fallback is not None and saved.fallback.adaptive is not None:
         print("the single-reader fallback (run where a reader is missing) keeps its own lines")
     print(f"{doc['recalibrated']} written to {out}")
     return 0
+
+
+def _scores(x) -> dict:
+    return {k: _r(v) for k, v in asdict(x).items()}
 
 
 def _fmt(x: float) -> str:

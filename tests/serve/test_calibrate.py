@@ -95,7 +95,8 @@ def test_calibrate_reads_only_new_fit_questions_and_keeps_every_stop(tmp_path, e
     assert doc["match"] == pytest.approx(share, abs=1e-4)
     before, after = doc["mean_confidence_before"], doc["mean_confidence_after"]
     assert before > share + 0.05 and abs(after - share) < abs(before - share) / 2
-    assert doc["cv_ece_after"] < doc["ece_before"]
+    assert doc["cv_after"]["log_loss"] < doc["before"]["log_loss"] and doc["better"] is True
+    assert doc["cv_after"]["ece"] < doc["before"]["ece"]
     old, new = load_weights(voter), load_weights(tmp_path / "new.json")
     assert new.adaptive.layout == old.adaptive.layout and new.adaptive.thresholds != old.adaptive.thresholds
     # every question's stop, on the line and threshold as the file holds them: SE@1's four P are all there is
@@ -103,7 +104,7 @@ def test_calibrate_reads_only_new_fit_questions_and_keeps_every_stop(tmp_path, e
         assert (new.adaptive.confidence(p, 0) >= new.adaptive.thresholds[0]) == (p >= 0.8)
     rec = new.adaptive.fit["recalibrated"]
     assert rec["questions"] == 70 and rec["selection"]["split"] == "fit"
-    by = rec["cv_ece_by_method"]  # the lines kept: the lower cross-validated ECE of the two
+    by = {m: x["log_loss"] for m, x in rec["cv_by_method"].items()}  # kept: the lower cross-validated log loss
     assert set(by) == {"platt-per-round", "platt"}
     assert rec["method"] == min(by, key=lambda m: (by[m], m != "platt-per-round"))
     assert doc["recalibrated"] == new.describe() and new.digest != old.digest
@@ -111,10 +112,12 @@ def test_calibrate_reads_only_new_fit_questions_and_keeps_every_stop(tmp_path, e
     rc, out, _ = calibrate(capsys, "--questions", str(qfile), "--limit", "100", "--weights", str(voter),
                            "--out", str(tmp_path / "new2.json"))
     assert rc == 0 and "70 fit questions the voter never saw (20 it was fitted on left out)" in out
-    assert "the same rounds, answers and stops; thresholds 0.800 -> " in out and "as shipped; recalibrated" in out
+    assert "the same rounds, answers and stops; thresholds 0.800 -> " in out
+    assert "as shipped / recalibrated (5-fold CV on these questions): log loss" in out
+    assert "better than the shipped lines here" in out and "NO better" not in out
     assert main(["calibrate", "--questions", str(qfile), "--limit", "100", "--weights", str(voter), "--metrics", "em",
                  "--no-progress", "--method", "platt", "--out", str(tmp_path / "p.json"), "--json"]) == 0
-    assert json.loads(capsys.readouterr().out)["cv_ece_by_method"].keys() == {"platt"}
+    assert json.loads(capsys.readouterr().out)["cv_by_method"].keys() == {"platt"}
 
 
 def test_a_second_calibration_leaves_out_the_first_ones_questions(tmp_path, eor_home, use_pool, capsys):

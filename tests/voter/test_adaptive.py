@@ -1,5 +1,5 @@
 """Recalibrating a shipped model on questions it never saw (voter/adaptive.py: held_out,
-held_out_ece, recalibrate) and the calibrator pieces it needs (NaN rounds, the inverse)."""
+held_out_scores, recalibrate) and the calibrator pieces it needs (NaN rounds, the inverse)."""
 from __future__ import annotations
 
 import math
@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 
 from tests.voter.test_selector import POOL, synthetic_run
-from voter.adaptive import (AdaptiveModel, LatencyModel, apply_model, fit_layout, fit_model, held_out, held_out_ece,
-                            recalibrate)
-from voter.calibration import EARLY, Calibrator, expected_calibration_error
+from voter.adaptive import (AdaptiveModel, LatencyModel, apply_model, fit_layout, fit_model, held_out,
+                            held_out_scores, recalibrate)
+from voter.calibration import EARLY, Calibrator, expected_calibration_error, log_loss
 
 
 def overconfident(n: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
@@ -102,10 +102,12 @@ def test_recalibrating_keeps_every_stop_and_answer_and_mends_an_overconfident_p(
     # over-confident before (the mean P above the share right), calibrated after
     assert before.confidence.mean() > before.right.mean() + 0.1
     assert after.confidence.mean() == pytest.approx(after.right.mean(), abs=0.03)
-    ece_before, _ = held_out_ece(held, None, shipped.calibrator)
-    ece_cv, _ = held_out_ece(held, "platt-per-round")
-    assert ece_before == pytest.approx(expected_calibration_error(before.confidence, before.right))
-    assert ece_cv < ece_before / 2  # out of fold, on questions neither line saw
+    was, cv = held_out_scores(held, None, shipped.calibrator), held_out_scores(held, "platt-per-round")
+    assert was.ece == pytest.approx(expected_calibration_error(before.confidence, before.right))
+    assert was.log_loss == pytest.approx(log_loss(before.confidence, before.right))
+    assert was.brier == pytest.approx(np.mean((before.confidence - before.right) ** 2))
+    # out of fold, on questions neither line saw: every score better
+    assert cv.ece < was.ece / 2 and cv.log_loss < was.log_loss and cv.brier < was.brier
     with pytest.raises(ValueError, match="isotonic"):
         recalibrate(shipped, held, "isotonic")
 
@@ -143,6 +145,7 @@ def test_a_preview_gets_its_own_line_from_the_new_questions():
     assert np.isfinite(held.p_early).all()  # B answered every question: a first reply with its own P
     new = recalibrate(model, held)
     assert new.calibrator.has_early and new.calibrator.early_ != model.calibrator.early_
-    _, early_before = held_out_ece(held, None, model.calibrator)
-    _, early_after = held_out_ece(held, "platt-per-round")
-    assert math.isfinite(early_before) and math.isfinite(early_after)
+    was, cv = held_out_scores(held, None, model.calibrator), held_out_scores(held, "platt-per-round")
+    assert all(math.isfinite(x) for x in (was.early_ece, was.early_log_loss, cv.early_ece, cv.early_log_loss))
+    first_p = [model.confidence(x, EARLY) for x in held.p_early]
+    assert was.early_log_loss == pytest.approx(log_loss(first_p, held.right_early))
