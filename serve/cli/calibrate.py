@@ -86,7 +86,7 @@ def cmd_calibrate(args) -> int:
     own = voter_questions(saved, selection)
     questions = [q for q in select_questions(selection) if q.qid not in own]
     if len(questions) < MIN_HELD_OUT:
-        raise ValueError(f"{len(questions)} of the selected questions are new to the voter (it was fitted on "
+        raise ValueError(f"{len(questions)} of the selected questions are new to the voter (it has seen "
                          f"{len(own)}); calibrate needs at least {MIN_HELD_OUT}: raise --limit")
     metrics = build_metrics(choice.options, pool.reader)
     rounds = round_members(model.layout, list(model.preview))
@@ -120,7 +120,7 @@ def cmd_calibrate(args) -> int:
     if args.json:
         print(json.dumps(doc))
         return 0
-    print(f"{len(scored)} fit questions the voter never saw ({len(own)} it was fitted on left out); rounds read "
+    print(f"{len(scored)} fit questions the voter never saw ({len(own)} it has seen left out); rounds read "
           f"by {', '.join(map(str, read_by_round))} of them")
     print(f"its answers: Match {record['match']}, mean P(right) {mean_p['before']} as shipped, "
           f"{mean_p['after']} recalibrated")

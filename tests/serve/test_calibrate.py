@@ -111,7 +111,7 @@ def test_calibrate_reads_only_new_fit_questions_and_keeps_every_stop(tmp_path, e
 
     rc, out, _ = calibrate(capsys, "--questions", str(qfile), "--limit", "100", "--weights", str(voter),
                            "--out", str(tmp_path / "new2.json"))
-    assert rc == 0 and "70 fit questions the voter never saw (20 it was fitted on left out)" in out
+    assert rc == 0 and "70 fit questions the voter never saw (20 it has seen left out)" in out
     assert "the same rounds, answers and stops; thresholds 0.800 -> " in out
     assert "as shipped / recalibrated (5-fold CV on these questions): log loss" in out
     assert "better than the shipped lines here" in out and "NO better" not in out
