@@ -441,11 +441,15 @@ class HeldOut:
     p_early: np.ndarray  # [N]
     right_early: np.ndarray  # [N]
 
+    def at_stop(self) -> tuple[np.ndarray, np.ndarray]:
+        """(raw P, right) [N] of the round each question stopped after (P NaN: no answer, so wrong)."""
+        rows = np.arange(len(self.stop))
+        return self.p[rows, self.stop], self.right[rows, self.stop]
+
     def delivered(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(raw P, right, round) of each answer a caller got: the round each question stopped after
         (questions with no answer left out)."""
-        rows = np.arange(len(self.stop))
-        p, right = self.p[rows, self.stop], self.right[rows, self.stop]
+        p, right = self.at_stop()
         keep = np.isfinite(p)
         return p[keep], right[keep], self.stop[keep]
 
@@ -492,7 +496,7 @@ def held_out_scores(held: HeldOut, method: str | None, calibrator: Calibrator | 
     n = len(held.stop)
     conf, conf_early = np.full(n, np.nan), np.full(n, np.nan)
     rows = np.arange(n)
-    p_stop = held.p[rows, held.stop]
+    p_stop, right = held.at_stop()
 
     def apply(cal: Calibrator | None, test: np.ndarray) -> None:
         for i in test:
@@ -505,7 +509,6 @@ def held_out_scores(held: HeldOut, method: str | None, calibrator: Calibrator | 
     else:
         for test in folds_by_question(n, min(folds, n), seed):
             apply(_fit_held_out(held, method, np.setdiff1d(rows, test)), test)
-    right = held.right[rows, held.stop]
     a, e = np.isfinite(conf), np.isfinite(conf_early)
     return HeldOutScores(expected_calibration_error(conf[a], right[a]), log_loss(conf[a], right[a]),
                          brier_score(conf[a], right[a]), expected_calibration_error(conf_early[e], held.right_early[e]),
@@ -530,7 +533,7 @@ def recalibrate(model: AdaptiveModel, held: HeldOut, method: str | None = None) 
     for k, t in enumerate(model.thresholds):
         if not math.isfinite(t):
             continue
-        if cal._line(k)[0] <= 0:
+        if cal.line(k)[0] <= 0:
             raise ValueError(f"the new line for round {k + 1} is flat (its answers all right or all wrong): a stop "
                              "threshold cannot be carried along it; calibrate on more questions")
         tau[k] = cal(old.raw(t, k) if old is not None else t, k)

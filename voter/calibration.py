@@ -124,11 +124,11 @@ class Calibrator:
         p = np.asarray(p, dtype=np.float64)
         if self.method == "isotonic":
             return np.interp(p, self.x_, self.y_)
-        a, b = self._line(stage)
+        a, b = self.line(stage)
         z = np.clip(a * _logit(p) + b, -40, 40)
         return 1.0 / (1.0 + np.exp(-z))
 
-    def _line(self, stage: int | str | None) -> tuple[float, float]:
+    def line(self, stage: int | str | None) -> tuple[float, float]:
         """(a, b) of the Platt line a stage reads (`predict`'s `stage`)."""
         if stage == EARLY and self.has_early:
             return self.early_
@@ -142,7 +142,7 @@ class Calibrator:
         one outcome only) and isotonic steps have no inverse."""
         if self.method == "isotonic":
             raise ValueError("an isotonic calibrator has no inverse: recalibrate a Platt one")
-        a, b = self._line(stage)
+        a, b = self.line(stage)
         if a <= 0:
             raise ValueError("a flat calibration line (every answer alike) has no inverse")
         c = min(max(float(confidence), 1e-15), 1.0 - 1e-15)  # predict reaches beyond _logit's 1e-6 clip

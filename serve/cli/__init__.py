@@ -171,8 +171,8 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--weights", help="the voter file to calibrate (default: the shipped voter)")
     voter_args(c, choose=False)
     c.add_argument("--method", choices=LINE_METHODS, default=None,
-                   help="the calibration lines (default: whichever of the two has the lower cross-validated ECE on "
-                        "these questions)")
+                   help="the calibration lines (default: whichever of the two has the lower cross-validated log loss "
+                        "on these questions)")
     c.add_argument("--out", help=f"voter file to write (default: $EOR_HOME/{DEFAULT_WEIGHTS})")
     c.add_argument("--json", action="store_true", help="print a JSON summary")
     common(c)

@@ -101,7 +101,7 @@ def cmd_calibrate(args) -> int:
     after = cv[method]
     better = after.log_loss < before.log_loss
     p, _, stage = held.delivered()
-    got = held.right[np.arange(len(held.stop)), held.stop]  # a question without an answer counts as wrong, as in eval
+    _, got = held.at_stop()  # a question without an answer counts as wrong, as in eval
     new = recalibrate(model, held, method)
     mean_p = {name: _r(float(np.mean([m.confidence(x, int(k)) for x, k in zip(p, stage)]))) if len(p) else None
               for name, m in (("before", model), ("after", new))}
