@@ -87,7 +87,8 @@ step "compiling the packages' bytecode (.venv)" compile_bytecode .venv/bin/pytho
 # --tests also SmolLM2-135M (the alternative reader, and the tests' fast one).
 if [ "$reader15" = 1 ]; then models+=(qwen2.5-coder-1.5b); fi
 prepare_models() { .venv/bin/eor models prepare "${models[@]}"; }
-if [ "$build_index" = 1 ] && [ ! -f "$home/indexes/default/index.json" ]; then
+# index.json is written when every source is built (an older eor's lacks "sources": built again)
+if [ "$build_index" = 1 ] && ! grep -qs '"sources"' "$home/indexes/default/index.json"; then
   # The reader's conversion (most of a core) runs beside the indexing (the encoder's two threads):
   # measured on a fresh clone, 44 s of model and 84 s of index one after the other (bf16; the index
   # 3x as long in fp32). eor index draws its own progress bar and logs the libraries' output.

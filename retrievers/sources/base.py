@@ -1,6 +1,6 @@
 """The knowledge-source protocol: batch-first search returning ranked passages.
 
-A new source is one class implementing `KnowledgeSource`, registered by name
+A new source is one class implementing `KnowledgeSource` (searching, and building its index), registered by name
 (`retrievers/registry.py: SOURCE_BACKENDS`) or named by its "module:Class", plus one line in
 the config's `index.sources` (serve/config.py) giving it the name retriever specs call it by.
 The pool needs nothing else: what its hits are (`shape`) says how the spec operations treat them.
@@ -8,8 +8,9 @@ The pool needs nothing else: what its hits are (`shape`) says how the spec opera
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Mapping, Protocol, Sequence
+from typing import Any, ClassVar, Iterable, Mapping, Protocol, Sequence, TextIO
 
+from retrievers.corpus import Document
 from retrievers.types import Passage
 
 # What one hit of a source is, which decides what the spec operations do with its hits:
@@ -44,6 +45,16 @@ class KnowledgeSource(Protocol):
         """The source a config line asks for; the constructor stays cheap (no I/O before load()).
         The default passes the name and the configured options as keyword arguments."""
         return cls(name=setting.name, **setting.options)
+
+    @classmethod
+    def build_index(cls, docs: Iterable[Document], setting: SourceSetting, corpus_id: str = "",
+                    embedder: Any = None, progress: TextIO | None = None) -> dict | None:
+        """Build (or resume) this source's index at `setting.index_dir` from a corpus that can be
+        read again (`docs`); what `eor index` runs for the source's config line. `corpus_id` names
+        the corpus, so a resumed build can refuse another one; `embedder` runs dense embedding
+        elsewhere (retrievers/sources/dense_build.py: Embedder). Returns a summary for the build's
+        report; the default, for a source with no index of its own (a search API), builds nothing."""
+        return None
 
     def load(self) -> "KnowledgeSource":
         """Open indexes / models (cheap constructors, explicit warm-up)."""

@@ -2,100 +2,68 @@
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable, Sequence, TextIO
 
 import numpy as np
 
-from retrievers.corpus import Document, to_passages
+from retrievers.corpus import Document
 from retrievers.encoder import Encoder
 from retrievers.sources.base import PASSAGES, KnowledgeSource, MissingIndexError, SourceSetting
+from retrievers.sources.dense_build import (BUILD_FILE, FORMAT, META_FILE, SHARDS_DIR, DenseIndexSettings,
+                                            build_dense_index, index_file, search_all, set_knob)
+from retrievers.sources.passage_store import PassageStore
 from retrievers.types import Passage
 
-INDEX_FILE = "faiss.index"
-PASSAGES_FILE = "passages.jsonl"
-META_FILE = "meta.json"
-
-
-def build_dense_index(docs: Iterable[Document], out_dir: str | Path, encoder: Encoder,
-                      passage_words: int = 100, show_progress: bool = False, progress: TextIO | None = None) -> int:
-    """Split into passages, embed, write an exact inner-product faiss index. Returns the count.
-
-    `progress`: a stream for one progress bar of the embedding (the long part), drawn in
-    chunks, so the encoder's own bars and logs can go elsewhere."""
-    import faiss
-
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    passages = list(to_passages(docs, passage_words))
-    texts = [f"{p.title}. {p.text}" if p.title else p.text for p in passages]
-    embed = getattr(encoder, "encode_corpus", encoder.encode)  # bulk embedding: bf16 where the CPU has it
-    if progress is not None:
-        from tqdm import tqdm
-
-        chunk = 1024
-        parts = []
-        with tqdm(total=len(texts), desc="embedding passages", unit="passage", file=progress) as bar:
-            for i in range(0, len(texts), chunk):
-                parts.append(embed(texts[i : i + chunk]))
-                bar.update(len(texts[i : i + chunk]))
-        vecs = np.concatenate(parts) if parts else embed([])
-    else:
-        vecs = embed(texts, show_progress=show_progress)
-    index = faiss.IndexFlatIP(vecs.shape[1])
-    index.add(vecs)
-    faiss.write_index(index, str(out / INDEX_FILE))
-    with open(out / PASSAGES_FILE, "w", encoding="utf-8") as f:
-        for p in passages:
-            f.write(json.dumps({"id": p.doc_id, "title": p.title, "text": p.text}) + "\n")
-    (out / META_FILE).write_text(json.dumps(
-        {"encoder": encoder.name, "passages": len(passages), "passage_words": passage_words}))
-    return len(passages)
 
 
 @dataclass
 class DenseSource(KnowledgeSource):
-    """Search a dense index built by `eor index`."""
+    """Search a dense index built by `eor index` (dense_build.py): faiss over the passages'
+    vectors, the passages themselves read from disk by row (passage_store.py)."""
 
     index_dir: str
     encoder: Encoder
     name: str = "Wiki"
+    settings: DenseIndexSettings = field(default_factory=DenseIndexSettings)
     shape = PASSAGES
 
     @classmethod
     def from_setting(cls, setting: SourceSetting) -> "DenseSource":
-        return cls(setting.index_dir, setting.encoder, setting.name, **setting.options)
+        where = f"index.sources.{setting.name}.options"
+        return cls(setting.index_dir, setting.encoder, setting.name,
+                   DenseIndexSettings.from_options(dict(setting.options), where))
+
+    @classmethod
+    def build_index(cls, docs: Iterable[Document], setting: SourceSetting, corpus_id: str = "",
+                    embedder=None, progress: TextIO | None = None) -> dict:
+        """Build (or resume) this source's index: what `eor index` runs for a `dense` line."""
+        source = cls.from_setting(setting)
+        return build_dense_index(docs, setting.index_dir, source.encoder, settings=source.settings,
+                                 corpus_id=corpus_id, embedder=embedder, progress=progress)
 
     def __post_init__(self) -> None:
-        self._index = None
-        self._passages: list[Passage] = []
+        self._indexes: list = []
+        self._store: PassageStore | None = None
+        self.meta: dict = {}
 
     def load(self) -> "DenseSource":
-        if self._index is not None:
+        if self._store is not None:
             return self
-        import faiss
-
         path = Path(self.index_dir)
-        if not (path / INDEX_FILE).exists():
-            raise MissingIndexError(f"no {self.name} (dense) index at {path}: build it with `eor index`")
+        self.meta = read_meta(path, self.name)
         self._check_encoder(path)
-        self._index = faiss.read_index(str(path / INDEX_FILE))
-        with open(path / PASSAGES_FILE, encoding="utf-8") as f:
-            for line in f:
-                r = json.loads(line)
-                self._passages.append(Passage(r["id"], r["title"], r["text"], self.name))
+        self._indexes = load_index_shards(path, self.meta, self.settings)
+        self._store = PassageStore(path / SHARDS_DIR, self.meta["shards"])
         self.encoder.load()
         return self
 
     def _check_encoder(self, path: Path) -> None:
         """Query vectors from another encoder than the index's are silently meaningless
         (or crash faiss on a dimension mismatch): refuse them, naming both encoders."""
-        meta_path = path / META_FILE
-        if not meta_path.exists():
-            return  # an index from before meta.json: nothing to compare
-        built_with = json.loads(meta_path.read_text(encoding="utf-8")).get("encoder")
-        asked = getattr(self.encoder, "name", None)
+        built_with = self.meta.get("encoder")
+        asked = self.encoder.name
         if built_with and asked and built_with != asked:
             raise ValueError(f"the {self.name} index at {path} was built with encoder {built_with!r} but this "
                              f"configuration encodes queries with {asked!r}: set index.encoder: {built_with} "
@@ -105,12 +73,45 @@ class DenseSource(KnowledgeSource):
         self.load()
         if not queries:
             return []
-        scores, ids = self._index.search(self.encoder.encode(list(queries)), k)
+        scores, ids = search_all(self._indexes, self.encoder.encode(list(queries)), k)
+        return self.passages(scores, ids)
+
+    def passages(self, scores: np.ndarray, ids: np.ndarray) -> list[list[Passage]]:
+        """Rows found (faiss ids, -1 for none) as passages read from the store."""
+        self.load()
         out = []
-        for row_s, row_i in zip(scores, ids):
-            out.append([Passage(self._passages[i].pid, self._passages[i].title, self._passages[i].text,
-                                self.name, float(s)) for s, i in zip(row_s, row_i) if i >= 0])
+        for row_s, row_i in zip(scores.tolist(), ids.tolist()):
+            hits = [(s, i) for s, i in zip(row_s, row_i) if i >= 0]
+            docs = self._store.get([i for _, i in hits])
+            out.append([Passage(d.doc_id, d.title, d.text, self.name, float(s)) for (s, _), d in zip(hits, docs)])
         return out
+
+
+def read_meta(path: Path, name: str = "Wiki") -> dict:
+    """A finished index's meta.json; an index missing, unfinished or from before streaming
+    builds is one line naming the command that builds it."""
+    meta_path = path / META_FILE
+    if not meta_path.exists():
+        what = "an unfinished build" if (path / BUILD_FILE).exists() else "no"
+        raise MissingIndexError(f"{what} {name} (dense) index at {path}: build it with `eor index`"
+                                + (" (it resumes where it stopped)" if what != "no" else ""))
+    meta = json.loads(meta_path.read_text(encoding="utf-8"))
+    if meta.get("format") != FORMAT:
+        raise MissingIndexError(f"the {name} index at {path} was built by an older eor: rebuild it with `eor index`")
+    return meta
+
+
+def load_index_shards(path: Path, meta: dict, settings: DenseIndexSettings, only: Sequence[int] | None = None) -> list:
+    """The index's faiss files (or the ones in `only`), with the build's search knob unless the
+    configuration sets one."""
+    import faiss
+
+    indexes = [faiss.read_index(str(path / index_file(k)))
+               for k in (range(len(meta["index_shards"])) if only is None else only)]
+    for knob, value in meta.get("search", {}).items():
+        configured = settings.nprobe if knob == "nprobe" else settings.ef_search
+        set_knob(indexes, knob, configured or value)
+    return indexes
 
 
 def cosine_rerank(encoder: Encoder, query: str, passages: Sequence[Passage]) -> list[Passage]:

@@ -6,45 +6,63 @@ Wiki's 100-word passages, as Google and DPR did in the paper.
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Sequence
+from typing import Iterable, Iterator, Sequence
 
-from retrievers.corpus import Document, to_pages
+from retrievers.corpus import Document, iter_pages
 from retrievers.java import anserini_jar, autoclass, java_binary
 from retrievers.sources.base import PAGES, KnowledgeSource, MissingIndexError, SourceSetting
 from retrievers.types import Passage
 
 LUCENE_DIR = "lucene"
 PAGES_FILE = "pages.jsonl"
+DONE_FILE = "lucene.json"
+FILE_PAGES = 50_000  # pages per input file: Anserini's indexer gives each thread a file
 
 
-def build_lucene_index(docs: Iterable[Document], out_dir: str | Path, threads: int = 2) -> int:
-    """Write pages and index them with Anserini's IndexCollection (BM25 defaults)."""
+def build_lucene_index(docs: Iterable[Document], out_dir: str | Path, threads: int = 2, corpus_id: str = "") -> int:
+    """Write pages (streamed: records grouped by title on disk) and index them with Anserini's
+    multi-threaded IndexCollection (BM25 defaults, each page's raw JSON stored: pages are served
+    from the index, not held in memory). A finished index over the same corpus is kept as it is."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    pages = to_pages(docs)
-    with tempfile.TemporaryDirectory() as tmp:
-        with open(Path(tmp) / "docs.jsonl", "w", encoding="utf-8") as f:
-            for p in pages:
-                f.write(json.dumps({"id": p.page_id, "contents": f"{p.title}\n{p.text}"}) + "\n")
+    done = out / DONE_FILE
+    if corpus_id and done.exists() and json.loads(done.read_text()).get("corpus") == corpus_id:
+        return int(json.loads(done.read_text())["pages"])
+    done.unlink(missing_ok=True)
+    pages = 0
+    with tempfile.TemporaryDirectory(dir=out) as tmp:
+        with open(out / (PAGES_FILE + ".tmp"), "w", encoding="utf-8") as listing:
+            part = None
+            for n, p in enumerate(iter_pages(docs, Path(tmp) / "group.sqlite")):
+                if n % FILE_PAGES == 0:
+                    if part is not None:
+                        part.close()
+                    part = open(Path(tmp) / f"docs-{n // FILE_PAGES:05d}.jsonl", "w", encoding="utf-8")
+                title = " ".join(p.title.split())  # one line: the stored contents is "title\ntext"
+                part.write(json.dumps({"id": p.page_id, "contents": f"{title}\n{p.text}"}) + "\n")
+                listing.write(json.dumps({"id": p.page_id, "title": p.title, "members": list(p.member_ids)}) + "\n")
+                pages = n + 1
+            if part is not None:
+                part.close()
+        (Path(tmp) / "group.sqlite").unlink()
         target = out / LUCENE_DIR
         shutil.rmtree(target, ignore_errors=True)
         cmd = [java_binary(), "-Xmx1g", "-cp", anserini_jar(), "io.anserini.index.IndexCollection",
                "-collection", "JsonCollection", "-input", tmp, "-index", str(target),
                "-generator", "DefaultLuceneDocumentGenerator", "-threads", str(threads),
-               "-storePositions", "-storeDocvectors"]
+               "-storePositions", "-storeDocvectors", "-storeRaw"]
         proc = subprocess.run(cmd, capture_output=True, text=True)
         if proc.returncode != 0:
             raise RuntimeError(f"Lucene indexing failed:\n{proc.stdout[-2000:]}\n{proc.stderr[-2000:]}")
-    with open(out / PAGES_FILE, "w", encoding="utf-8") as f:
-        for p in pages:
-            f.write(json.dumps({"id": p.page_id, "title": p.title, "text": p.text,
-                                "members": list(p.member_ids)}) + "\n")
-    return len(pages)
+    (out / (PAGES_FILE + ".tmp")).replace(out / PAGES_FILE)
+    done.write_text(json.dumps({"corpus": corpus_id, "pages": pages}))
+    return pages
 
 
 @dataclass
@@ -59,10 +77,15 @@ class LuceneSource(KnowledgeSource):
     def from_setting(cls, setting: SourceSetting) -> "LuceneSource":
         return cls(setting.index_dir, setting.name, **setting.options)
 
+    @classmethod
+    def build_index(cls, docs: Iterable[Document], setting: SourceSetting, corpus_id: str = "", embedder=None,
+                    progress=None) -> dict:
+        """What `eor index` runs for a `lucene` line."""
+        return {"pages": build_lucene_index(docs, setting.index_dir, threads=min(4, os.cpu_count() or 1),
+                                            corpus_id=corpus_id)}
+
     def __post_init__(self) -> None:
         self._searcher = None
-        self._pages: dict[str, tuple[str, str]] = {}
-        self.members: dict[str, tuple[str, ...]] = {}
 
     def load(self) -> "LuceneSource":
         if self._searcher is not None:
@@ -70,11 +93,6 @@ class LuceneSource(KnowledgeSource):
         path = Path(self.index_dir)
         if not (path / LUCENE_DIR).exists():
             raise MissingIndexError(f"no {self.name} (Lucene) index at {path}: build it with `eor index`")
-        with open(path / PAGES_FILE, encoding="utf-8") as f:
-            for line in f:
-                r = json.loads(line)
-                self._pages[r["id"]] = (r["title"], r["text"])
-                self.members[r["id"]] = tuple(r["members"])
         self._searcher = autoclass("io.anserini.search.SimpleSearcher")(str(path / LUCENE_DIR))
         return self
 
@@ -85,8 +103,8 @@ class LuceneSource(KnowledgeSource):
             hits = self._searcher.search(q, k)
             row = []
             for i in range(len(hits)):
-                doc_id = hits[i].docid
-                title, text = self._pages[doc_id]
-                row.append(Passage(doc_id, title, text, self.name, float(hits[i].score)))
+                raw = hits[i].lucene_document.get("raw")  # the page as indexed (-storeRaw)
+                title, _, text = json.loads(raw)["contents"].partition("\n")
+                row.append(Passage(hits[i].docid, title, text, self.name, float(hits[i].score)))
             out.append(row)
         return out

@@ -66,8 +66,13 @@ def build_parser() -> argparse.ArgumentParser:
         if reader:
             sp.add_argument("--model", help="reader model: packaged name or HF folder")
 
-    i = sub.add_parser("index", help="build the Wiki (faiss) and SE (Lucene) indexes")
-    i.add_argument("--corpus", help='JSONL corpus of {"id","title","text"} (default: embedded corpus)')
+    i = sub.add_parser("index", help="build (or resume) every configured source's index: Wiki (faiss), SE (Lucene)")
+    i.add_argument("--corpus", help='JSONL corpus of {"id","title","text"}, .gz too (default: embedded corpus)')
+    i.add_argument("--ray-address", help="embed on this Ray cluster's nodes (a Ray Data job); 'local': a Ray "
+                   "instance on this machine; default: in this process")
+    i.add_argument("--encoder-actors", type=int, default=0,
+                   help="encoder actors of the Ray Data job (default: one per node's cores / 2, at least 1)")
+    i.add_argument("--fresh", action="store_true", help="start over: remove this index's earlier or unfinished build")
     i.add_argument("--verbose", action="store_true", help="library logs on the terminal, not in $EOR_HOME/logs")
     i.add_argument("--json", action="store_true", help="print a JSON summary")
     common(i, reader=False)

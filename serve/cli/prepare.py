@@ -61,27 +61,33 @@ def cmd_speed(args) -> int:
 
 
 def cmd_index(args) -> int:
-    from retrievers.corpus import read_corpus
+    """Build or resume every configured source's index over a corpus streamed from its file."""
+    import shutil
+
+    from retrievers.corpus import Corpus
     from retrievers.encoder import Encoder
-    from serve.builder import build_indexes, index_path
+    from serve.builder import build_indexes, describe_index, index_path
     from serve.cli.console import Console
 
     config = _config(args)
+    corpus = Corpus(args.corpus)
+    if next(iter(corpus), None) is None:
+        raise ValueError(f"corpus {args.corpus or '(embedded)'} has no documents")
+    if args.fresh:
+        shutil.rmtree(index_path(config.index.name), ignore_errors=True)
+    embedder = None
+    if args.ray_address:
+        from serve.indexing import ray_embedder
+
+        embedder = ray_embedder(config.index.encoder, address=args.ray_address, actors=args.encoder_actors)
     t = time.time()
     with Console(verbose=args.verbose and not args.json) as con:  # --json: stdout carries only the JSON
-        con.step("reading the corpus")
-        docs = list(read_corpus(args.corpus))
-        if not docs:
-            raise ValueError(f"corpus {args.corpus or '(embedded)'} has no documents")
-        con.step("loading the encoder")
-        encoder = Encoder(config.index.encoder).load()
-        con.done()
-        info = build_indexes(docs, config.index.name, encoder, progress=con.out)
+        info = build_indexes(corpus, config.index.name, Encoder(config.index.encoder), progress=con.out,
+                             sources=config.index.sources, corpus_id=corpus.identity(), embedder=embedder)
     if args.json:
         print(json.dumps({"index": config.index.name, "path": str(index_path(config.index.name)), **info,
                           "seconds": round(time.time() - t, 1)}))
         return 0
-    print(f"index {config.index.name!r} at {index_path(config.index.name)}: {info['documents']} documents, "
-          f"{info['wiki_passages']} Wiki passages, {info['se_pages']} SE pages ({time.time() - t:.0f} s)")
+    print(f"index {config.index.name!r} at {index_path(config.index.name)}: {describe_index(info)} "
+          f"({time.time() - t:.0f} s)")
     return 0
-

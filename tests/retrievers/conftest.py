@@ -80,8 +80,8 @@ def dense_index_dir(data_slice, encoder, tmp_path_factory) -> Path:
     from retrievers.sources.dense import build_dense_index
 
     out = tmp_path_factory.mktemp("wiki-index")
-    n = build_dense_index(data_slice.docs, out, encoder)
-    assert n >= len(data_slice.docs)  # long records split into several passages
+    meta = build_dense_index(data_slice.docs, out, encoder)
+    assert meta["passages"] >= len(data_slice.docs)  # long records split into several passages
     return out
 
 

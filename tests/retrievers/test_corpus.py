@@ -127,3 +127,25 @@ def test_embedded_corpus_has_10033_documents_with_text():
     assert docs[0].title == "20th-century classical music"
     assert docs[0].text.startswith("20th-century classical music is Western art music")
     assert read_corpus(None).__next__() == docs[0]
+
+
+def test_a_gzipped_corpus_reads_as_the_plain_one_and_a_corpus_reads_again(tmp_path):
+    import gzip
+
+    from retrievers.corpus import Corpus
+
+    lines = "".join(json.dumps({"id": f"d{i}", "title": "T", "text": f"text {i}"}) + "\n" for i in range(3))
+    (tmp_path / "c.jsonl").write_text(lines)
+    with gzip.open(tmp_path / "c.jsonl.gz", "wt") as f:
+        f.write(lines)
+    assert list(read_jsonl(tmp_path / "c.jsonl.gz")) == list(read_jsonl(tmp_path / "c.jsonl"))
+    corpus = Corpus(str(tmp_path / "c.jsonl.gz"))
+    assert [d.doc_id for d in corpus] == [d.doc_id for d in corpus] == ["d0", "d1", "d2"]
+    assert corpus.identity().startswith(str((tmp_path / "c.jsonl.gz").resolve()) + "|")
+
+
+def test_pages_grouped_on_disk_are_the_pages_grouped_in_memory(tmp_path):
+    from retrievers.corpus import iter_pages
+
+    docs = [Document(f"d{i}", f"T{i % 4}" if i % 5 else "", f"text {i}") for i in range(30)]
+    assert list(iter_pages(docs, tmp_path / "scratch.sqlite")) == to_pages(docs)

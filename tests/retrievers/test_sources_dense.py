@@ -8,8 +8,9 @@ import pytest
 
 from retrievers.corpus import Document, base_id, to_passages
 from retrievers.sources.base import MissingIndexError
-from retrievers.sources.dense import (INDEX_FILE, META_FILE, PASSAGES_FILE, DenseSource,
-                                      build_dense_index, cosine_rerank)
+from retrievers.sources.dense import DenseSource, build_dense_index, cosine_rerank
+from retrievers.sources.dense_build import META_FILE, SHARDS_DIR, index_file
+from retrievers.sources.passage_store import read_shard
 from retrievers.types import Passage
 
 from tests.retrievers.fakes import recall_at
@@ -19,6 +20,7 @@ class LetterEncoder:
     """A tiny deterministic encoder: normalised letter counts (a-z)."""
 
     name = "letters"
+    corpus_kind = "letters"
 
     def load(self):
         return self
@@ -31,6 +33,8 @@ class LetterEncoder:
                     out[i, ord(ch) - 97] += 1
         norms = np.linalg.norm(out, axis=1, keepdims=True)
         return out / np.where(norms == 0, 1, norms)
+
+    encode_corpus = encode
 
 
 def test_cosine_rerank_orders_by_similarity_and_keeps_ties_stable():
@@ -45,14 +49,12 @@ def test_cosine_rerank_orders_by_similarity_and_keeps_ties_stable():
 
 def test_build_writes_index_passages_and_meta(tmp_path):
     docs = [Document("a", "Alpha", "apple " * 240), Document("b", "Beta", "banana split")]
-    n = build_dense_index(docs, tmp_path / "idx", LetterEncoder())
-    assert n == 3  # a#0, a#1 and b
-    for name in (INDEX_FILE, PASSAGES_FILE, META_FILE):
-        assert (tmp_path / "idx" / name).exists()
-    rows = [json.loads(x) for x in (tmp_path / "idx" / PASSAGES_FILE).read_text().splitlines()]
-    assert [r["id"] for r in rows] == ["a#0", "a#1", "b"]
-    assert json.loads((tmp_path / "idx" / META_FILE).read_text()) == {
-        "encoder": "letters", "passages": 3, "passage_words": 100}
+    meta = build_dense_index(docs, tmp_path / "idx", LetterEncoder())
+    assert meta["passages"] == 3 and meta["factory"] == "Flat"  # a#0, a#1 and b; exact while small
+    assert (tmp_path / "idx" / META_FILE).exists() and (tmp_path / "idx" / index_file(0)).exists()
+    assert [d.doc_id for d in read_shard(tmp_path / "idx" / SHARDS_DIR, 0)] == ["a#0", "a#1", "b"]
+    saved = json.loads((tmp_path / "idx" / META_FILE).read_text())
+    assert (saved["encoder"], saved["passages"], saved["passage_words"]) == ("letters", 3, 100)
     src = DenseSource(str(tmp_path / "idx"), LetterEncoder())
     (row,) = src.search(["banana"], 10)  # k beyond the index size: only what exists
     assert [p.pid for p in row][0] == "b" and len(row) == 3
@@ -68,8 +70,17 @@ def test_an_index_built_with_another_encoder_is_refused_naming_both(tmp_path):
 
     with pytest.raises(ValueError, match="built with encoder 'letters'.*'package:other'"):
         DenseSource(str(tmp_path / "idx"), OtherEncoder()).load()
-    (tmp_path / "idx" / META_FILE).unlink()  # an index without meta.json still loads
-    assert DenseSource(str(tmp_path / "idx"), OtherEncoder()).search(["apple"], 1)[0][0].pid == "a"
+
+
+def test_an_unfinished_or_old_index_names_the_command_that_builds_it(tmp_path):
+    build_dense_index([Document("a", "Alpha", "apple pie")], tmp_path / "idx", LetterEncoder())
+    (tmp_path / "idx" / META_FILE).unlink()  # a build killed before its end
+    with pytest.raises(MissingIndexError, match="unfinished build.*eor index.*resumes"):
+        DenseSource(str(tmp_path / "idx"), LetterEncoder()).load()
+    (tmp_path / "old").mkdir()
+    (tmp_path / "old" / META_FILE).write_text(json.dumps({"encoder": "letters", "passages": 1}))
+    with pytest.raises(MissingIndexError, match="older eor: rebuild it with `eor index`"):
+        DenseSource(str(tmp_path / "old"), LetterEncoder()).load()
 
 
 def test_missing_index_names_the_command_that_builds_it(tmp_path):
@@ -82,9 +93,9 @@ def test_missing_index_names_the_command_that_builds_it(tmp_path):
 
 @pytest.mark.slow
 def test_real_dense_index_passages(dense_index_dir, data_slice):
-    rows = [json.loads(x) for x in (dense_index_dir / PASSAGES_FILE).read_text().splitlines()]
-    assert [r["id"] for r in rows] == [p.doc_id for p in to_passages(data_slice.docs)]
-    assert any("#" in r["id"] for r in rows)  # long XQuAD paragraphs were split
+    rows = [d.doc_id for d in read_shard(dense_index_dir / SHARDS_DIR, 0)]
+    assert rows == [p.doc_id for p in to_passages(data_slice.docs)]
+    assert any("#" in r for r in rows)  # long XQuAD paragraphs were split
 
 
 @pytest.mark.slow

@@ -198,7 +198,7 @@ def test_index_json_is_alone_on_stdout(tmp_path, eor_home, capfd):
                               for i in range(3)))
     assert main(["index", "--corpus", str(corpus), "--index", "tiny", "--json"]) == 0
     doc = json.loads(capfd.readouterr().out)
-    assert doc["index"] == "tiny" and doc["documents"] == 3 and doc["wiki_passages"] >= 3
+    assert doc["index"] == "tiny" and doc["sources"]["Wiki"]["passages"] >= 3 and doc["sources"]["SE"]["pages"] == 3
     assert main(["index", "--corpus", str(corpus), "--index", "tiny2", "--json", "--verbose"]) == 0
     assert json.loads(capfd.readouterr().out)["index"] == "tiny2"
 

@@ -1,0 +1,374 @@
+"""The dense (Wiki) index, built streaming and resumably, chosen by size.
+
+Three steps, each resumable at a shard (`DenseIndexSettings.shard_passages` passages):
+1. split: the corpus is read as a stream and cut into ~100-word passages, written a shard at a
+   time to `shards/` (passage_store.py); peak memory is one shard, whatever the corpus size;
+2. embed: every shard without vectors is embedded by an `Embedder` (in this process by default;
+   serve/indexing.py's runs a Ray Data job over a cluster's encoder actors) and written as
+   `NNNNN.vectors.npy` by rename, so a killed build keeps every finished shard;
+3. index: exact inner product below `exact_below` passages, else a faiss `index_factory` index
+   (IVF with SQ8 by default: trained on a sample, filled shard by shard), split into
+   `index_shards` files with the passages' rows as ids; the build measures recall@10 against
+   exact search on a sample and, where `nprobe` is 0, takes the smallest nprobe that reaches
+   `target_recall`. meta.json, written last, is the finished index.
+A build remembers what it was started with (`build.json`): one resumed with other settings
+or another corpus is refused, naming what differs.
+"""
+from __future__ import annotations
+
+import json
+import math
+import time
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+from typing import Callable, Iterable, Iterator, Sequence, TextIO
+
+import numpy as np
+
+from retrievers.corpus import Document, to_passages
+from retrievers.sources.passage_store import read_shard, shard_done, shard_stem, write_shard
+
+SHARDS_DIR = "shards"
+BUILD_FILE = "build.json"
+META_FILE = "meta.json"
+FORMAT = 2
+VECTORS_SUFFIX = ".vectors.npy"
+
+# embed(folder, shards) -> (shard, vectors) as each is done, in any order: the shards' passages are
+# read from `folder` (passage_store.py); this process, or a cluster's encoder actors (serve/indexing.py)
+Embedder = Callable[[Path, Sequence[int]], Iterator[tuple[int, np.ndarray]]]
+
+
+@dataclass(frozen=True)
+class DenseIndexSettings:
+    """How the dense index is built and searched: `index.sources.<name>.options` in the config."""
+
+    factory: str = "auto"  # a faiss index_factory string ("IVF4096,SQ8", "HNSW32"), "Flat", or "auto" (below)
+    exact_below: int = 200_000  # "auto": exact (Flat) below this many passages, else IVF<nlist>,SQ8
+    nprobe: int = 0  # IVF lists searched; 0: the smallest that reaches target_recall, found at build
+    ef_search: int = 0  # HNSW's efSearch; 0: likewise
+    target_recall: float = 0.95  # recall@10 against exact, on `recall_queries` sampled passages
+    recall_queries: int = 500
+    index_shards: int = 1  # faiss files the rows are split into (the service: one actor each)
+    shard_passages: int = 4096  # the unit of writing, embedding and resuming
+    train_sample: int = 100_000  # vectors an IVF is trained on
+
+    def __post_init__(self) -> None:
+        for name in ("exact_below", "index_shards", "shard_passages", "train_sample", "recall_queries"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.nprobe < 0 or self.ef_search < 0:
+            raise ValueError("nprobe and ef_search must be >= 0 (0: tuned at build)")
+        if not 0 < self.target_recall <= 1:
+            raise ValueError(f"target_recall must be in (0, 1], got {self.target_recall}")
+
+    @classmethod
+    def from_options(cls, options: dict, where: str = "options") -> "DenseIndexSettings":
+        """The config's options, an unknown key refused with the nearest known name."""
+        import difflib
+
+        known = [f.name for f in fields(cls)]
+        for key in options:
+            if key not in known:
+                near = difflib.get_close_matches(key, known, n=1)
+                raise ValueError(f"{where}: unknown key {key!r}" + (f" (did you mean {near[0]!r}?)" if near else "")
+                                 + f"; known: {', '.join(known)}")
+        return cls(**options)
+
+    def factory_for(self, passages: int) -> str:
+        if self.factory != "auto":
+            return self.factory
+        if passages < self.exact_below:
+            return "Flat"
+        nlist = 2 ** round(math.log2(4 * math.sqrt(passages)))  # faiss's guideline: 4-16 x sqrt(N) lists
+        return f"IVF{nlist},SQ8"
+
+
+def vectors_path(folder: Path, shard: int) -> Path:
+    stem = shard_stem(folder, shard)
+    return stem.with_name(stem.name + VECTORS_SUFFIX)
+
+
+def write_vectors(folder: Path, shard: int, vectors: np.ndarray) -> None:
+    path = vectors_path(folder, shard)
+    tmp = path.with_name(path.name + ".tmp.npy")
+    np.save(tmp, np.ascontiguousarray(vectors, dtype=np.float32))
+    tmp.replace(path)
+
+
+def local_embedder(encoder) -> Embedder:
+    """Embed shard after shard in this process (what a build without a cluster runs)."""
+    def embed(folder: Path, shards: Sequence[int]) -> Iterator[tuple[int, np.ndarray]]:
+        for shard in shards:
+            yield shard, embed_shard(encoder, folder, shard)
+    return embed
+
+
+def embed_shard(encoder, folder: Path, shard: int) -> np.ndarray:
+    """One shard's vectors: what every embedder computes, wherever it runs."""
+    return encoder.encode_corpus([passage_text(p) for p in read_shard(folder, shard)])
+
+
+def passage_text(p: Document) -> str:
+    """What a passage is embedded as (and was, before streaming builds): its title, then its text."""
+    return f"{p.title}. {p.text}" if p.title else p.text
+
+
+def _chunks(items: Iterable[Document], size: int) -> Iterator[list[Document]]:
+    chunk: list[Document] = []
+    for item in items:
+        chunk.append(item)
+        if len(chunk) == size:
+            yield chunk
+            chunk = []
+    if chunk:
+        yield chunk
+
+
+def _start(out: Path, fingerprint: dict) -> dict:
+    """The build's state, new or resumed; another build's folder is refused, saying what differs."""
+    path = out / BUILD_FILE
+    if path.exists():
+        state = json.loads(path.read_text(encoding="utf-8"))
+        old = state.get("fingerprint", {})
+        differ = sorted(k for k in set(old) | set(fingerprint) if old.get(k) != fingerprint.get(k))
+        if differ:
+            raise ValueError(f"the index at {out} was started with other {', '.join(differ)} "
+                             f"({', '.join(f'{k}: {old.get(k)!r}' for k in differ)}): resume it as it was, "
+                             "or start again with --fresh")
+        return state
+    out.mkdir(parents=True, exist_ok=True)
+    state = {"fingerprint": fingerprint, "shards": None, "passages": None}
+    _save(out, state)
+    return state
+
+
+def _save(out: Path, state: dict) -> None:
+    tmp = out / (BUILD_FILE + ".tmp")
+    tmp.write_text(json.dumps(state, indent=1), encoding="utf-8")
+    tmp.replace(out / BUILD_FILE)
+
+
+def split(docs: Iterable[Document], folder: Path, shard_passages: int, passage_words: int) -> tuple[int, int]:
+    """Write the passage shards not written yet; (shards, passages). Shards already there are read
+    past, not rewritten: the corpus is the same (the fingerprint says so) and so are they."""
+    shards = passages = 0
+    for i, chunk in enumerate(_chunks(to_passages(docs, passage_words), shard_passages)):
+        if not shard_done(folder, i):
+            write_shard(folder, i, chunk)
+        shards, passages = i + 1, passages + len(chunk)
+    return shards, passages
+
+
+def build_dense_index(docs: Iterable[Document], out_dir: str | Path, encoder, passage_words: int = 100,
+                      settings: DenseIndexSettings = DenseIndexSettings(), corpus_id: str = "",
+                      embedder: Embedder | None = None, progress: TextIO | None = None) -> dict:
+    """Build (or resume) the index at `out_dir`; returns its meta (passages, factory, recall@10...).
+    `corpus_id` names the corpus (path, size, time) so a resume over another one is refused."""
+    out = Path(out_dir)
+    folder = out / SHARDS_DIR
+    fingerprint = {"corpus": corpus_id, "encoder": encoder.name, "passage_words": passage_words,
+                   "shard_passages": settings.shard_passages, "corpus_backend": _backend(encoder)}
+    meta_path = out / META_FILE
+    state = _start(out, fingerprint)
+    if meta_path.exists():
+        meta = json.loads(meta_path.read_text(encoding="utf-8"))
+        if meta.get("format") == FORMAT and meta.get("settings") == asdict(settings):
+            return meta  # finished with these settings: nothing to do
+        meta_path.unlink()
+    t0 = time.time()
+    if state["shards"] is None:
+        state["shards"], state["passages"] = split(docs, folder, settings.shard_passages, passage_words)
+        _save(out, state)
+    shards, passages = state["shards"], state["passages"]
+    pending = [i for i in range(shards) if not vectors_path(folder, i).exists()]
+    embed_s = _embed(pending, folder, embedder or local_embedder(encoder), passages, shards, progress)
+    meta = build_faiss(out, shards, passages, settings)
+    meta.update({"format": FORMAT, "encoder": encoder.name, "corpus_backend": _backend(encoder),
+                 "passage_words": passage_words, "shards": shards, "settings": asdict(settings),
+                 "embedded_now": sum(_count(folder, i) for i in pending), "embed_seconds": round(embed_s, 1),
+                 "build_seconds": round(time.time() - t0, 1)})
+    tmp = out / (META_FILE + ".tmp")
+    tmp.write_text(json.dumps(meta, indent=1), encoding="utf-8")
+    tmp.replace(meta_path)
+    return meta
+
+
+def _backend(encoder) -> str:
+    return encoder.corpus_kind
+
+
+def _count(folder: Path, shard: int) -> int:
+    return int(np.load(vectors_path(folder, shard), mmap_mode="r").shape[0])
+
+
+def _embed(pending: list[int], folder: Path, embed: Embedder, passages: int, shards: int,
+           progress: TextIO | None) -> float:
+    t = time.time()
+    if not pending:
+        return 0.0
+    bar = None
+    if progress is not None:
+        from tqdm import tqdm
+
+        done = sum(_count(folder, i) for i in range(shards) if i not in set(pending))
+        bar = tqdm(total=passages, initial=done, desc="embedding passages", unit="passage", file=progress)
+    for shard, vectors in embed(folder, pending):
+        write_vectors(folder, shard, vectors)
+        if bar is not None:
+            bar.update(len(vectors))
+    if bar is not None:
+        bar.close()
+    return time.time() - t
+
+
+def load_vectors(folder: Path, shards: int) -> list[np.ndarray]:
+    """Every shard's vectors, memory-mapped (read as needed, never all held)."""
+    return [np.load(vectors_path(folder, i), mmap_mode="r") for i in range(shards)]
+
+
+def build_faiss(out: Path, shards: int, passages: int, settings: DenseIndexSettings) -> dict:
+    """The faiss index (in `index_shards` files) over every shard's vectors, and its recall@10."""
+    import faiss
+
+    vecs = load_vectors(out / SHARDS_DIR, shards)
+    dim = int(vecs[0].shape[1]) if vecs else 0
+    factory = settings.factory_for(passages)
+    template = faiss.index_factory(dim, factory, faiss.METRIC_INNER_PRODUCT)
+    if not template.is_trained:
+        template.train(sample_rows(vecs, settings.train_sample, seed=0))
+    parts = split_rows([len(v) for v in vecs], settings.index_shards)
+    starts = np.cumsum([0, *[len(v) for v in vecs]])
+    indexes = []
+    for k, (first, last) in enumerate(parts):
+        index = faiss.clone_index(template)
+        if not _takes_ids(index):
+            index = faiss.IndexIDMap2(index)
+        for i in range(first, last):
+            index.add_with_ids(np.ascontiguousarray(vecs[i], dtype=np.float32),
+                               np.arange(starts[i], starts[i + 1], dtype=np.int64))
+        indexes.append(index)
+    queries = sample_rows(vecs, settings.recall_queries, seed=1)
+    exact = exact_topk(queries, vecs, 20)
+    knob, value = tune(indexes, queries, exact, settings)
+    recall = recall_at(search_all(indexes, queries, 10)[1], exact)
+    for k, index in enumerate(indexes):
+        faiss.write_index(index, str(out / index_file(k)))
+    return {"passages": passages, "dim": dim, "factory": factory,
+            "index_shards": [[int(starts[a]), int(starts[b] - starts[a])] for a, b in parts],
+            "search": {knob: value} if knob else {}, "recall_at_10": round(recall, 4),
+            "recall_queries": len(queries)}
+
+
+def index_file(k: int) -> str:
+    return f"index-{k:02d}.faiss"
+
+
+def _takes_ids(index) -> bool:
+    import faiss
+
+    try:
+        faiss.extract_index_ivf(index)
+        return True
+    except RuntimeError:
+        return False
+
+
+def split_rows(counts: Sequence[int], parts: int) -> list[tuple[int, int]]:
+    """Build shards [first, last) for each of `parts` index files, by passages, contiguous."""
+    parts = max(1, min(parts, len(counts)))
+    total, out, first, acc = sum(counts), [], 0, 0
+    for i, c in enumerate(counts):
+        acc += c
+        if len(out) < parts - 1 and acc >= total * (len(out) + 1) / parts:
+            out.append((first, i + 1))
+            first = i + 1
+    out.append((first, len(counts)))
+    return out
+
+
+def sample_rows(vecs: Sequence[np.ndarray], n: int, seed: int) -> np.ndarray:
+    """`n` rows drawn without replacement across the shards (all of them when fewer)."""
+    total = sum(len(v) for v in vecs)
+    rows = np.sort(np.random.default_rng(seed).choice(total, size=min(n, total), replace=False))
+    starts = np.cumsum([0, *[len(v) for v in vecs]])
+    shard = np.searchsorted(starts, rows, side="right") - 1
+    return np.stack([vecs[s][r - starts[s]] for s, r in zip(shard, rows)]).astype(np.float32)
+
+
+def exact_topk(queries: np.ndarray, vecs: Sequence[np.ndarray], k: int) -> tuple[np.ndarray, np.ndarray]:
+    """Brute-force inner-product top k over memory-mapped shards (the reference recall is against)."""
+    parts, start = [], 0
+    for v in vecs:
+        scores = queries @ np.asarray(v, dtype=np.float32).T
+        kk = min(k, scores.shape[1])
+        top = np.argpartition(-scores, kk - 1, axis=1)[:, :kk]
+        parts.append((np.take_along_axis(scores, top, 1), top + start))
+        start += len(v)
+    return merge_topk(parts, k)
+
+
+def merge_topk(parts: Sequence[tuple[np.ndarray, np.ndarray]], k: int) -> tuple[np.ndarray, np.ndarray]:
+    """Each query's best k over several (scores, ids) results; faiss's empty slots (-1) last."""
+    scores = np.concatenate([np.where(i >= 0, s, -np.inf) for s, i in parts], axis=1)
+    ids = np.concatenate([i for _, i in parts], axis=1)
+    order = np.argsort(-scores, axis=1, kind="stable")[:, :k]
+    return np.take_along_axis(scores, order, 1), np.take_along_axis(ids, order, 1)
+
+
+def search_all(indexes: Sequence, queries: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    return merge_topk([index.search(queries, k) for index in indexes], k)
+
+
+def recall_at(found: np.ndarray, exact: tuple[np.ndarray, np.ndarray], k: int = 10) -> float:
+    """Mean share of each query's exact top k that the index found, `exact` being a deeper exact
+    (scores, ids): a row tied with the k-th counts too, so ties broken otherwise are no loss."""
+    scores, ids = exact
+    out = []
+    for f, s, e in zip(found[:, :k].tolist(), scores.tolist(), ids.tolist()):
+        kk = min(k, len(s))  # an index of fewer than k rows
+        tied = {i for x, i in zip(s, e) if x >= s[kk - 1] - 1e-6}
+        out.append(min(kk, len(set(f) & tied)) / kk)
+    return float(np.mean(out))
+
+
+def search_knob(index) -> str:
+    """The knob that trades speed for recall in this index: "nprobe" (IVF), "efSearch" (HNSW), or ""."""
+    import faiss
+
+    inner = faiss.downcast_index(index.index) if isinstance(index, (faiss.IndexIDMap, faiss.IndexIDMap2)) else index
+    try:
+        faiss.extract_index_ivf(inner)
+        return "nprobe"
+    except RuntimeError:
+        return "efSearch" if "HNSW" in type(inner).__name__ else ""
+
+
+def set_knob(indexes: Sequence, knob: str, value: int) -> None:
+    import faiss
+
+    params = faiss.ParameterSpace()
+    for index in indexes:
+        params.set_index_parameter(index, knob, value)
+
+
+def tune(indexes: Sequence, queries: np.ndarray, exact: tuple[np.ndarray, np.ndarray],
+         settings: DenseIndexSettings) -> tuple[str, int]:
+    """Set the search knob: the configured value, else the smallest power of two whose
+    recall@10 reaches the target (at most the number of lists, or 1024 for efSearch)."""
+    knob = search_knob(indexes[0]) if indexes else ""
+    if not knob:
+        return "", 0
+    fixed = settings.nprobe if knob == "nprobe" else settings.ef_search
+    if fixed:
+        set_knob(indexes, knob, fixed)
+        return knob, fixed
+    import faiss
+
+    top = faiss.extract_index_ivf(indexes[0]).nlist if knob == "nprobe" else 1024
+    value = 1
+    while True:
+        set_knob(indexes, knob, value)
+        if value >= top or recall_at(search_all(indexes, queries, 10)[1], exact) >= settings.target_recall:
+            return knob, value
+        value *= 2

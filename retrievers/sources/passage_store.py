@@ -1,0 +1,106 @@
+"""Passages on disk, fetched by row: what a dense index serves without holding the corpus.
+
+A store is a folder of shards, each `NNNNN.jsonl` (a passage a line: id, title, text) beside
+`NNNNN.offsets.npy` (each line's byte offset, then the end). Rows are numbered across the shards
+in order; they are faiss's ids. A row is read with one `pread` of a file the OS caches, so the
+service's memory holds the offsets only (8 bytes a passage), and threads read without a lock.
+The offsets file is written last, by rename: a shard without it is not there (a killed build
+writes it again).
+"""
+from __future__ import annotations
+
+import bisect
+import json
+import os
+from pathlib import Path
+from typing import Iterable, Sequence
+
+import numpy as np
+
+from retrievers.corpus import Document
+
+TEXT_SUFFIX = ".jsonl"
+OFFSETS_SUFFIX = ".offsets.npy"
+
+
+def shard_stem(folder: Path, shard: int) -> Path:
+    return folder / f"{shard:05d}"
+
+
+def write_shard(folder: Path, shard: int, passages: Iterable[Document]) -> int:
+    """Write one shard's passages; returns how many. Atomic: the offsets file is renamed in last."""
+    folder.mkdir(parents=True, exist_ok=True)
+    stem = shard_stem(folder, shard)
+    text_tmp = stem.with_name(stem.name + ".jsonl.tmp")
+    offsets = [0]
+    with open(text_tmp, "wb") as f:
+        for p in passages:
+            line = (json.dumps({"id": p.doc_id, "title": p.title, "text": p.text}) + "\n").encode("utf-8")
+            f.write(line)
+            offsets.append(offsets[-1] + len(line))
+    text_tmp.replace(stem.with_suffix(TEXT_SUFFIX))
+    off_tmp = stem.with_name(stem.name + ".offsets.tmp.npy")
+    np.save(off_tmp, np.asarray(offsets, dtype=np.int64))
+    off_tmp.replace(stem.with_name(stem.name + OFFSETS_SUFFIX))
+    return len(offsets) - 1
+
+
+def shard_done(folder: Path, shard: int) -> bool:
+    stem = shard_stem(folder, shard)
+    return stem.with_name(stem.name + OFFSETS_SUFFIX).exists()
+
+
+def read_shard(folder: Path, shard: int) -> list[Document]:
+    """Every passage of one shard, in order (the build's embedding step reads them back)."""
+    with open(shard_stem(folder, shard).with_suffix(TEXT_SUFFIX), encoding="utf-8") as f:
+        return [_document(line) for line in f]
+
+
+def _document(line: str | bytes) -> Document:
+    r = json.loads(line)
+    return Document(r["id"], r["title"], r["text"])
+
+
+class PassageStore:
+    """Read passages by row from a folder of `shards` shards (opened lazily, read-only)."""
+
+    def __init__(self, folder: str | Path, shards: int) -> None:
+        self.folder = Path(folder)
+        self._offsets = [np.load(shard_stem(self.folder, i).with_name(f"{i:05d}{OFFSETS_SUFFIX}"), mmap_mode="r")
+                         for i in range(shards)]
+        counts = [len(o) - 1 for o in self._offsets]
+        self._starts = list(np.cumsum([0, *counts[:-1]]).tolist()) if counts else []
+        self._size = int(sum(counts))
+        self._fds: list[int | None] = [None] * shards
+
+    def __len__(self) -> int:
+        return self._size
+
+    def _fd(self, shard: int) -> int:
+        fd = self._fds[shard]
+        if fd is None:  # two threads may both open it: one descriptor is kept, the other closed
+            fd = os.open(shard_stem(self.folder, shard).with_suffix(TEXT_SUFFIX), os.O_RDONLY)
+            if self._fds[shard] is None:
+                self._fds[shard] = fd
+            else:
+                os.close(fd)
+                fd = self._fds[shard]
+        return fd
+
+    def get(self, rows: Sequence[int]) -> list[Document]:
+        out = []
+        for row in rows:
+            if not 0 <= row < self._size:
+                raise IndexError(f"passage row {row} is outside this store's {self._size}")
+            shard = bisect.bisect_right(self._starts, row) - 1
+            offsets = self._offsets[shard]
+            i = row - self._starts[shard]
+            start, end = int(offsets[i]), int(offsets[i + 1])
+            out.append(_document(os.pread(self._fd(shard), end - start, start)))
+        return out
+
+    def close(self) -> None:
+        for i, fd in enumerate(self._fds):
+            if fd is not None:
+                os.close(fd)
+                self._fds[i] = None

@@ -1,0 +1,90 @@
+"""Embedding a corpus as a Ray Data job: the dense build's shards over a cluster's encoder actors.
+
+The streaming build (retrievers/sources/dense_build.py) writes passage shards to the index folder
+and asks an `Embedder` for the shards without vectors. This one makes them a dataset (a row a
+shard), maps it over a pool of encoder actors (`map_batches` with an actor class: the encoder
+loads once per actor; Ray places the actors on the cluster's nodes, GPUs where they are), and
+hands each shard's vectors back to the build as they arrive, which writes and checkpoints them.
+The same code runs on one machine (`--ray-address local`) and on many. The actors read the shards
+from the index folder, so on a cluster of several machines it must be on storage they share (as
+Ray Data's own readers expect); on one machine it always is.
+"""
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+from typing import Iterator, Sequence
+
+import numpy as np
+
+from retrievers.sources.dense_build import Embedder, embed_shard
+
+
+class ShardEncoder:
+    """A Ray Data actor: one encoder, loaded once, embedding whole shards."""
+
+    def __init__(self, encoder_name: str, threads: int) -> None:
+        import torch
+
+        from retrievers.encoder import Encoder
+
+        torch.set_num_threads(threads)
+        self.encoder = Encoder(encoder_name).load()
+
+    def __call__(self, batch: dict) -> dict:
+        out = {"shard": [], "rows": [], "vectors": [], "node": []}
+        import ray
+
+        node = ray.get_runtime_context().get_node_id()
+        for folder, shard in zip(batch["folder"], batch["shard"]):
+            v = embed_shard(self.encoder, Path(str(folder)), int(shard))
+            out["shard"].append(int(shard))
+            out["rows"].append(len(v))
+            out["vectors"].append(v.astype(np.float32).tobytes())  # bytes: shards differ in rows
+            out["node"].append(node)
+        return {k: np.asarray(v, dtype=object if k in ("vectors", "node") else np.int64) for k, v in out.items()}
+
+
+def connect(address: str) -> None:
+    """Join a running cluster (`ray start`), or start Ray on this machine for "local"."""
+    import ray
+
+    from serve.app.application import RAY_ENV_DEFAULTS, _runtime_env
+
+    if ray.is_initialized():
+        return
+    if address == "local":
+        for k, v in RAY_ENV_DEFAULTS.items():
+            os.environ.setdefault(k, v)
+        ray.init(_node_ip_address="127.0.0.1", _temp_dir=tempfile.mkdtemp(prefix="eor-ray-", dir="/tmp"),
+                 include_dashboard=False, runtime_env=_runtime_env(), configure_logging=True,
+                 logging_level="WARNING", log_to_driver=False)
+    else:
+        ray.init(address=address, runtime_env=_runtime_env(), configure_logging=True, logging_level="WARNING",
+                 log_to_driver=False)
+
+
+def ray_embedder(encoder_name: str, address: str = "local", actors: int = 0, threads: int = 1,
+                 nodes_seen: dict | None = None) -> Embedder:
+    """An Embedder running on Ray: `actors` encoder actors of `threads` cores each (0: as many as
+    the cluster's CPUs hold). `nodes_seen`, if given, counts the shards each node embedded."""
+    def embed(folder: Path, shards: Sequence[int]) -> Iterator[tuple[int, np.ndarray]]:
+        import ray
+
+        connect(address)
+        ctx = ray.data.DataContext.get_current()
+        ctx.enable_progress_bars = False
+        ctx.print_on_execution_start = False
+        n = actors or max(1, int(ray.cluster_resources().get("CPU", 1)) // threads)
+        n = min(n, len(shards))
+        ds = ray.data.from_items([{"folder": str(folder), "shard": int(s)} for s in shards],
+                                 override_num_blocks=len(shards))
+        ds = ds.map_batches(ShardEncoder, fn_constructor_kwargs={"encoder_name": encoder_name, "threads": threads},
+                            batch_size=1, concurrency=n, num_cpus=threads,
+                            scheduling_strategy="SPREAD")
+        for row in ds.iter_rows():
+            if nodes_seen is not None:
+                nodes_seen[row["node"]] = nodes_seen.get(row["node"], 0) + 1
+            yield int(row["shard"]), np.frombuffer(row["vectors"], dtype=np.float32).reshape(int(row["rows"]), -1)
+    return embed

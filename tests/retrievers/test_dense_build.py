@@ -1,0 +1,163 @@
+"""The streaming dense build: shards, resume after a kill, refusal of another build, the index
+chosen by size, the shard merge and passages read by row."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from retrievers.corpus import Document
+from retrievers.sources.dense import DenseSource
+from retrievers.sources.dense_build import (BUILD_FILE, META_FILE, SHARDS_DIR, DenseIndexSettings, build_dense_index,
+                                            exact_topk, load_vectors, merge_topk, split_rows, vectors_path)
+from retrievers.sources.passage_store import PassageStore, read_shard
+
+
+class HashEncoder:
+    """Deterministic 32-d vectors of word hashes; counts what it embedded."""
+
+    name = "hashes"
+    corpus_kind = "hashes"
+
+    def __init__(self, fail_after: int | None = None):
+        self.embedded = 0
+        self.fail_after = fail_after
+
+    def load(self):
+        return self
+
+    def encode(self, texts, show_progress=False):
+        out = np.zeros((len(texts), 32), dtype=np.float32)
+        for i, t in enumerate(texts):
+            for w in t.lower().split():
+                out[i, sum(map(ord, w)) % 32] += 1
+        return out / np.maximum(np.linalg.norm(out, axis=1, keepdims=True), 1e-9)
+
+    def encode_corpus(self, texts, show_progress=False):
+        if self.fail_after is not None and self.embedded >= self.fail_after:
+            raise KeyboardInterrupt("killed half-way")
+        self.embedded += len(texts)
+        return self.encode(texts)
+
+
+def corpus(n: int) -> list[Document]:
+    rng = np.random.default_rng(0)
+    words = [f"w{i}" for i in range(500)]
+    return [Document(f"d{i}", f"Title {i}", " ".join(rng.choice(words, 30))) for i in range(n)]
+
+
+SMALL = DenseIndexSettings(shard_passages=10, recall_queries=50)
+
+
+def test_a_killed_build_resumes_without_redoing_finished_shards_and_ends_with_the_same_index(tmp_path):
+    docs = corpus(95)
+    whole = build_dense_index(docs, tmp_path / "whole", HashEncoder(), settings=SMALL, corpus_id="c")
+    with pytest.raises(KeyboardInterrupt):
+        build_dense_index(docs, tmp_path / "resumed", HashEncoder(fail_after=40), settings=SMALL, corpus_id="c")
+    folder = tmp_path / "resumed" / SHARDS_DIR
+    assert [vectors_path(folder, i).exists() for i in range(10)] == [True] * 4 + [False] * 6
+    assert not (tmp_path / "resumed" / META_FILE).exists()
+    again = HashEncoder()
+    resumed = build_dense_index(docs, tmp_path / "resumed", again, settings=SMALL, corpus_id="c")
+    assert again.embedded == 55  # only the 6 shards not done: 5 of 10 passages and the last of 5
+    assert resumed["passages"] == whole["passages"] == 95 and resumed["shards"] == 10
+    for a, b in zip(load_vectors(tmp_path / "whole" / SHARDS_DIR, 10), load_vectors(folder, 10)):
+        assert np.array_equal(a, b)
+    q = HashEncoder().encode(["w1 w2 w3", "w400"])
+    ra = DenseSource(str(tmp_path / "whole"), HashEncoder(), settings=SMALL).load()
+    rb = DenseSource(str(tmp_path / "resumed"), HashEncoder(), settings=SMALL).load()
+    assert [[p.pid for p in row] for row in ra.search(["w1 w2 w3", "w400"], 5)] == \
+        [[p.pid for p in row] for row in rb.search(["w1 w2 w3", "w400"], 5)]
+    assert q.shape == (2, 32)
+    third = HashEncoder()  # finished: a third run does nothing
+    assert build_dense_index(docs, tmp_path / "resumed", third, settings=SMALL, corpus_id="c") == resumed
+    assert third.embedded == 0
+
+
+def test_a_build_resumed_over_another_corpus_or_settings_is_refused_naming_what_differs(tmp_path):
+    build_dense_index(corpus(12), tmp_path / "idx", HashEncoder(), settings=SMALL, corpus_id="a.jsonl|1|1")
+    with pytest.raises(ValueError, match="other corpus.*'a.jsonl|1|1'.*--fresh"):
+        build_dense_index(corpus(12), tmp_path / "idx", HashEncoder(), settings=SMALL, corpus_id="b.jsonl|1|1")
+    with pytest.raises(ValueError, match="other passage_words"):
+        build_dense_index(corpus(12), tmp_path / "idx", HashEncoder(), passage_words=50, settings=SMALL,
+                          corpus_id="a.jsonl|1|1")
+    assert json.loads((tmp_path / "idx" / BUILD_FILE).read_text())["fingerprint"]["corpus"] == "a.jsonl|1|1"
+
+
+def test_the_index_is_exact_below_the_size_and_an_ann_index_above_with_its_recall(tmp_path):
+    docs = corpus(400)
+    exact = build_dense_index(docs, tmp_path / "exact", HashEncoder(), settings=SMALL)
+    assert exact["factory"] == "Flat" and exact["recall_at_10"] == 1.0 and exact["search"] == {}
+    ann = DenseIndexSettings(shard_passages=64, exact_below=100, recall_queries=100, target_recall=0.9)
+    assert ann.factory_for(400) == "IVF64,SQ8" and ann.factory_for(99) == "Flat"
+    assert DenseIndexSettings().factory_for(1_000_000) == "IVF4096,SQ8"
+    meta = build_dense_index(docs, tmp_path / "ivf", HashEncoder(), settings=ann)
+    assert meta["factory"] == "IVF64,SQ8"
+    assert meta["recall_at_10"] >= 0.9 and 1 <= meta["search"]["nprobe"] <= 64  # tuned to the target
+    fixed = DenseIndexSettings(shard_passages=64, exact_below=100, recall_queries=100, nprobe=64)
+    again = build_dense_index(docs, tmp_path / "ivf", HashEncoder(), settings=fixed)  # index step only
+    assert again["search"] == {"nprobe": 64} and again["recall_at_10"] >= meta["recall_at_10"]
+    hnsw = build_dense_index(docs, tmp_path / "hnsw", HashEncoder(),
+                             settings=DenseIndexSettings(shard_passages=64, factory="HNSW16", recall_queries=100))
+    assert "efSearch" in hnsw["search"] and hnsw["recall_at_10"] >= 0.95
+
+
+def test_index_shards_return_what_one_index_returns(tmp_path):
+    docs = corpus(120)
+    one = build_dense_index(docs, tmp_path / "one", HashEncoder(), settings=SMALL)
+    three = build_dense_index(docs, tmp_path / "three", HashEncoder(),
+                              settings=DenseIndexSettings(shard_passages=10, recall_queries=50, index_shards=3))
+    assert [c for _, c in three["index_shards"]] == [40, 40, 40] and one["index_shards"] == [[0, 120]]
+    qs = [f"w{i} w{i + 7} w{i * 3}" for i in range(20)]
+    a = DenseSource(str(tmp_path / "one"), HashEncoder(), settings=SMALL).search(qs, 7)
+    b = DenseSource(str(tmp_path / "three"), HashEncoder(), settings=SMALL).search(qs, 7)
+    assert [[round(p.score, 5) for p in r] for r in a] == [[round(p.score, 5) for p in r] for r in b]
+
+    def untied(row):  # passages whose score no other hit shares, nor the cut (faiss breaks ties its own way)
+        scores = [round(p.score, 5) for p in row]
+        return [p.pid for p, s in zip(row, scores) if scores.count(s) == 1 and s != scores[-1]]
+    assert [untied(r) for r in a] == [untied(r) for r in b]
+    assert sum(map(len, map(untied, a))) > 40, sum(map(len, map(untied, a)))
+
+
+def test_merge_topk_keeps_the_best_k_and_puts_empty_slots_last():
+    s1, i1 = np.array([[0.9, 0.5, -1.0]]), np.array([[4, 2, -1]])
+    s2, i2 = np.array([[0.7, 0.6, 0.1]]), np.array([[10, 11, 12]])
+    scores, ids = merge_topk([(s1, i1), (s2, i2)], 4)
+    assert ids.tolist() == [[4, 10, 11, 2]] and scores.tolist() == [[0.9, 0.7, 0.6, 0.5]]
+    _, ids = merge_topk([(s1, i1)], 3)
+    assert ids.tolist() == [[4, 2, -1]]
+    assert split_rows([10] * 10, 3) == [(0, 4), (4, 7), (7, 10)]
+    assert split_rows([10, 10], 5) == [(0, 1), (1, 2)]
+
+
+def test_exact_topk_over_shards_is_the_brute_force_answer():
+    rng = np.random.default_rng(3)
+    shards = [rng.normal(size=(n, 8)).astype(np.float32) for n in (5, 9, 3)]
+    q = rng.normal(size=(4, 8)).astype(np.float32)
+    scores, ids = exact_topk(q, shards, 6)
+    full = np.concatenate(shards)
+    assert ids.tolist() == np.argsort(-(q @ full.T), axis=1)[:, :6].tolist()
+
+
+def test_passages_are_read_by_row_from_disk_across_shards(tmp_path):
+    docs = corpus(25)
+    build_dense_index(docs, tmp_path / "idx", HashEncoder(), settings=SMALL)
+    store = PassageStore(tmp_path / "idx" / SHARDS_DIR, 3)
+    assert len(store) == 25
+    assert [d.doc_id for d in store.get([24, 0, 10, 9])] == ["d24", "d0", "d10", "d9"]
+    assert store.get([13])[0] == Document("d13", "Title 13", docs[13].text)
+    with pytest.raises(IndexError, match="row 25 is outside this store's 25"):
+        store.get([25])
+    assert [d.doc_id for d in read_shard(tmp_path / "idx" / SHARDS_DIR, 2)] == [f"d{i}" for i in range(20, 25)]
+    store.close()
+
+
+def test_unknown_or_out_of_range_options_are_refused_naming_the_key():
+    with pytest.raises(ValueError, match=r"index.sources.Wiki.options: unknown key 'nprob' \(did you mean 'nprobe'\?\)"):
+        DenseIndexSettings.from_options({"nprob": 8}, "index.sources.Wiki.options")
+    with pytest.raises(ValueError, match="index_shards must be >= 1"):
+        DenseIndexSettings(index_shards=0)
+    with pytest.raises(ValueError, match="target_recall"):
+        DenseIndexSettings(target_recall=1.5)
