@@ -33,17 +33,19 @@ class ShardEncoder:
         self.encoder = Encoder(encoder_name).load()
 
     def __call__(self, batch: dict) -> dict:
-        out = {"shard": [], "rows": [], "vectors": [], "node": []}
+        out = {"shard": [], "rows": [], "vectors": [], "node": [], "seconds": []}
         import ray
 
         node = ray.get_runtime_context().get_node_id()
         for folder, shard in zip(batch["folder"], batch["shard"]):
-            v = embed_shard(self.encoder, Path(str(folder)), int(shard))
+            v, seconds = embed_shard(self.encoder, Path(str(folder)), int(shard))
             out["shard"].append(int(shard))
             out["rows"].append(len(v))
             out["vectors"].append(v.astype(np.float32).tobytes())  # bytes: shards differ in rows
             out["node"].append(node)
-        return {k: np.asarray(v, dtype=object if k in ("vectors", "node") else np.int64) for k, v in out.items()}
+            out["seconds"].append(seconds)
+        types = {"vectors": object, "node": object, "seconds": np.float64}
+        return {k: np.asarray(v, dtype=types.get(k, np.int64)) for k, v in out.items()}
 
 
 def connect(address: str) -> None:
@@ -69,7 +71,7 @@ def ray_embedder(encoder_name: str, address: str = "local", actors: int = 0, thr
                  nodes_seen: dict | None = None) -> Embedder:
     """An Embedder running on Ray: `actors` encoder actors of `threads` cores each (0: as many as
     the cluster's CPUs hold). `nodes_seen`, if given, counts the shards each node embedded."""
-    def embed(folder: Path, shards: Sequence[int]) -> Iterator[tuple[int, np.ndarray]]:
+    def embed(folder: Path, shards: Sequence[int]) -> Iterator[tuple[int, np.ndarray, float]]:
         import ray
 
         connect(address)
@@ -86,5 +88,6 @@ def ray_embedder(encoder_name: str, address: str = "local", actors: int = 0, thr
         for row in ds.iter_rows():
             if nodes_seen is not None:
                 nodes_seen[row["node"]] = nodes_seen.get(row["node"], 0) + 1
-            yield int(row["shard"]), np.frombuffer(row["vectors"], dtype=np.float32).reshape(int(row["rows"]), -1)
+            vectors = np.frombuffer(row["vectors"], dtype=np.float32).reshape(int(row["rows"]), -1)
+            yield int(row["shard"]), vectors, float(row["seconds"])
     return embed

@@ -56,6 +56,12 @@ class KnowledgeSource(Protocol):
         report; the default, for a source with no index of its own (a search API), builds nothing."""
         return None
 
+    @classmethod
+    def index_shards(cls, index_dir: str) -> int:
+        """How many parts the built index at `index_dir` is split into, each served by an actor of
+        its own (0 or 1: the source serves it whole); the default: none."""
+        return 0
+
     def load(self) -> "KnowledgeSource":
         """Open indexes / models (cheap constructors, explicit warm-up)."""
 

@@ -43,10 +43,20 @@ class DenseSource(KnowledgeSource):
         return build_dense_index(docs, setting.index_dir, source.encoder, settings=source.settings,
                                  corpus_id=corpus_id, embedder=embedder, progress=progress)
 
+    @classmethod
+    def index_shards(cls, index_dir: str) -> int:
+        return index_shard_count(index_dir)
+
     def __post_init__(self) -> None:
         self._indexes: list = []
         self._store: PassageStore | None = None
         self.meta: dict = {}
+
+    def use_indexes(self, indexes: Sequence) -> "DenseSource":
+        """Search these instead of reading the index files: objects with faiss's
+        `search(vectors, k) -> (scores, ids)`, such as the service's index-shard actors."""
+        self._indexes = list(indexes)
+        return self
 
     def load(self) -> "DenseSource":
         if self._store is not None:
@@ -54,7 +64,7 @@ class DenseSource(KnowledgeSource):
         path = Path(self.index_dir)
         self.meta = read_meta(path, self.name)
         self._check_encoder(path)
-        self._indexes = load_index_shards(path, self.meta, self.settings)
+        self._indexes = self._indexes or load_index_shards(path, self.meta, self.settings)
         self._store = PassageStore(path / SHARDS_DIR, self.meta["shards"])
         self.encoder.load()
         return self
@@ -99,6 +109,14 @@ def read_meta(path: Path, name: str = "Wiki") -> dict:
     if meta.get("format") != FORMAT:
         raise MissingIndexError(f"the {name} index at {path} was built by an older eor: rebuild it with `eor index`")
     return meta
+
+
+def index_shard_count(index_dir: str | Path) -> int:
+    """How many faiss files a finished index is split into (0: none built yet)."""
+    meta_path = Path(index_dir) / META_FILE
+    if not meta_path.exists():
+        return 0
+    return len(json.loads(meta_path.read_text(encoding="utf-8")).get("index_shards", []))
 
 
 def load_index_shards(path: Path, meta: dict, settings: DenseIndexSettings, only: Sequence[int] | None = None) -> list:

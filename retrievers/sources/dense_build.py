@@ -34,9 +34,11 @@ META_FILE = "meta.json"
 FORMAT = 2
 VECTORS_SUFFIX = ".vectors.npy"
 
-# embed(folder, shards) -> (shard, vectors) as each is done, in any order: the shards' passages are
-# read from `folder` (passage_store.py); this process, or a cluster's encoder actors (serve/indexing.py)
-Embedder = Callable[[Path, Sequence[int]], Iterator[tuple[int, np.ndarray]]]
+# embed(folder, shards) -> (shard, vectors, encoder seconds) as each is done, in any order: the
+# shards' passages are read from `folder` (passage_store.py); the seconds are the encoder's own
+# (its rate, beside the build's: the pipeline's overhead); in this process, or on a cluster's
+# encoder actors (serve/indexing.py)
+Embedder = Callable[[Path, Sequence[int]], Iterator[tuple[int, np.ndarray, float]]]
 
 
 @dataclass(frozen=True)
@@ -98,15 +100,18 @@ def write_vectors(folder: Path, shard: int, vectors: np.ndarray) -> None:
 
 def local_embedder(encoder) -> Embedder:
     """Embed shard after shard in this process (what a build without a cluster runs)."""
-    def embed(folder: Path, shards: Sequence[int]) -> Iterator[tuple[int, np.ndarray]]:
+    def embed(folder: Path, shards: Sequence[int]) -> Iterator[tuple[int, np.ndarray, float]]:
         for shard in shards:
-            yield shard, embed_shard(encoder, folder, shard)
+            yield (shard, *embed_shard(encoder, folder, shard))
     return embed
 
 
-def embed_shard(encoder, folder: Path, shard: int) -> np.ndarray:
-    """One shard's vectors: what every embedder computes, wherever it runs."""
-    return encoder.encode_corpus([passage_text(p) for p in read_shard(folder, shard)])
+def embed_shard(encoder, folder: Path, shard: int) -> tuple[np.ndarray, float]:
+    """One shard's vectors and the encoder's seconds: what every embedder computes, wherever it runs."""
+    texts = [passage_text(p) for p in read_shard(folder, shard)]
+    t = time.perf_counter()
+    vectors = encoder.encode_corpus(texts)
+    return vectors, time.perf_counter() - t
 
 
 def passage_text(p: Document) -> str:
@@ -182,11 +187,12 @@ def build_dense_index(docs: Iterable[Document], out_dir: str | Path, encoder, pa
         _save(out, state)
     shards, passages = state["shards"], state["passages"]
     pending = [i for i in range(shards) if not vectors_path(folder, i).exists()]
-    embed_s = _embed(pending, folder, embedder or local_embedder(encoder), passages, shards, progress)
+    embed_s, encode_s = _embed(pending, folder, embedder or local_embedder(encoder), passages, shards, progress)
     meta = build_faiss(out, shards, passages, settings)
     meta.update({"format": FORMAT, "encoder": encoder.name, "corpus_backend": _backend(encoder),
                  "passage_words": passage_words, "shards": shards, "settings": asdict(settings),
                  "embedded_now": sum(_count(folder, i) for i in pending), "embed_seconds": round(embed_s, 1),
+                 "encoder_seconds": round(encode_s, 1),
                  "build_seconds": round(time.time() - t0, 1)})
     tmp = out / (META_FILE + ".tmp")
     tmp.write_text(json.dumps(meta, indent=1), encoding="utf-8")
@@ -203,23 +209,25 @@ def _count(folder: Path, shard: int) -> int:
 
 
 def _embed(pending: list[int], folder: Path, embed: Embedder, passages: int, shards: int,
-           progress: TextIO | None) -> float:
-    t = time.time()
+           progress: TextIO | None) -> tuple[float, float]:
+    """(wall seconds of the step, the encoders' own seconds summed)."""
+    t, encoder_s = time.time(), 0.0
     if not pending:
-        return 0.0
+        return 0.0, 0.0
     bar = None
     if progress is not None:
         from tqdm import tqdm
 
         done = sum(_count(folder, i) for i in range(shards) if i not in set(pending))
         bar = tqdm(total=passages, initial=done, desc="embedding passages", unit="passage", file=progress)
-    for shard, vectors in embed(folder, pending):
+    for shard, vectors, seconds in embed(folder, pending):
         write_vectors(folder, shard, vectors)
+        encoder_s += seconds
         if bar is not None:
             bar.update(len(vectors))
     if bar is not None:
         bar.close()
-    return time.time() - t
+    return time.time() - t, encoder_s
 
 
 def load_vectors(folder: Path, shards: int) -> list[np.ndarray]:

@@ -66,7 +66,7 @@ def build_app(settings: EorConfig, voter_config: dict | None = None):
     """The application; `voter_config` (the Voter's user_config) defaults to the settings'
     weights file, or equal weights."""
     from retrievers.spec import DEFAULT_READER_NAME
-    from serve.app.deployments import RetrieverGroup, Source, Voter, asked_readers
+    from serve.app.deployments import IndexShard, RetrieverGroup, Source, Voter, asked_readers
     from serve.app.ingress import EorIngress
     from serve.app.placement import actor_options, reader_deployment, source_deployment
     from serve.app.reader import Reader
@@ -94,7 +94,11 @@ def build_app(settings: EorConfig, voter_config: dict | None = None):
     gen = generator_reader(settings)  # a served reader of its model serves Generate, else its own engine
     generator = readers[gen.reader] if gen.reader is not None else \
         pin(Reader, gen.deployment, reader_opts).bind(_with_reader(d, gen.settings), lazy=True)  # on first Generate
-    sources = {name: pin(Source, source_deployment(name)).bind(d, name) for name in settings.index.sources}
+    sources = {}
+    for name, n_shards in index_shards(settings).items():  # a dense index in several files: an actor each
+        shards = tuple(pin(IndexShard, f"{source_deployment(name)}_shard{k}").bind(d, name, k)
+                       for k in range(n_shards)) if n_shards > 1 else ()
+        sources[name] = pin(Source, source_deployment(name)).bind(d, name, shards)
     group_specs = actor_groups(settings)
     groups = [pin(RetrieverGroup, f"Retrievers_{i}").bind(d, list(g), sources, reader, others)
               for i, g in enumerate(group_specs)]
@@ -103,6 +107,16 @@ def build_app(settings: EorConfig, voter_config: dict | None = None):
     voter = pin(Voter.options(user_config=voter_config), "Voter").bind(d, reader)  # NLI: the default reader
     return pin(EorIngress, INGRESS).bind(d, groups, [list(g) for g in group_specs], voter, reader,
                                          sources, generator, others)
+
+
+def index_shards(settings: EorConfig) -> dict[str, int]:
+    """Each configured source's index shards to serve as actors of their own (0 or 1: none)."""
+    from retrievers.registry import source_class
+    from serve.builder import index_path
+
+    root = index_path(settings.index.name)
+    return {name: source_class(s.backend).index_shards(str(root / name.lower()))
+            for name, s in settings.index.sources.items()}
 
 
 def _with_reader(settings: dict, engine: Any) -> dict:

@@ -26,7 +26,8 @@ from ray import serve
 from retrievers.groundwork import RoundRun
 from retrievers.types import QuestionResult
 from serve.app import metrics
-from serve.app.handles import RemoteEncoder, RemoteReader, RemoteSource, StageClock, working_for
+from serve.app.handles import (RemoteEncoder, RemoteIndexShards, RemoteReader, RemoteSource, StageClock,
+                               working_for)
 from serve.app.placement import THIN, Placed
 from serve.builder import encoding_source, make_service_sources, source_shapes
 from serve.config import config_from_dict, reader_models, used_readers
@@ -39,13 +40,36 @@ log = logging.getLogger(__name__)
 
 
 @serve.deployment(ray_actor_options=THIN, max_ongoing_requests=64)
-class Source(Placed):
-    """One knowledge source, loaded once; the encoding source (`encoding_source`) also serves @RR's encoder."""
+class IndexShard(Placed):
+    """One faiss file of a dense index split into several (`index_shards`), placed by Ray: the
+    Source encodes the query, asks every shard and merges (handles.py: RemoteIndexShards)."""
 
-    def __init__(self, settings: dict, name: str):
+    def __init__(self, settings: dict, name: str, shard: int):
+        from pathlib import Path
+
+        from retrievers.sources.dense import load_index_shards, read_meta
+
+        config = config_from_dict(settings)
+        source = make_service_sources(config)[0][name]
+        path = Path(source.index_dir)
+        (self.index,) = load_index_shards(path, read_meta(path, name), source.settings, only=[shard])
+        self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"shard-{name}-{shard}")
+
+    async def search(self, vectors, k: int):
+        return await asyncio.get_running_loop().run_in_executor(self._thread, self.index.search, vectors, k)
+
+
+@serve.deployment(ray_actor_options=THIN, max_ongoing_requests=64)
+class Source(Placed):
+    """One knowledge source, loaded once; the encoding source (`encoding_source`) also serves @RR's
+    encoder. A dense index split into shards is searched through their actors (`shards`)."""
+
+    def __init__(self, settings: dict, name: str, shards: tuple = ()):
         config = config_from_dict(settings)
         sources, encoder = make_service_sources(config)
         self.name = name
+        if shards:
+            sources[name].use_indexes([RemoteIndexShards(shards)])
         self.source = sources[name].load()
         self.encoder = None
         if name == encoding_source(config.index.sources):  # the one RetrieverGroup asks to encode (RemoteEncoder)

@@ -178,6 +178,24 @@ class RemoteSource:
         return _call("retrieve", self.handle.search, list(queries), int(k), timeout_s=self.timeout_s)
 
 
+class RemoteIndexShards:
+    """A dense index split over index-shard actors, searched as one faiss index: every shard
+    asked at once, each query's top k merged (retrievers/sources/dense_build.py: merge_topk)."""
+
+    def __init__(self, handles: Sequence[Any]):
+        self.handles = list(handles)
+
+    def search(self, vectors, k: int):
+        from retrievers.sources.dense_build import merge_topk
+
+        t = time.perf_counter()
+        pending = [h.search.remote(vectors, int(k)) for h in self.handles]
+        try:
+            return merge_topk([resp.result() for resp in pending], k)
+        finally:
+            StageClock.add("retrieve", time.perf_counter() - t)
+
+
 class RemoteEncoder:
     def __init__(self, handle: Any, timeout_s: float | None = None):
         self.handle = handle

@@ -1,0 +1,76 @@
+"""The dense build's embedding as a Ray Data job (serve/indexing.py): on a real two-node Ray
+cluster formed on this machine both nodes embed shards of one build, and the vectors are those
+of a build in one process; index shards served by their own actors return what one index does."""
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+
+from retrievers.sources.dense_build import SHARDS_DIR, DenseIndexSettings, build_dense_index, load_vectors
+
+
+class FakeShardHandle:
+    """A Serve handle's shape: `.search.remote(...)` -> a response with `.result()`."""
+
+    def __init__(self, index):
+        self.index = index
+        self.search = self
+
+    def remote(self, vectors, k):
+        result = self.index.search(vectors, k)
+
+        class Response:
+            def result(self, timeout_s=None):
+                return result
+        return Response()
+
+
+def test_index_shards_searched_through_their_handles_return_what_one_index_returns(tmp_path):
+    from retrievers.sources.dense import DenseSource, load_index_shards, read_meta
+    from serve.app.handles import RemoteIndexShards
+    from tests.retrievers.test_dense_build import HashEncoder, corpus
+
+    settings = DenseIndexSettings(shard_passages=10, recall_queries=50, index_shards=3)
+    build_dense_index(corpus(60), tmp_path / "idx", HashEncoder(), settings=settings)
+    meta = read_meta(tmp_path / "idx")
+    shards = [FakeShardHandle(load_index_shards(tmp_path / "idx", meta, settings, only=[k])[0]) for k in range(3)]
+    remote = DenseSource(str(tmp_path / "idx"), HashEncoder(), settings=settings).use_indexes(
+        [RemoteIndexShards(shards)])
+    local = DenseSource(str(tmp_path / "idx"), HashEncoder(), settings=settings)
+    qs = ["w1 w2", "w30 w7 w8", "w100"]
+    assert [[(p.pid, p.score) for p in r] for r in remote.search(qs, 6)] == \
+        [[(p.pid, p.score) for p in r] for r in local.search(qs, 6)]
+
+
+@pytest.mark.slow
+def test_two_nodes_of_a_local_ray_cluster_build_one_index_with_the_vectors_of_one_process(tmp_path):
+    import ray
+
+    from bench.cluster import start_head, start_worker, stop_cluster
+    from retrievers.corpus import read_embedded
+    from retrievers.encoder import Encoder
+    from serve.indexing import ray_embedder
+
+    docs = list(itertools.islice(read_embedded(), 120))
+    settings = DenseIndexSettings(shard_passages=16, recall_queries=20)
+    encoder = Encoder(corpus_backend="torch")  # fp32 on every class of CPU: the same vectors wherever they run
+    build_dense_index(docs, tmp_path / "one", encoder, settings=settings, corpus_id="embedded-120")
+    temp = f"/tmp/eor-idx-{tmp_path.name[-8:]}"
+    try:
+        start_head(6389, temp, 58391)
+        start_worker(6389, temp, 58392)
+        nodes: dict = {}
+        embed = ray_embedder(encoder.name, address="127.0.0.1:6389", actors=2, nodes_seen=nodes)
+        meta = build_dense_index(docs, tmp_path / "two", encoder, settings=settings, corpus_id="embedded-120",
+                                 embedder=embed)
+        assert len(nodes) == 2 and sum(nodes.values()) == meta["shards"], nodes  # both nodes embedded shards
+    finally:
+        if ray.is_initialized():
+            ray.shutdown()
+        stop_cluster(temp)
+    one = load_vectors(tmp_path / "one" / SHARDS_DIR, meta["shards"])
+    two = load_vectors(tmp_path / "two" / SHARDS_DIR, meta["shards"])
+    for a, b in zip(one, two):
+        assert a.shape == b.shape and np.allclose(a, b, atol=1e-5)
