@@ -52,7 +52,7 @@ from bench.service_calls import (check_loopback, latency_summary, memory_report,
 
 WARM_UP = "what is the capital of france"  # asked before the timed questions of `cold` and `inprocess`
 # issue 33's service goals for `compare`: the cascade's mean latency over the one-retriever service's at
-# most 3x (voter/adaptive.py: LATENCY_CAP, the fit's cap), its first streamed answer no later than that answer
+# most 3x (fitting/layout_choice.py: LATENCY_CAP, the fit's cap), its first streamed answer no later than that answer
 MEAN_GOAL = 3.0
 FIRST_REPLY_GOAL = 1.0
 

@@ -390,7 +390,7 @@ def used_readers(config: EorConfig, specs=None) -> list[str]:
 def quick_reader_first(config: EorConfig, specs=None) -> bool:
     """Whether the default reader's engine has the cores before every other reader the pool's
     members (or `specs`) name (a lower niceness: serve/engine/priority.py), so round 1's early
-    answer reads as if alone (voter/adaptive.py: early_answer_work)."""
+    answer reads as if alone (fitting/layout_fit.py: early_answer_work)."""
     others = [reader_config(config, n).cpu_nice for n in used_readers(config, specs) if n != DEFAULT_READER_NAME]
     return bool(others) and config.reader.cpu_nice < min(others)
 

@@ -5,27 +5,25 @@ when its settle statistic reaches the stage's threshold tau_k; the last stage al
 the question. The statistic is the answer margin of the weighted vote (the winner's score
 minus the best score of a different normalised answer): +inf when at least two retrievers
 answered and all agree, -inf when fewer than two answered (one answer is no vote). The
-confidence-aware rounds (voter/adaptive.py) use the same rule, `settled`, on P(right);
+confidence-aware rounds (voter/adaptive_model.py) use the same rule, `settled`, on P(right);
 voter/decision.py is where a voter's thresholds meet its statistic.
 
-Why calibrated thresholds rather than a prior alone (Adaptive-Consistency's Beta posterior,
+Why fitted thresholds rather than a prior alone (Adaptive-Consistency's Beta posterior,
 ESC's window): our retrievers are correlated and unequal in cost, so, as FrugalGPT does, the
-thresholds are learned on the fit split: the cheapest per-stage thresholds (mean reader tokens
-per question) whose final answer equals the all-kept-retrievers vote on >= `target` of the
-fit questions. The search is greedy coordinate descent over the observed statistics (each
-move lowers one tau_k to the value that saves the most tokens while agreement holds).
+thresholds are learned on the fit split (fitting/thresholds.py: the cheapest per-stage thresholds
+whose final answer equals the all-kept-retrievers vote on >= `target` of the fit questions).
+This module is what the service runs with them: the cascade as a value, the rule, the early answer.
 
-Pure numpy; the similarity tensor and per-retriever token counts come from the fit run.
+Pure numpy.
 """
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Any, Sequence
 
 import numpy as np
 
-from voter.normalize import normalize_answer
 from voter.voting import answer_margin, choose
 
 DEFAULT_TARGET = 0.98
@@ -119,7 +117,7 @@ def early_members(first_round: Sequence[str]) -> tuple[str, ...]:
     round 1's one-step members on the default reader (the smallest, fastest) when the round also
     asks another reader; else its one-step members when some take two steps (a document written
     first); else the whole round (no early answer). The one rule the service (serve/orchestrator.py) and the fit's
-    first-reply price (voter/adaptive.py) share."""
+    first-reply price (fitting/layout_fit.py) share."""
     from retrievers.spec import DEFAULT_READER_NAME, parse_spec
 
     specs = [(s, parse_spec(s)) for s in first_round]
@@ -139,10 +137,19 @@ def early_answer(first_round: Sequence[str]) -> tuple[str, ...] | None:
     return quick if set(quick) < set(first_round) else None
 
 
+def early_view(layout: Sequence[Sequence[str]], preview: Sequence[str] = ()) -> tuple[str, ...] | None:
+    """The members of a stream's first reply: the preview (read beside round 1, never voted after),
+    else round 1's early answer's (voter/cascade.py: early_answer), read before the rest; None
+    where there is none."""
+    if preview:
+        return tuple(preview)
+    return early_answer(layout[0]) if layout else None
+
+
 def early_cascade(cascade: Cascade) -> Cascade:
     """The cascade a stream's early answer is voted under: its preview, else round 1's early members
     (early_answer), as a stage of their own that never settles, then the rest of round 1 and the
-    later rounds; so the vote after it names just the members asked (voter/adaptive.py:
+    later rounds; so the vote after it names just the members asked (voter/adaptive_model.py:
     AdaptiveModel.stage_of, the early line). Itself where there is no early answer."""
     if cascade.preview:
         return replace(cascade, stages=(cascade.preview, *cascade.stages), thresholds=(math.inf, *cascade.thresholds),
@@ -166,25 +173,6 @@ def settle_stat(scores: np.ndarray, answers: Sequence[str | None]) -> float:
     return math.inf if margin is None else float(margin)
 
 
-def order_stages(specs: Sequence[str], cost: dict[str, float], first: int = 2) -> tuple[tuple[str, ...], ...]:
-    """Cheapest first: the `first` cheapest retrievers make stage 1 (a vote needs two answers),
-    then one retriever per stage, so the rule can stop as soon as the vote settles."""
-    ranked = sorted(specs, key=lambda s: (cost.get(s, math.inf), list(specs).index(s)))
-    if len(ranked) <= first:
-        return (tuple(ranked),)
-    return (tuple(ranked[:first]), *((s,) for s in ranked[first:]))
-
-
-@dataclass
-class StageTrace:
-    """What each fit question looks like after each stage: [N, S] arrays."""
-
-    stats: np.ndarray  # settle statistic of the vote so far
-    same: np.ndarray  # bool: the vote so far picks the all-kept answer (normalised)
-    cum_tokens: np.ndarray  # reader tokens spent up to and including the stage
-    answers: list[list[str]] = field(default_factory=list)  # [N][S] voted answer after each stage
-
-
 def stop_stages(stats: np.ndarray, thresholds: Sequence[float]) -> np.ndarray:
     """[N] 0-based stage after which each question stops: `settled` over each question's
     statistics [N, S] (the earliest settled stage wins)."""
@@ -193,69 +181,3 @@ def stop_stages(stats: np.ndarray, thresholds: Sequence[float]) -> np.ndarray:
     for k in range(s - 2, -1, -1):  # earliest stage wins: fill from the back
         stop = np.where(settled(k, stats[:, k], thresholds), k, stop)
     return stop
-
-
-def evaluate_rule(trace: StageTrace, thresholds: Sequence[float]) -> tuple[float, float, np.ndarray]:
-    """(agreement with the all-kept vote, mean tokens per question, stop stage per question)."""
-    stop = stop_stages(trace.stats, thresholds)
-    rows = np.arange(len(stop))
-    return float(trace.same[rows, stop].mean()), float(trace.cum_tokens[rows, stop].mean()), stop
-
-
-def greedy_thresholds(grid: Sequence[Sequence[float]], evaluate: Any, target: float) -> tuple[float, ...]:
-    """The cheapest per-stage thresholds whose quality stays >= target, by greedy coordinate
-    descent from never stopping early: each move lowers the one threshold (to a value of its
-    stage's `grid`) that saves the most cost. `evaluate(thresholds) -> (quality, cost)`.
-    Shared by the margin cascade and the confidence stop rule (voter/selector.py)."""
-    tau = [math.inf] * len(grid)
-    _, best_cost = evaluate(tau)
-    while True:
-        move = None
-        for k, values in enumerate(grid):
-            for c in values:
-                if c >= tau[k]:
-                    continue
-                quality, cost = evaluate(tau[:k] + [c] + tau[k + 1:])
-                if quality >= target - 1e-12 and cost < best_cost - 1e-9:
-                    best_cost, move = cost, (k, c)
-        if move is None:
-            return tuple(tau)
-        tau[move[0]] = move[1]
-
-
-def fit_thresholds(trace: StageTrace, target: float = DEFAULT_TARGET) -> tuple[float, ...]:
-    """The cheapest thresholds whose final answer agrees with the all-kept vote on >= target
-    of the fit questions (greedy over the observed statistics)."""
-    n, s = trace.stats.shape
-    if n == 0 or s < 2:
-        return tuple([math.inf] * (s - 1))
-    grid = [sorted({float(x) for x in trace.stats[:, k] if math.isfinite(x)} | {UNANIMOUS_ONLY})
-            for k in range(s - 1)]
-    return greedy_thresholds(grid, lambda tau: evaluate_rule(trace, tau)[:2], target)
-
-
-def same_answer(a: str | None, b: str | None) -> bool:
-    """Two votes agree when their normalised answers do (no answer agrees with no answer)."""
-    return normalize_answer(a or "") == normalize_answer(b or "")
-
-
-def build_trace(voter: Any, sim: np.ndarray, mask: np.ndarray, pool: Sequence[str],
-                grid: Sequence[Sequence[str | None]], stages: Sequence[Sequence[str]],
-                cum_tokens: np.ndarray) -> StageTrace:
-    """Vote over the answers of stages 1..k for every k (the voter's `decision_scores` on the
-    mask restricted to those retrievers) and compare with the last stage's vote.
-
-    `cum_tokens` [N, S]: reader tokens of stages 1..k per question (shared documents once)."""
-    n, s = len(grid), len(stages)
-    stats = np.full((n, s), -math.inf)
-    answers: list[list[str]] = [[""] * s for _ in range(n)]
-    index = {spec: m for m, spec in enumerate(pool)}
-    cols = np.zeros(len(pool), dtype=bool)
-    for k, stage in enumerate(stages):
-        cols[[index[x] for x in stage]] = True
-        scores = voter.decision_scores((sim, mask & cols[None, :]))
-        for i, w in enumerate(choose(scores)):
-            answers[i][k] = (grid[i][w] or "") if w >= 0 else ""
-            stats[i, k] = settle_stat(scores[i], grid[i])
-    same = np.array([[same_answer(a, row[-1]) for a in row] for row in answers], dtype=bool).reshape(n, s)
-    return StageTrace(stats, same, np.asarray(cum_tokens, dtype=np.float64).reshape(n, s), answers)

@@ -14,7 +14,7 @@ stop thresholds on the calibrated P; a new format, so that a service that cannot
 refuses it rather than reading those thresholds against the raw P.
 
 `eor-voter/3` is `eor-voter/2` plus, optionally, the confidence-aware adaptive model
-(voter/adaptive.py: its rounds, its answer scorer and its stop thresholds); a voter without one
+(voter/adaptive_model.py: its rounds, its answer scorer and its stop thresholds); a voter without one
 is still written and read as `eor-voter/2`, so its id does not change.
 
 `eor-voter/2`: w_s per metric, w_r per retriever with the kept ones (w_r >= t; the others
@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from retrievers.spec import DEFAULT_READER_NAME, split_reader
-from voter.adaptive import AdaptiveModel
+from voter.adaptive_model import AdaptiveModel
 from voter.cascade import Cascade
 from voter.estimator import EoRVoter, VoterConfig
 from voter.voting import VoterWeights

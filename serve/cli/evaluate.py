@@ -15,8 +15,8 @@ def cmd_eval(args) -> int:
     import math
 
     from serve.offline.cascade_reads import round_members
-    from serve.offline.evaluation import (cascade_stops, confidence_report, evaluate, format_confidence, format_table,
-                                          per_system, replay_ensembles, report_dict)
+    from fitting.evaluation import confidence_report, evaluate, format_confidence, format_table, report_dict
+    from fitting.replay import cascade_stops, per_system, replay_ensembles
     from serve.paths import eor_home
     from serve.offline.plots import cost_accuracy_plot, reliability_plot, rwr_heatmap, safe_name, weights_plot
     from voter.question_vote import build_metrics

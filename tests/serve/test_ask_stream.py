@@ -158,7 +158,7 @@ def test_the_first_answer_comes_from_the_default_readers_members_beside_a_slower
 def test_the_early_answer_is_voted_as_the_members_asked_so_its_p_reads_its_own_line():
     """The early vote names just SE@1 (voter/cascade.py: early_cascade: SE@1 a stage of its own that
     never settles, then the rest of round 1, then round 2), so the voter calibrates it on round 1's
-    early line (voter/adaptive.py: stage_of); round 1's own vote keeps the plan's cascade."""
+    early line (voter/adaptive_model.py: stage_of); round 1's own vote keeps the plan's cascade."""
     import math
 
     seen = []

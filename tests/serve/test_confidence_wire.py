@@ -26,7 +26,7 @@ from serve.cli import main
 from tests.serve.conftest import FakePool
 from tests.serve.test_reader_recovery import _Handle
 from tests.voter.conftest import logprob_scorer
-from voter.adaptive import AdaptiveModel
+from voter.adaptive_model import AdaptiveModel
 from voter.calibration import Calibrator
 from voter.decision import decide
 from voter.question_vote import equal_weights

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from retrievers.types import Candidate, Context, QuestionResult
-from voter.adaptive import AdaptiveModel
+from voter.adaptive_model import AdaptiveModel
 from voter.decision import decide, vote
 from voter.question_vote import equal_weights
 from tests.voter.conftest import logprob_scorer

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from retrievers.types import ERROR, Candidate, Context, Failure, QuestionResult
-from voter.adaptive import AdaptiveModel
+from voter.adaptive_model import AdaptiveModel
 from voter.calibration import Calibrator
 from voter.cascade import UNANIMOUS_ONLY, Cascade, settled, stop_stages
 from voter.decision import Confidence, abstains, check_min_confidence, decide

@@ -1,33 +1,23 @@
-"""`eor fit`: pool results -> similarity tensor + correctness -> fitted voter weights (§4.2).
-
-Correctness g is *Match* (a gold answer contained in the normalised output, BERGEN /
-the query-level robustness paper), not the paper's BEM or EM: the small readers this system
-runs (SmolLM2, Gemma-3-270M) answer in sentences ("The Mona Lisa was painted by Leonardo da
-Vinci."), which EM scores 0 and Match scores 1; BEM needs a model no package ships. A failed
-retriever or an empty answer counts as wrong and takes no part in the vote.
+"""`eor fit`'s first part: pool results -> similarity tensor + correctness -> fitted voter
+weights (§4.2), and the margin cascade over the kept retrievers (stages by measured cost, stop
+thresholds fitted: fitting/thresholds.py).
 """
 from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 
+from fitting.questions import CORRECTNESS, Scored, correctness
+from fitting.thresholds import build_trace, evaluate_rule, fit_thresholds, order_stages
 from retrievers.types import QuestionResult
-from serve.offline.dataset import Question
-from voter.question_vote import (MetricOptions, answer_grid, equal_weights,
-                          similarity_inputs)
-from voter.cascade import (DEFAULT_TARGET, UNANIMOUS_ONLY, Cascade, build_trace, evaluate_rule, fit_thresholds,
-                           order_stages)
+from voter.cascade import DEFAULT_TARGET, UNANIMOUS_ONLY, Cascade
 from voter.estimator import EoRVoter, VoterConfig, chosen_correctness
-from voter.qa_metrics import match
+from voter.question_vote import MetricOptions, answer_grid, equal_weights, similarity_inputs
 from voter.similarity import PairSimilarity
 from voter.weights_io import Provenance, SavedWeights
-
-CORRECTNESS = "match"
-
-Scored = Sequence[tuple[Question, QuestionResult]]
 
 
 @dataclass(frozen=True)
@@ -39,14 +29,6 @@ class FitConfig:
     voter: VoterConfig = field(default_factory=VoterConfig)  # validated on construction
     cascade_target: float = DEFAULT_TARGET  # adaptive stop rule: agreement with the all-kept vote
     first_stage: int = 2  # retrievers in the cascade's first stage (a vote needs two answers)
-
-
-def correctness(scored: Scored, pool: Sequence[str],
-                g: Callable[[str, Sequence[str]], float] = match) -> np.ndarray:
-    """y [N, M]: g(answer of retriever m, gold answers of question i); 0 where it cannot vote."""
-    grid = answer_grid([r for _, r in scored], pool)
-    return np.array([[g(a, q.answers) if a is not None else 0.0 for a in row]
-                     for (q, _), row in zip(scored, grid)], dtype=np.float64).reshape(len(scored), len(pool))
 
 
 @dataclass(frozen=True)
