@@ -50,7 +50,7 @@ def fit_adaptive(scored: Sequence, specs: Sequence[str], metrics: Sequence[Any],
     best one-step member as their preview (preview_candidates); the record says whether the chosen
     layout met both. `overhead_by`: where
     `round_overhead_s` came from (serve/offline/reader_speed.py: round_overhead), for the record.
-    `early_first`: round 1's early answer has the cores first (serve/config.py: quick_reader_first)."""
+    `early_first`: round 1's early answer has the cores first (serve/config_readers.py: quick_reader_first)."""
     speeds = None if costs else priced_speeds(specs, speeds)
     if speeds:
         latency, weights = LatencyModel(round_overhead_s, unit_speed(speeds)), {}

@@ -15,7 +15,8 @@ from retrievers.registry import source_class
 from retrievers.sources.base import KnowledgeSource, SourceSetting
 from retrievers.sources.dense import build_dense_index
 from retrievers.sources.lucene import build_lucene_index
-from serve.config import EorConfig, reader_config, used_readers
+from serve.config import EorConfig
+from serve.config_readers import reader_config, used_readers
 from serve.paths import cache_path, indexes_dir
 
 WIKI_DIR = "wiki"  # the folder of the source named Wiki (a source's folder: its name in lower case)

@@ -29,7 +29,8 @@ from serve.app import metrics
 from serve.app.handles import RemoteEncoder, RemoteReader, RemoteSource, StageClock, working_for
 from serve.app.placement import THIN, Placed
 from serve.builder import encoding_source, make_service_sources, source_shapes
-from serve.config import config_from_dict, reader_models, used_readers
+from serve.config import config_from_dict
+from serve.config_readers import reader_models, used_readers
 from serve.deadline import Deadline
 from serve.ensemble import VoteDeadline
 from serve.orchestrator import RoundInput

@@ -29,7 +29,8 @@ from serve.app.placement import Placed, reader_deployment
 from serve.app.errors import (DeadlineExceeded, FailedPrecondition, NothingAnswered, Unauthenticated, Unimplemented,
                               status_of)
 from serve.builder import source_shapes
-from serve.config import config_from_dict, reader_models
+from serve.config import config_from_dict
+from serve.config_readers import reader_models
 from serve.app.wire import (AskSpec, ask_reply, parse_ask, parse_generate, parse_retrieve,
                         parse_weights, retrieve_reply)
 from serve.deadline import Deadline, ask_deadline

@@ -216,7 +216,7 @@ def _quickest_engines(config):
     (the others inherit the `reader` section's settings otherwise)."""
     from dataclasses import asdict, replace
 
-    from serve.config import reader_config, used_readers
+    from serve.config_readers import reader_config, used_readers
     from serve.engine.vllm_engine import quickest_start
 
     readers = {**config.readers, **{name: asdict(quickest_start(reader_config(config, name)))
@@ -245,7 +245,7 @@ def _ask_local(args, questions, con, pools):
         if s not in pool.specs:
             raise KeyError(f"retriever {s!r} is not in the pool; pool: {', '.join(pool.specs)}")
     pool.load()
-    from serve.config import reader_config
+    from serve.config_readers import reader_config
 
     for name, reader in pool.readers.items():  # each engine starts on its first prompt
         model = reader_config(config, name).model

@@ -90,7 +90,7 @@ def _fit_adaptive(args, config, pool, selection, scored, metrics, saved, specs=N
     fitted on the same questions with 5-fold CV, over `specs` (default: the whole pool);
     (the voter with them, a summary line)."""
     from retrievers.spec import by_reader
-    from serve.config import quick_reader_first
+    from serve.config_readers import quick_reader_first
     from fitting.search import fit_adaptive
     from serve.offline.reader_runs import ReaderRuns
     from serve.offline.reader_speed import pool_speeds, round_overhead

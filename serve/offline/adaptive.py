@@ -66,7 +66,7 @@ def scores(answers: Sequence[str], golds: Sequence[Sequence[str]]) -> dict[str, 
 
 def report(args) -> dict[str, Any]:
     from serve.builder import pool_reader_models
-    from serve.config import quick_reader_first
+    from serve.config_readers import quick_reader_first
     from serve.offline.reader_runs import ReaderRuns
     from serve.offline.reader_speed import pool_speeds, round_overhead
     from voter.question_vote import build_metrics, choose_voter

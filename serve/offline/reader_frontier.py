@@ -43,7 +43,8 @@ def _point(fit: Any) -> dict[str, Any]:
 
 def frontier(args) -> dict[str, Any]:
     from serve.builder import make_pool
-    from serve.config import load_config, quick_reader_first
+    from serve.config import load_config
+    from serve.config_readers import quick_reader_first
     from serve.offline.dataset import Selection, select_questions
     from serve.offline.reader_runs import ReaderRuns
     from voter.question_vote import MetricOptions, build_metrics
