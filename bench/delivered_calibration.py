@@ -35,7 +35,7 @@ def delivered(limit: int, config: str, questions: str, seeds: int = 5) -> dict[s
     from serve.offline.adaptive import finished
     from serve.offline.reader_speed import pool_speeds, round_overhead
     from voter.calibration import _logit, _platt, fit_calibrator
-    from voter.cascade import stop_stages
+    from voter.cascade import stop_rounds
     from voter.question_vote import build_metrics, choose_voter
     from voter.selector import AnswerScorer
 
@@ -68,7 +68,7 @@ def delivered(limit: int, config: str, questions: str, seeds: int = 5) -> dict[s
                 cal = fit_calibrator(p[train], ok[train], "platt-per-round")
                 p_tr, p_te = cal.predict_rounds(p[train]), cal.predict_rounds(p[test])
                 tau = fit_stop_thresholds(RoundTrace(p_tr, ok[train], cost[train]), 0.005)
-                s_tr, s_te = stop_stages(p_tr, tau), stop_stages(p_te, tau)
+                s_tr, s_te = stop_rounds(p_tr, tau), stop_rounds(p_te, tau)
                 rows, rtr = np.arange(len(test)), np.arange(len(train))
                 right[test] = ok[test][rows, s_te]
                 per_round, raw = p_te[rows, s_te], p[test][rows, s_te]

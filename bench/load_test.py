@@ -213,7 +213,7 @@ def inprocess_asks(questions: list[str], config_path: str | None) -> dict:
             t = time.perf_counter()
             a = answer([q], choice, pool, metrics)[0]
             latencies.append(time.perf_counter() - t)
-            stops.append([a.stopped_at, a.vote.answer])
+            stops.append([a.rounds_run, a.vote.answer])
     finally:
         close_engines(pool)
     after = _reader_totals(pool)

@@ -14,7 +14,7 @@ from fitting.measures import brier_score, expected_calibration_error, log_loss
 from fitting.pool_run import PoolRun, early_views, folds_by_question, picks, round_views
 from voter.adaptive_model import AdaptiveModel
 from voter.calibration import DEFAULT_METHOD as DEFAULT_CALIBRATION, EARLY, Calibrator, fit_calibrator
-from voter.cascade import stop_stages
+from voter.cascade import stop_rounds
 
 
 @dataclass(frozen=True)
@@ -35,7 +35,7 @@ def apply_model(run: PoolRun, model: AdaptiveModel) -> Outcome:
     rows = list(range(len(run)))
     p, ok, who = picks(views, run.right, run.pool, model.scorer, rows)
     conf = model.confidence_rounds(p)
-    stop = stop_stages(conf, model.thresholds)
+    stop = stop_rounds(conf, model.thresholds)
     i = np.arange(len(run))
     return Outcome(who[i, stop], ok[i, stop], tokens[i, stop], rounds[i, stop], stop, conf[i, stop])
 
@@ -71,7 +71,7 @@ def held_out(run: PoolRun, model: AdaptiveModel) -> HeldOut:
     round after the stop was not read there, so its P is NaN, not the pick of an empty vote."""
     views, _, _ = round_views(run, model.layout)
     p, ok, who = picks(views, run.right, run.pool, model.scorer, range(len(run)))
-    stop = stop_stages(model.confidence_rounds(p), model.thresholds)
+    stop = stop_rounds(model.confidence_rounds(p), model.thresholds)
     reached = np.arange(len(model.layout))[None, :] <= stop[:, None]
     firsts = early_views(run, model.layout, model.preview)
     p_early, ok_early = np.full(len(run), np.nan), np.zeros(len(run))

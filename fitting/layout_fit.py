@@ -19,7 +19,7 @@ from fitting.pricing import LatencyModel
 from fitting.thresholds import RoundTrace, evaluate_stop, fit_stop_thresholds, frontier
 from voter.adaptive_model import AdaptiveModel
 from voter.calibration import EARLY, Calibrator, fit_calibrator
-from voter.cascade import early_members, stop_stages
+from voter.cascade import early_members, stop_rounds
 from voter.selector import AnswerScorer
 
 
@@ -129,7 +129,7 @@ def delivered_ece(raw: RoundTrace, calibration: str | None, tolerance: float = 0
         p_train, p_test = ((cal.predict_rounds(raw.p[train]), cal.predict_rounds(raw.p[test])) if cal else
                            (raw.p[train], raw.p[test]))
         tau = fit_stop_thresholds(RoundTrace(p_train, raw.right[train], raw.cost[train]), tolerance)
-        stop = stop_stages(p_test, tau)
+        stop = stop_rounds(p_test, tau)
         rows = np.arange(len(test))
         conf[test], right[test] = p_test[rows, stop], raw.right[test][rows, stop]
     return expected_calibration_error(conf, right)

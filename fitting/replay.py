@@ -20,7 +20,7 @@ from fitting.thresholds import build_trace, evaluate_rule
 from retrievers.spec import by_reader
 from retrievers.types import ReaderTokens
 from voter.calibration import EARLY
-from voter.cascade import early_view, stop_stages
+from voter.cascade import early_view, stop_rounds
 from voter.qa_metrics import match
 from voter.question_vote import answer_grid, equal_weights, similarity_inputs
 from voter.weights_io import SavedWeights
@@ -28,13 +28,13 @@ from voter.weights_io import SavedWeights
 
 @dataclass(frozen=True)
 class EnsembleRuns:
-    """The three ensembles replayed from one run of the whole pool (stages are prefixes of the
-    cascade, so a stop after stage k sees exactly the answers stages 1..k would have given)."""
+    """The three ensembles replayed from one run of the whole pool (rounds are prefixes of the
+    cascade, so a stop after round k sees exactly the answers rounds 1..k would have given)."""
 
     answers: dict[str, list[str]]  # EoR (adaptive), EoR pruned, EoR-all equal: answer per question
     tokens: dict[str, list[ReaderTokens]]
-    stop_rate: list[float]  # share of questions stopped after each stage
-    stages: list[list[str]]
+    stop_rate: list[float]  # share of questions stopped after each round
+    rounds: list[list[str]]
     sweep: list[dict[str, float]]  # thresholds x scale: Match and computed tokens per question
     confidence: list[float | None] | None = None  # EoR's P(right) per question; None: the voter gives none
     confidence_kind: str = "none"  # "calibrated", "raw" or "none" (SavedWeights.confidence_kind)
@@ -146,12 +146,12 @@ def replay_ensembles(scored: Scored, saved: SavedWeights, metrics: Sequence[Any]
     pool = list(saved.pool)
     grid = answer_grid(results, pool)
     sim, mask = similarity_inputs(results, grid, metrics)
-    cascade = saved.stages
-    stages = [list(s) for s in cascade.stages]
-    upto = [set(x for st in stages[: k + 1] for x in st) for k in range(len(stages))]
+    cascade = saved.cascade_to_run
+    rounds = [list(s) for s in cascade.rounds]
+    upto = [set(x for st in rounds[: k + 1] for x in st) for k in range(len(rounds))]
     cum = np.array([[r.reader_tokens(u).computed for u in upto] for r in results], dtype=np.float64)
-    trace = build_trace(saved.voter(), sim, mask, pool, grid, stages, cum)
-    stop = stop_stages(trace.stats, cascade.thresholds)
+    trace = build_trace(saved.voter(), sim, mask, pool, grid, rounds, cum)
+    stop = stop_rounds(trace.stats, cascade.thresholds)
     answers = {EOR: [trace.answers[i][k] for i, k in enumerate(stop)],
                EOR_PRUNED: [row[-1] for row in trace.answers]}
     tokens = {EOR: [r.reader_tokens(upto[k]) for r, k in zip(results, stop)],
@@ -168,6 +168,6 @@ def replay_ensembles(scored: Scored, saved: SavedWeights, metrics: Sequence[Any]
         _, cost, st = evaluate_rule(trace, tau)
         ok = np.mean([match(trace.answers[i][k], g) for i, (k, g) in enumerate(zip(st, golds))]) if golds else 0.0
         sweep.append({"scale": scale, "match": float(ok), "computed_tokens": cost})
-    rates = [float((stop == k).mean()) for k in range(len(stages))]
+    rates = [float((stop == k).mean()) for k in range(len(rounds))]
     ran = {EOR: [upto[k] for k in stop], EOR_PRUNED: [upto[-1]] * len(results), EOR_ALL: [set(pool)] * len(results)}
-    return EnsembleRuns(answers, tokens, rates, stages, sweep, ran=ran)
+    return EnsembleRuns(answers, tokens, rates, rounds, sweep, ran=ran)

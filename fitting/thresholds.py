@@ -2,7 +2,7 @@
 the observed statistics) whose quality holds, for the confidence-aware rounds (P(right), within a
 tolerance of running every round) and the margin cascade (agreement with the all-kept vote, the
 FrugalGPT-style rule of voter/cascade.py). The rule they are fitted for is voter/cascade.py:
-`settled`, replayed over arrays by `stop_stages`.
+`settled`, replayed over arrays by `stop_rounds`.
 """
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from voter.cascade import DEFAULT_TARGET, UNANIMOUS_ONLY, settle_stat, stop_stages
+from voter.cascade import DEFAULT_TARGET, UNANIMOUS_ONLY, settle_stat, stop_rounds
 from voter.normalize import normalize_answer
 from voter.voting import choose
 
@@ -34,8 +34,8 @@ class RoundTrace:
 
 def evaluate_stop(trace: RoundTrace, thresholds: Sequence[float]) -> tuple[float, float, np.ndarray]:
     """(accuracy, mean cost, stop round per question) of thresholds on P (voter/cascade.py:
-    the one stop rule, `settled`, replayed by `stop_stages`)."""
-    stop = stop_stages(trace.p, thresholds)
+    the one stop rule, `settled`, replayed by `stop_rounds`)."""
+    stop = stop_rounds(trace.p, thresholds)
     rows = np.arange(len(stop))
     return float(trace.right[rows, stop].mean()), float(trace.cost[rows, stop].mean()), stop
 
@@ -62,9 +62,9 @@ def frontier(trace: RoundTrace, levels: Sequence[float] = tuple(np.linspace(0.0,
     return out
 
 
-def order_stages(specs: Sequence[str], cost: dict[str, float], first: int = 2) -> tuple[tuple[str, ...], ...]:
-    """Cheapest first: the `first` cheapest retrievers make stage 1 (a vote needs two answers),
-    then one retriever per stage, so the rule can stop as soon as the vote settles."""
+def order_rounds(specs: Sequence[str], cost: dict[str, float], first: int = 2) -> tuple[tuple[str, ...], ...]:
+    """Cheapest first: the `first` cheapest retrievers make round 1 (a vote needs two answers),
+    then one retriever per round, so the rule can stop as soon as the vote settles."""
     ranked = sorted(specs, key=lambda s: (cost.get(s, math.inf), list(specs).index(s)))
     if len(ranked) <= first:
         return (tuple(ranked),)
@@ -72,26 +72,26 @@ def order_stages(specs: Sequence[str], cost: dict[str, float], first: int = 2) -
 
 
 @dataclass
-class StageTrace:
-    """What each fit question looks like after each stage: [N, S] arrays."""
+class MarginTrace:
+    """What each fit question looks like after each round of a margin cascade: [N, R] arrays."""
 
     stats: np.ndarray  # settle statistic of the vote so far
     same: np.ndarray  # bool: the vote so far picks the all-kept answer (normalised)
-    cum_tokens: np.ndarray  # reader tokens spent up to and including the stage
-    answers: list[list[str]] = field(default_factory=list)  # [N][S] voted answer after each stage
+    cum_tokens: np.ndarray  # reader tokens spent up to and including the round
+    answers: list[list[str]] = field(default_factory=list)  # [N][R] voted answer after each round
 
 
-def evaluate_rule(trace: StageTrace, thresholds: Sequence[float]) -> tuple[float, float, np.ndarray]:
-    """(agreement with the all-kept vote, mean tokens per question, stop stage per question)."""
-    stop = stop_stages(trace.stats, thresholds)
+def evaluate_rule(trace: MarginTrace, thresholds: Sequence[float]) -> tuple[float, float, np.ndarray]:
+    """(agreement with the all-kept vote, mean tokens per question, stop round per question)."""
+    stop = stop_rounds(trace.stats, thresholds)
     rows = np.arange(len(stop))
     return float(trace.same[rows, stop].mean()), float(trace.cum_tokens[rows, stop].mean()), stop
 
 
 def greedy_thresholds(grid: Sequence[Sequence[float]], evaluate: Any, target: float) -> tuple[float, ...]:
-    """The cheapest per-stage thresholds whose quality stays >= target, by greedy coordinate
+    """The cheapest per-round thresholds whose quality stays >= target, by greedy coordinate
     descent from never stopping early: each move lowers the one threshold (to a value of its
-    stage's `grid`) that saves the most cost. `evaluate(thresholds) -> (quality, cost)`.
+    round's `grid`) that saves the most cost. `evaluate(thresholds) -> (quality, cost)`.
     Shared by the margin cascade and the confidence stop rule (fit_stop_thresholds)."""
     tau = [math.inf] * len(grid)
     _, best_cost = evaluate(tau)
@@ -109,14 +109,14 @@ def greedy_thresholds(grid: Sequence[Sequence[float]], evaluate: Any, target: fl
         tau[move[0]] = move[1]
 
 
-def fit_thresholds(trace: StageTrace, target: float = DEFAULT_TARGET) -> tuple[float, ...]:
+def fit_thresholds(trace: MarginTrace, target: float = DEFAULT_TARGET) -> tuple[float, ...]:
     """The cheapest thresholds whose final answer agrees with the all-kept vote on >= target
     of the fit questions (greedy over the observed statistics)."""
-    n, s = trace.stats.shape
-    if n == 0 or s < 2:
-        return tuple([math.inf] * (s - 1))
+    n, r = trace.stats.shape
+    if n == 0 or r < 2:
+        return tuple([math.inf] * (r - 1))
     grid = [sorted({float(x) for x in trace.stats[:, k] if math.isfinite(x)} | {UNANIMOUS_ONLY})
-            for k in range(s - 1)]
+            for k in range(r - 1)]
     return greedy_thresholds(grid, lambda tau: evaluate_rule(trace, tau)[:2], target)
 
 
@@ -126,22 +126,22 @@ def same_answer(a: str | None, b: str | None) -> bool:
 
 
 def build_trace(voter: Any, sim: np.ndarray, mask: np.ndarray, pool: Sequence[str],
-                grid: Sequence[Sequence[str | None]], stages: Sequence[Sequence[str]],
-                cum_tokens: np.ndarray) -> StageTrace:
-    """Vote over the answers of stages 1..k for every k (the voter's `decision_scores` on the
-    mask restricted to those retrievers) and compare with the last stage's vote.
+                grid: Sequence[Sequence[str | None]], rounds: Sequence[Sequence[str]],
+                cum_tokens: np.ndarray) -> MarginTrace:
+    """Vote over the answers of rounds 1..k for every k (the voter's `decision_scores` on the
+    mask restricted to those retrievers) and compare with the last round's vote.
 
-    `cum_tokens` [N, S]: reader tokens of stages 1..k per question (shared documents once)."""
-    n, s = len(grid), len(stages)
-    stats = np.full((n, s), -math.inf)
-    answers: list[list[str]] = [[""] * s for _ in range(n)]
+    `cum_tokens` [N, R]: reader tokens of rounds 1..k per question (shared documents once)."""
+    n, r = len(grid), len(rounds)
+    stats = np.full((n, r), -math.inf)
+    answers: list[list[str]] = [[""] * r for _ in range(n)]
     index = {spec: m for m, spec in enumerate(pool)}
     cols = np.zeros(len(pool), dtype=bool)
-    for k, stage in enumerate(stages):
-        cols[[index[x] for x in stage]] = True
+    for k, members in enumerate(rounds):
+        cols[[index[x] for x in members]] = True
         scores = voter.decision_scores((sim, mask & cols[None, :]))
         for i, w in enumerate(choose(scores)):
             answers[i][k] = (grid[i][w] or "") if w >= 0 else ""
             stats[i, k] = settle_stat(scores[i], grid[i])
-    same = np.array([[same_answer(a, row[-1]) for a in row] for row in answers], dtype=bool).reshape(n, s)
-    return StageTrace(stats, same, np.asarray(cum_tokens, dtype=np.float64).reshape(n, s), answers)
+    same = np.array([[same_answer(a, row[-1]) for a in row] for row in answers], dtype=bool).reshape(n, r)
+    return MarginTrace(stats, same, np.asarray(cum_tokens, dtype=np.float64).reshape(n, r), answers)

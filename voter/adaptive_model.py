@@ -35,19 +35,19 @@ class AdaptiveModel:
 
     @property
     def cascade(self) -> Cascade:
-        """The rounds and their thresholds on `confidence`: the stages every entry point runs."""
+        """The rounds and their thresholds on `confidence`: the rounds every entry point runs."""
         return Cascade(self.layout, self.thresholds, target=1.0, preview=self.preview)
 
-    def confidence(self, p: float, stage: int | None = None) -> float:
-        """The scorer's P(right) for the answer after 0-based round `stage` (None: after a set of
+    def confidence(self, p: float, k: int | str | None = None) -> float:
+        """The scorer's P(right) for the answer after 0-based round `k` (EARLY: the first reply; None: after a set of
         members that is none of the rounds), as the caller gets it and the stop rule reads it."""
-        return p if self.calibrator is None else self.calibrator(p, stage)
+        return p if self.calibrator is None else self.calibrator(p, k)
 
     def confidence_rounds(self, p: np.ndarray) -> np.ndarray:
         """[N, R] P per question and round -> their confidences."""
         return p if self.calibrator is None else self.calibrator.predict_rounds(p)
 
-    def stage_of(self, members: Iterable[str]) -> int | str | None:
+    def round_of(self, members: Iterable[str]) -> int | str | None:
         """The round whose answer a vote after asking `members` is: the first k whose rounds 1..k
         hold them all (the voter's own rounds 1..k: k); the first reply (the preview, else round 1's
         early answer): EARLY (its own calibration line, else round 1's). None: a member no round

@@ -31,7 +31,7 @@ import numpy as np
 
 METHODS = ("platt-per-round", "platt", "isotonic")
 DEFAULT_METHOD = "platt-per-round"
-EARLY = "early"  # the stage of round 1's early answer (Calibrator.predict)
+EARLY = "early"  # the round index of round 1's early answer (Calibrator.predict)
 _EPS = 1e-6
 
 
@@ -66,7 +66,7 @@ def _pooled_platt(p: np.ndarray, y: np.ndarray) -> tuple[float, float]:
 
 class Calibrator:
     """Raw P(right) -> calibrated P(right) (scikit-learn style: settings in __init__, fitted
-    state ends in _, fit returns self). `stage`: the 0-based round whose answer P belongs to
+    state ends in _, fit returns self). `k`: the 0-based round whose answer P belongs to
     (None: unknown, the pooled line); only `platt-per-round` reads it."""
 
     def __init__(self, method: str = DEFAULT_METHOD):
@@ -116,30 +116,30 @@ class Calibrator:
         """Whether round 1's early answer has a line of its own."""
         return getattr(self, "early_", None) is not None
 
-    def predict(self, p: Sequence[float] | float, stage: int | str | None = None) -> np.ndarray:
-        """`stage`: the 0-based round, EARLY (round 1's early answer: its line, else round 1's), or None."""
+    def predict(self, p: Sequence[float] | float, k: int | str | None = None) -> np.ndarray:
+        """`k`: the 0-based round, EARLY (round 1's early answer: its line, else round 1's), or None."""
         p = np.asarray(p, dtype=np.float64)
         if self.method == "isotonic":
             return np.interp(p, self.x_, self.y_)
-        a, b = self.line(stage)
+        a, b = self.line(k)
         z = np.clip(a * _logit(p) + b, -40, 40)
         return 1.0 / (1.0 + np.exp(-z))
 
-    def line(self, stage: int | str | None) -> tuple[float, float]:
-        """(a, b) of the Platt line a stage reads (`predict`'s `stage`)."""
-        if stage == EARLY and self.has_early:
+    def line(self, k: int | str | None) -> tuple[float, float]:
+        """(a, b) of the Platt line round `k` reads (`predict`'s `k`)."""
+        if k == EARLY and self.has_early:
             return self.early_
-        stage = (None if self.method == "platt" else 0) if stage == EARLY else stage
-        return (self.a_, self.b_) if stage is None or self.method == "platt" else self.rounds_[stage]
+        k = (None if self.method == "platt" else 0) if k == EARLY else k
+        return (self.a_, self.b_) if k is None or self.method == "platt" else self.rounds_[k]
 
-    def raw(self, confidence: float, stage: int | str | None = None) -> float:
-        """The raw P that `predict` calibrates to `confidence` on this stage's line: how a
+    def raw(self, confidence: float, k: int | str | None = None) -> float:
+        """The raw P that `predict` calibrates to `confidence` on round `k`'s line: how a
         threshold on one calibrator's P is carried to another's without moving a stop
         (fitting/held_out.py: recalibrate). A line is strictly increasing; a flat one (slope 0:
         one outcome only) and isotonic steps have no inverse."""
         if self.method == "isotonic":
             raise ValueError("an isotonic calibrator has no inverse: recalibrate a Platt one")
-        a, b = self.line(stage)
+        a, b = self.line(k)
         if a <= 0:
             raise ValueError("a flat calibration line (every answer alike) has no inverse")
         c = min(max(float(confidence), 1e-15), 1.0 - 1e-15)  # predict reaches beyond _logit's 1e-6 clip
@@ -153,8 +153,8 @@ class Calibrator:
             return self.predict(p)
         return np.stack([self.predict(p[:, k], k) for k in range(p.shape[1])], axis=1) if p.size else p.copy()
 
-    def __call__(self, p: float, stage: int | str | None = None) -> float:
-        return float(self.predict(p, stage))
+    def __call__(self, p: float, k: int | str | None = None) -> float:
+        return float(self.predict(p, k))
 
     def to_dict(self) -> dict[str, Any]:
         if self.method == "isotonic":

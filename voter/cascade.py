@@ -1,8 +1,8 @@
-"""Adaptive EoR: the kept retrievers in stages, cheapest first, and a stop rule fitted on data.
+"""Adaptive EoR: the kept retrievers in rounds, cheapest first, and a stop rule fitted on data.
 
-After each stage the voter votes over every answer so far. The vote is *settled* at stage k
-when its settle statistic reaches the stage's threshold tau_k; the last stage always ends
-the question. The statistic is the answer margin of the weighted vote (the winner's score
+After each round the voter votes over every answer so far. The vote is *settled* after round k
+(0-based, as every round index in the code; a count of rounds run is 1-based) when its settle
+statistic reaches the round's threshold tau_k; the last round always ends the question. The statistic is the answer margin of the weighted vote (the winner's score
 minus the best score of a different normalised answer): +inf when at least two retrievers
 answered and all agree, -inf when fewer than two answered (one answer is no vote). The
 confidence-aware rounds (voter/adaptive_model.py) use the same rule, `settled`, on P(right);
@@ -10,7 +10,7 @@ voter/decision.py is where a voter's thresholds meet its statistic.
 
 Why fitted thresholds rather than a prior alone (Adaptive-Consistency's Beta posterior,
 ESC's window): our retrievers are correlated and unequal in cost, so, as FrugalGPT does, the
-thresholds are learned on the fit split (fitting/thresholds.py: the cheapest per-stage thresholds
+thresholds are learned on the fit split (fitting/thresholds.py: the cheapest per-round thresholds
 whose final answer equals the all-kept-retrievers vote on >= `target` of the fit questions).
 This module is what the service runs with them: the cascade as a value, the rule, the early answer.
 
@@ -27,33 +27,34 @@ import numpy as np
 from voter.voting import answer_margin, choose
 
 DEFAULT_TARGET = 0.98
-UNANIMOUS_ONLY = 1e9  # a threshold no margin reaches: the stage stops only unanimous votes (statistic +inf)
+UNANIMOUS_ONLY = 1e9  # a threshold no margin reaches: the round stops only unanimous votes (statistic +inf)
 
 
 @dataclass(frozen=True)
 class Cascade:
-    """Stages of retriever specs and the stop threshold after each stage but the last."""
+    """Rounds of retriever specs and the stop threshold after each round but the last. A voter file
+    keeps the rounds under "stages" (and `round_tokens` under "stage_tokens"), as it always has."""
 
-    stages: tuple[tuple[str, ...], ...]
-    thresholds: tuple[float, ...] = ()  # len(stages) - 1; +inf: never stop after that stage
+    rounds: tuple[tuple[str, ...], ...]
+    thresholds: tuple[float, ...] = ()  # len(rounds) - 1; +inf: never stop after that round
     target: float = DEFAULT_TARGET
     fit_agreement: float | None = None  # share of fit questions answered as the all-kept vote
-    fit_stop_rate: tuple[float, ...] = ()  # share of fit questions that stopped at each stage
-    stage_tokens: tuple[float, ...] = ()  # mean reader tokens per question each stage adds (fit)
-    # read beside stage 1 for a stream's first reply only, voted on its own, never in a stage's vote
+    fit_stop_rate: tuple[float, ...] = ()  # share of fit questions that stopped after each round
+    round_tokens: tuple[float, ...] = ()  # mean reader tokens per question each round adds (fit)
+    # read beside round 1 for a stream's first reply only, voted on its own, never in a round's vote
     # (early_cascade); a unary Ask never reads it
     preview: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
-        if not self.stages or any(not s for s in self.stages):
+        if not self.rounds or any(not s for s in self.rounds):
             raise ValueError("a cascade needs at least one stage and no empty stage")
-        flat = [s for st in self.stages for s in st]
+        flat = [s for st in self.rounds for s in st]
         if len(set(flat)) != len(flat):
             raise ValueError(f"a retriever appears in two stages: {flat}")
         if len(set(self.preview)) != len(self.preview) or set(self.preview) & set(flat):
             raise ValueError(f"the preview {list(self.preview)} repeats a retriever or one a stage asks")
-        if len(self.thresholds) != len(self.stages) - 1:
-            raise ValueError(f"{len(self.thresholds)} thresholds for {len(self.stages)} stages "
+        if len(self.thresholds) != len(self.rounds) - 1:
+            raise ValueError(f"{len(self.thresholds)} thresholds for {len(self.rounds)} stages "
                              f"(one per stage but the last)")
         if any(math.isnan(t) or t == -math.inf for t in self.thresholds):
             raise ValueError("a stop threshold is NaN or -inf")
@@ -61,28 +62,28 @@ class Cascade:
             raise ValueError(f"target agreement must lie in (0, 1], got {self.target}")
 
     @classmethod
-    def single_stage(cls, specs: Sequence[str]) -> "Cascade":
+    def single_round(cls, specs: Sequence[str]) -> "Cascade":
         """Every retriever at once, no early stop (the pruned ensemble)."""
         return cls((tuple(specs),))
 
     @property
     def specs(self) -> list[str]:
-        return [s for st in self.stages for s in st]
+        return [s for st in self.rounds for s in st]
 
     @property
     def asked(self) -> list[str]:
-        """Every retriever a stream may ask: the stages' and the preview's."""
+        """Every retriever a stream may ask: the rounds' and the preview's."""
         return self.specs + list(self.preview)
 
-    def settled(self, stage: int, stat: float) -> bool:
-        """Stop after `stage` (0-based)? The one rule, `settled`, with this cascade's thresholds."""
-        return bool(settled(stage, stat, self.thresholds))
+    def settled(self, k: int, stat: float) -> bool:
+        """Stop after round `k` (0-based)? The one rule, `settled`, with this cascade's thresholds."""
+        return bool(settled(k, stat, self.thresholds))
 
     def to_dict(self) -> dict[str, Any]:
-        return {"stages": [list(s) for s in self.stages],
+        return {"stages": [list(s) for s in self.rounds],
                 "thresholds": [None if t == math.inf else t for t in self.thresholds],  # None: never stop there
                 "target": self.target, "fit_agreement": self.fit_agreement,
-                "fit_stop_rate": list(self.fit_stop_rate), "stage_tokens": list(self.stage_tokens),
+                "fit_stop_rate": list(self.fit_stop_rate), "stage_tokens": list(self.round_tokens),
                 **({"preview": list(self.preview)} if self.preview else {})}
 
     @classmethod
@@ -90,25 +91,25 @@ class Cascade:
         if not isinstance(d, dict) or not isinstance(d.get("stages"), list):
             raise ValueError("cascade: expected an object with a 'stages' list")
         try:
-            return cls(stages=tuple(tuple(str(s) for s in st) for st in d["stages"]),
+            return cls(rounds=tuple(tuple(str(s) for s in st) for st in d["stages"]),
                        thresholds=tuple(math.inf if t is None else float(t) for t in d.get("thresholds", ())),
                        target=float(d.get("target", DEFAULT_TARGET)),
                        fit_agreement=None if d.get("fit_agreement") is None else float(d["fit_agreement"]),
                        fit_stop_rate=tuple(float(x) for x in d.get("fit_stop_rate", ())),
-                       stage_tokens=tuple(float(x) for x in d.get("stage_tokens", ())),
+                       round_tokens=tuple(float(x) for x in d.get("stage_tokens", ())),
                        preview=tuple(str(s) for s in d.get("preview") or ()))
         except (TypeError, ValueError) as exc:
             raise ValueError(f"cascade: {exc}") from None
 
 
-def settled(stage: int, stat: float | np.ndarray, thresholds: Sequence[float]) -> bool | np.ndarray:
+def settled(k: int, stat: float | np.ndarray, thresholds: Sequence[float]) -> bool | np.ndarray:
     """THE stop rule, for the margin cascade and the confidence-aware rounds alike (live, in
-    replays and in the threshold fits): after 0-based `stage`, a question is settled when that
-    is the last stage (one threshold per stage but the last), or when its statistic reaches the
-    stage's threshold; +inf never stops there. `stat` may be one number or an array of them."""
-    if stage >= len(thresholds):
+    replays and in the threshold fits): after 0-based round `k`, a question is settled when that
+    is the last round (one threshold per round but the last), or when its statistic reaches the
+    round's threshold; +inf never stops there. `stat` may be one number or an array of them."""
+    if k >= len(thresholds):
         return np.ones(np.shape(stat), dtype=bool) if isinstance(stat, np.ndarray) else True
-    t = thresholds[stage]
+    t = thresholds[k]
     return np.isfinite(t) & (stat >= t) if isinstance(stat, np.ndarray) else (math.isfinite(t) and stat >= t)
 
 
@@ -139,7 +140,7 @@ def early_answer(first_round: Sequence[str]) -> tuple[str, ...] | None:
 
 def early_view(layout: Sequence[Sequence[str]], preview: Sequence[str] = ()) -> tuple[str, ...] | None:
     """The members of a stream's first reply: the preview (read beside round 1, never voted after),
-    else round 1's early answer's (voter/cascade.py: early_answer), read before the rest; None
+    else round 1's early answer's (early_answer), read before the rest; None
     where there is none."""
     if preview:
         return tuple(preview)
@@ -148,18 +149,18 @@ def early_view(layout: Sequence[Sequence[str]], preview: Sequence[str] = ()) -> 
 
 def early_cascade(cascade: Cascade) -> Cascade:
     """The cascade a stream's early answer is voted under: its preview, else round 1's early members
-    (early_answer), as a stage of their own that never settles, then the rest of round 1 and the
+    (early_answer), as a round of their own that never settles, then the rest of round 1 and the
     later rounds; so the vote after it names just the members asked (voter/adaptive_model.py:
-    AdaptiveModel.stage_of, the early line). Itself where there is no early answer."""
+    AdaptiveModel.round_of, the early line). Itself where there is no early answer."""
     if cascade.preview:
-        return replace(cascade, stages=(cascade.preview, *cascade.stages), thresholds=(math.inf, *cascade.thresholds),
+        return replace(cascade, rounds=(cascade.preview, *cascade.rounds), thresholds=(math.inf, *cascade.thresholds),
                        preview=())
-    first = tuple(cascade.stages[0])
+    first = tuple(cascade.rounds[0])
     quick = early_answer(first)
     if quick is None:
         return cascade
     rest = tuple(s for s in first if s not in quick)
-    return replace(cascade, stages=(tuple(quick), rest, *cascade.stages[1:]),
+    return replace(cascade, rounds=(tuple(quick), rest, *cascade.rounds[1:]),
                    thresholds=(math.inf, *cascade.thresholds))
 
 
@@ -173,11 +174,11 @@ def settle_stat(scores: np.ndarray, answers: Sequence[str | None]) -> float:
     return math.inf if margin is None else float(margin)
 
 
-def stop_stages(stats: np.ndarray, thresholds: Sequence[float]) -> np.ndarray:
-    """[N] 0-based stage after which each question stops: `settled` over each question's
-    statistics [N, S] (the earliest settled stage wins)."""
-    n, s = stats.shape
-    stop = np.full(n, s - 1)
-    for k in range(s - 2, -1, -1):  # earliest stage wins: fill from the back
+def stop_rounds(stats: np.ndarray, thresholds: Sequence[float]) -> np.ndarray:
+    """[N] 0-based round after which each question stops: `settled` over each question's
+    statistics [N, R] (the earliest settled round wins)."""
+    n, r = stats.shape
+    stop = np.full(n, r - 1)
+    for k in range(r - 2, -1, -1):  # earliest round wins: fill from the back
         stop = np.where(settled(k, stats[:, k], thresholds), k, stop)
     return stop

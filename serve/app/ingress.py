@@ -209,7 +209,7 @@ class EorIngress(Placed, HealthChecks):
 
         def reply(a: Any, latency_s: float, final: bool = True) -> eor_pb2.AskReply:
             return ask_reply(a.result, a.vote, a.result.failed, latency_s, rounds.reader_s / len(spec.questions),
-                             plan.label, a.stopped_at, a.stages, final=final, confidence=a.confidence,
+                             plan.label, a.rounds_run, a.n_rounds, final=final, confidence=a.confidence,
                              min_confidence=min_confidence)
 
         async def provisional(answers: list, positions: list[int]) -> None:
@@ -234,7 +234,7 @@ class EorIngress(Placed, HealthChecks):
         for a in answers:
             if a.vote.margin is not None:
                 metrics.observe("eor_vote_margin", a.vote.margin)
-            metrics.inc("eor_stop_stage", stage=str(a.stopped_at))
+            metrics.inc("eor_stop_stage", stage=str(a.rounds_run))
             replies.append(reply(a, now - t0))
             if a.confidence is not None:
                 metrics.observe("eor_confidence", a.confidence.p)

@@ -200,7 +200,7 @@ def test_a_preview_keeps_the_layouts_answers_and_figures_and_brings_a_first_repl
     with_preview, without = fit_model(run, seen), fit_model(run, plain)
     assert with_preview.preview == ("A",) and with_preview.cascade.preview == ("A",)
     assert (apply_model(run, with_preview).picked == apply_model(run, without).picked).all()
-    assert with_preview.stage_of(["A"]) == EARLY and with_preview.stage_of(["B~1.5B"]) == 0
+    assert with_preview.round_of(["A"]) == EARLY and with_preview.round_of(["B~1.5B"]) == 0
     early = early_answers(run, with_preview)
     assert early["members"] == ["A"] and early["answers"] == [row[0] or "" for row in run.answers]
     sure = np.array(early["confidence"])  # A is sure exactly when right: its line keeps that order

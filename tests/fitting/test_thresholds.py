@@ -7,18 +7,18 @@ import math
 import numpy as np
 import pytest
 
-from fitting.thresholds import (RoundTrace, StageTrace, build_trace, evaluate_rule, evaluate_stop, fit_stop_thresholds,
-                                fit_thresholds, frontier, order_stages)
-from voter.cascade import stop_stages
+from fitting.thresholds import (RoundTrace, MarginTrace, build_trace, evaluate_rule, evaluate_stop, fit_stop_thresholds,
+                                fit_thresholds, frontier, order_rounds)
+from voter.cascade import stop_rounds
 from voter.estimator import EoRVoter
 from voter.voting import VoterWeights
 
 
 def test_stop_rule_stops_where_p_reaches_the_threshold():
     p = np.array([[0.95, 0.5], [0.2, 0.9], [0.6, 0.1]])
-    assert stop_stages(p, [0.9]).tolist() == [0, 1, 1]
-    assert stop_stages(p, [math.inf]).tolist() == [1, 1, 1]
-    assert stop_stages(p, [0.0]).tolist() == [0, 0, 0]
+    assert stop_rounds(p, [0.9]).tolist() == [0, 1, 1]
+    assert stop_rounds(p, [math.inf]).tolist() == [1, 1, 1]
+    assert stop_rounds(p, [0.0]).tolist() == [0, 0, 0]
 
 
 def test_thresholds_are_the_cheapest_within_the_tolerance():
@@ -37,7 +37,7 @@ def test_thresholds_are_the_cheapest_within_the_tolerance():
     assert points[-1]["accuracy"] == 1.0 and points[0]["accuracy"] == 0.5
 
 
-def _trace(seed: int = 0, n: int = 200) -> StageTrace:
+def _trace(seed: int = 0, n: int = 200) -> MarginTrace:
     """Three stages; stage-1 votes with a large margin agree with the final vote, small ones
     agree half the time; stage 2 agrees whenever its margin is above 0.5."""
     rng = np.random.default_rng(seed)
@@ -48,14 +48,14 @@ def _trace(seed: int = 0, n: int = 200) -> StageTrace:
     stats = np.stack([s1, s2, np.full(n, np.inf)], axis=1)
     same = np.stack([same1, same2, np.ones(n, bool)], axis=1)
     cum = np.tile(np.array([100.0, 300.0, 1000.0]), (n, 1))
-    return StageTrace(stats, same, cum)
+    return MarginTrace(stats, same, cum)
 
 
-def test_order_stages_puts_the_cheapest_two_first_then_one_per_stage():
+def test_order_rounds_puts_the_cheapest_two_first_then_one_per_round():
     cost = {"Wiki@10": 1400.0, "ReFree": 40.0, "SE@1": 1300.0, "PK": 500.0, "SE@1@CP": 2900.0}
-    stages = order_stages(list(cost), cost)
+    stages = order_rounds(list(cost), cost)
     assert stages == (("ReFree", "PK"), ("SE@1",), ("Wiki@10",), ("SE@1@CP",))
-    assert order_stages(["A", "B"], {"A": 2, "B": 1}) == (("B", "A"),)
+    assert order_rounds(["A", "B"], {"A": 2, "B": 1}) == (("B", "A"),)
 
 
 def test_fit_thresholds_is_cheapest_rule_that_keeps_the_target():

@@ -61,7 +61,7 @@ def serving(min_confidence: float = 0.0):
     from serve.config import config_from_dict
 
     saved = calibrated_voter()
-    plan = VoterPlan("k", saved.stages, saved.describe())
+    plan = VoterPlan("k", saved.cascade_to_run, saved.describe())
     voter = _Handle(plan=lambda: plan,
                     decide=lambda results, key, cascade, stage, deadline: decide(results, saved, [create_metric("em")],
                                                                                  cascade, stage))

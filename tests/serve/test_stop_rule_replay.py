@@ -74,13 +74,13 @@ def live(held, saved, metrics) -> list[list]:
     for q, r in held:
         by = {c.retriever: c for c in r.candidates}
 
-        async def run_stage(open_, specs, r=r, by=by):
+        async def run_round(open_, specs, r=r, by=by):
             return [QuestionResult(r.question, tuple(by[s] for s in specs if s in by), r.shared_tokens)]
 
         async def vote(results, stage):
-            return decide(results, saved, metrics, saved.stages, stage)
-        (a,) = asyncio.run(answer_async([r.question], saved.stages, run_stage, vote))
-        rows.append([q.qid, a.stopped_at, a.vote.answer, a.vote.retriever,
+            return decide(results, saved, metrics, saved.cascade_to_run, stage)
+        (a,) = asyncio.run(answer_async([r.question], saved.cascade_to_run, run_round, vote))
+        rows.append([q.qid, a.rounds_run, a.vote.answer, a.vote.retriever,
                      None if not math.isfinite(a.settle) else round(a.settle, 9)])
     return rows
 

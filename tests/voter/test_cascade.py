@@ -1,4 +1,5 @@
-"""Adaptive EoR's cascade: stage order, the settle statistic, the fitted stop rule, round trip."""
+"""Adaptive EoR's cascade: the settle statistic, the stop rule, the early answer, the file form (the
+fitted thresholds: tests/fitting/test_thresholds.py)."""
 from __future__ import annotations
 
 import math
@@ -6,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from voter.cascade import Cascade, settle_stat, stop_stages
+from voter.cascade import Cascade, settle_stat, stop_rounds
 
 
 def test_settle_stat_margin_unanimity_and_too_few_answers():
@@ -16,10 +17,10 @@ def test_settle_stat_margin_unanimity_and_too_few_answers():
     assert settle_stat(np.array([0.5, -np.inf, -np.inf]), ans) == -math.inf  # one answer is no vote
 
 
-def test_stop_stages_takes_the_earliest_settled_stage():
+def test_stop_rounds_takes_the_earliest_settled_round():
     stats = np.array([[0.9, 0.9, np.inf], [0.1, 0.9, np.inf], [0.1, 0.1, np.inf]])
-    assert list(stop_stages(stats, (0.5, 0.5))) == [0, 1, 2]
-    assert list(stop_stages(stats, (math.inf, math.inf))) == [2, 2, 2]
+    assert list(stop_rounds(stats, (0.5, 0.5))) == [0, 1, 2]
+    assert list(stop_rounds(stats, (math.inf, math.inf))) == [2, 2, 2]
 
 
 def test_cascade_round_trip_and_validation():
@@ -43,7 +44,7 @@ def test_an_infinite_threshold_never_stops_and_unanimous_only_stops_unanimous_vo
     assert c.settled(1, math.inf) and not c.settled(1, 5.0)
     assert c.settled(2, -math.inf)  # the last stage always ends the question
     stats = np.array([[math.inf, math.inf, math.inf], [0.3, 0.2, math.inf]])
-    assert list(stop_stages(stats, (math.inf, UNANIMOUS_ONLY))) == [1, 2]
+    assert list(stop_rounds(stats, (math.inf, UNANIMOUS_ONLY))) == [1, 2]
     with pytest.raises(ValueError, match="-inf"):
         Cascade((("A",), ("B",)), (-math.inf,))
 
@@ -69,7 +70,7 @@ def test_the_early_cascade_makes_round_ones_early_members_a_stage_that_never_set
 
     c = Cascade((("SE@1", "SE@1~1.5B", "PK~1.5B"), ("Wiki@10~1.5B",)), (0.4,))
     e = early_cascade(c)
-    assert e.stages == (("SE@1",), ("SE@1~1.5B", "PK~1.5B"), ("Wiki@10~1.5B",)) and e.thresholds == (math.inf, 0.4)
+    assert e.rounds == (("SE@1",), ("SE@1~1.5B", "PK~1.5B"), ("Wiki@10~1.5B",)) and e.thresholds == (math.inf, 0.4)
     assert not e.settled(0, 1e9) and e.settled(1, 0.5) == c.settled(0, 0.5)
     alike = Cascade((("SE@1", "Wiki@10"), ("ReFree",)), (0.4,))
     assert early_cascade(alike) is alike  # no early answer: the cascade itself
@@ -84,7 +85,7 @@ def test_a_preview_is_its_own_early_stage_and_never_one_of_the_rounds():
 
     c = Cascade((("SE@1~1.5B",), ("Wiki@10~1.5B",)), (0.4,), preview=("SE@1",))
     e = early_cascade(c)
-    assert e.stages == (("SE@1",), ("SE@1~1.5B",), ("Wiki@10~1.5B",)) and e.thresholds == (math.inf, 0.4)
+    assert e.rounds == (("SE@1",), ("SE@1~1.5B",), ("Wiki@10~1.5B",)) and e.thresholds == (math.inf, 0.4)
     assert e.preview == () and not e.settled(0, 1e9) and c.specs == ["SE@1~1.5B", "Wiki@10~1.5B"]
     assert c.asked == ["SE@1~1.5B", "Wiki@10~1.5B", "SE@1"] and Cascade.from_dict(c.to_dict()) == c
     assert "preview" not in Cascade((("A", "B"),)).to_dict()  # files without one stay as they were
