@@ -33,14 +33,8 @@ if TYPE_CHECKING:
 
 
 EOR = "EoR"  # what the voter gives by default: adaptive EoR (its cascade, early stop)
-
-
 EOR_PRUNED = "EoR pruned"  # every kept retriever, no early stop
-
-
 EOR_ALL = "EoR-all equal"  # every pool member, equal weights (the unfitted paper ensemble: EoR-16 on its pool)
-
-
 ALL = "all"
 
 

@@ -8,16 +8,14 @@ import math
 from typing import Sequence
 
 from fitting.layout_fit import LayoutFit
-from fitting.pool_run import Layout
 from retrievers.spec import DEFAULT_READER_NAME, by_reader, parse_spec, split_reader
+from voter.adaptive_model import Layout
 from voter.cascade import early_view
 
 
 # the one-retriever service (through the default reader) whose whole answer a stream's first reply
 # must not trail (issue 33: bench.load_test compare's --single)
 SERVICE_BASELINE = "Wiki@10"
-
-
 LATENCY_CAP = 3.0  # the cascade's expected latency over that service's at most (issue 33), for a quick first reply
 
 

@@ -13,11 +13,11 @@ from typing import Any, Sequence
 import numpy as np
 
 from fitting.measures import expected_calibration_error
-from fitting.pool_run import (Layout, PoolRun, early_views, folds_by_question, picks, round_views, scored_views,
+from fitting.pool_run import (PoolRun, early_views, folds_by_question, picks, round_views, scored_views,
                               training_rows)
 from fitting.pricing import LatencyModel
 from fitting.thresholds import RoundTrace, evaluate_stop, fit_stop_thresholds, frontier
-from voter.adaptive_model import AdaptiveModel
+from voter.adaptive_model import AdaptiveModel, Layout
 from voter.calibration import EARLY, Calibrator, fit_calibrator
 from voter.cascade import early_members, stop_rounds
 from voter.selector import AnswerScorer

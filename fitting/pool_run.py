@@ -10,6 +10,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from fitting.pricing import ReaderSpeed, priced_seconds, unit_speed, weighted_tokens
+from voter.adaptive_model import Layout
 from voter.cascade import early_view
 from voter.qa_metrics import match
 from voter.question_vote import answer_grid, equal_weights, similarity_inputs
@@ -44,8 +45,6 @@ class PoolRun:
                        [self.logprobs[i] for i in rows], self.sim[rows], self.mask[rows], self.vote,
                        lambda i, s, rows=rows: self.cost(rows[i], s), [self.datasets[i] for i in rows])
 
-
-Layout = tuple[tuple[str, ...], ...]
 
 
 def pool_run(scored: Sequence, pool: Sequence[str], metrics: Sequence[Any], vote,

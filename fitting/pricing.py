@@ -11,10 +11,7 @@ from typing import Any, Sequence
 
 from retrievers.spec import by_reader
 
-
 DEFAULT_ROUND_OVERHEAD_S = 1.0  # issue 26 measured ~1 s a round; where bench.load_test compare measured it here, eor fit reads that
-
-
 DEFAULT_TOKENS_PER_S = 400.0  # reader tokens computed per second on the 2-core CPU (bf16); set from the run
 
 

@@ -39,8 +39,9 @@ class AdaptiveModel:
         return Cascade(self.layout, self.thresholds, target=1.0, preview=self.preview)
 
     def confidence(self, p: float, k: int | str | None = None) -> float:
-        """The scorer's P(right) for the answer after 0-based round `k` (EARLY: the first reply; None: after a set of
-        members that is none of the rounds), as the caller gets it and the stop rule reads it."""
+        """The scorer's P(right) for the answer after 0-based round `k` (EARLY: the first reply;
+        None: after a set of members that is none of the rounds), as the caller gets it and the
+        stop rule reads it."""
         return p if self.calibrator is None else self.calibrator(p, k)
 
     def confidence_rounds(self, p: np.ndarray) -> np.ndarray:
