@@ -82,7 +82,7 @@ install_deps() {  # uv where it installs, else pip (requirements/installer.sh); 
   install_locked
 }
 step "installing Python packages (.venv)" install_deps
-step "compiling the packages' bytecode (.venv)" compile_bytecode .venv/bin/python serve retrievers voter protos bench splits answers
+step "compiling the packages' bytecode (.venv)" compile_bytecode .venv/bin/python serve retrievers voter fitting protos bench splits answers
 # The readers, Qwen2.5-Coder-0.5B and -1.5B (joined from their slices, checked, converted once); with
 # --tests also SmolLM2-135M (the alternative reader, and the tests' fast one).
 if [ "$reader15" = 1 ]; then models+=(qwen2.5-coder-1.5b); fi

@@ -26,14 +26,18 @@ LAYOUTS = {  # session 27's fit on 120 fit questions, and the shipped 68b522be25
 
 
 def delivered(limit: int, config: str, questions: str, seeds: int = 5) -> dict[str, dict[str, list[float]]]:
+    from fitting.measures import expected_calibration_error
+    from fitting.pool_run import (early_views, equal_vote, folds_by_question, picks, pool_run, round_views,
+                                  scored_views, training_rows)
+    from fitting.pricing import LatencyModel, priced_speeds, unit_speed
+    from fitting.thresholds import RoundTrace, fit_stop_thresholds
     from serve.builder import pool_reader_models
-    from serve.offline.adaptive import equal_vote, finished, pool_run, priced_speeds, unit_speed
+    from serve.offline.adaptive import finished
     from serve.offline.reader_speed import pool_speeds, round_overhead
-    from voter.adaptive import (LatencyModel, early_views, folds_by_question, picks, round_views, scored_views,
-                                training_rows)
-    from voter.calibration import _logit, _platt, expected_calibration_error, fit_calibrator
+    from voter.calibration import _logit, _platt, fit_calibrator
+    from voter.cascade import stop_rounds
     from voter.question_vote import build_metrics, choose_voter
-    from voter.selector import AnswerScorer, RoundTrace, fit_stop_thresholds, stop_stages
+    from voter.selector import AnswerScorer
 
     args = SimpleNamespace(config=config, index="shared", questions=questions, fit_limit=limit, eval_limit=1)
     _, pool, fit, _ = finished(args)
@@ -64,7 +68,7 @@ def delivered(limit: int, config: str, questions: str, seeds: int = 5) -> dict[s
                 cal = fit_calibrator(p[train], ok[train], "platt-per-round")
                 p_tr, p_te = cal.predict_rounds(p[train]), cal.predict_rounds(p[test])
                 tau = fit_stop_thresholds(RoundTrace(p_tr, ok[train], cost[train]), 0.005)
-                s_tr, s_te = stop_stages(p_tr, tau), stop_stages(p_te, tau)
+                s_tr, s_te = stop_rounds(p_tr, tau), stop_rounds(p_te, tau)
                 rows, rtr = np.arange(len(test)), np.arange(len(train))
                 right[test] = ok[test][rows, s_te]
                 per_round, raw = p_te[rows, s_te], p[test][rows, s_te]

@@ -52,7 +52,7 @@ from bench.service_calls import (check_loopback, latency_summary, memory_report,
 
 WARM_UP = "what is the capital of france"  # asked before the timed questions of `cold` and `inprocess`
 # issue 33's service goals for `compare`: the cascade's mean latency over the one-retriever service's at
-# most 3x (voter/adaptive.py: LATENCY_CAP, the fit's cap), its first streamed answer no later than that answer
+# most 3x (fitting/layout_choice.py: LATENCY_CAP, the fit's cap), its first streamed answer no later than that answer
 MEAN_GOAL = 3.0
 FIRST_REPLY_GOAL = 1.0
 
@@ -213,7 +213,7 @@ def inprocess_asks(questions: list[str], config_path: str | None) -> dict:
             t = time.perf_counter()
             a = answer([q], choice, pool, metrics)[0]
             latencies.append(time.perf_counter() - t)
-            stops.append([a.stopped_at, a.vote.answer])
+            stops.append([a.rounds_run, a.vote.answer])
     finally:
         close_engines(pool)
     after = _reader_totals(pool)

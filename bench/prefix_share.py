@@ -56,7 +56,7 @@ def read(args, questions) -> dict:
     from serve.builder import close_engines
     from voter.qa_metrics import match
     from voter.normalize import normalize_answer
-    from voter.selector import paired_counts, sign_test
+    from fitting.paired import paired_counts, sign_test
 
     answers: dict[str, dict[str, list[str]]] = {}
     for form in args.truncation:

@@ -13,7 +13,7 @@ instruction are prefilled):
 `read` writes one JSON line per fit question (round 1's answers, their log-probabilities and
 tokens, every verifier read with its tokens); resumable. `cv` adds the reads' P as scorer
 features and compares 5-fold CV Match and ECE of the one-round layout with and without them,
-on the fit split only (voter/adaptive.py: fit_layout, five CV seeds).
+on the fit split only (fitting/layout_fit.py: fit_layout, five CV seeds).
 
     python -m bench.verifier_probe read --out var/bench/verifier-fit.jsonl --limit 360
     python -m bench.verifier_probe cv --reads var/bench/verifier-fit.jsonl
@@ -120,11 +120,12 @@ def cmd_read(args) -> int:
 
 
 def cmd_cv(args) -> int:
-    import voter.adaptive as adaptive
+    import fitting.pool_run as rows  # its candidate_features is swapped for the probe's below
+    from fitting.layout_fit import fit_layout
+    from fitting.pricing import LatencyModel
     from retrievers.types import Candidate, Context, QuestionResult, ReaderTokens
     from serve.builder import make_pool
     from serve.config import load_config
-    from serve.offline.adaptive import equal_vote, pool_run
     from serve.offline.dataset import Selection, select_questions
     from voter.question_vote import MetricOptions, build_metrics
     from voter.selector import candidate_features
@@ -142,7 +143,7 @@ def cmd_cv(args) -> int:
               if q.qid in recs]
     names = config.voter.metrics
     metrics = build_metrics(MetricOptions.parse(",".join(names)), pool.reader)
-    run = pool_run(scored, list(PAIR), metrics, equal_vote(list(PAIR), names, config.voter.pooling))
+    run = rows.pool_run(scored, list(PAIR), metrics, rows.equal_vote(list(PAIR), names, config.voter.pooling))
     by_answers = {tuple(run.answers[i]): verifier_features(recs[q.qid]) for i, (q, _) in enumerate(scored)}
     n, right = len(run), run.right
     doc: dict[str, Any] = {"questions": n, "right": {s: round(float(right[:, k].mean()), 4) for k, s in enumerate(PAIR)},
@@ -155,13 +156,13 @@ def cmd_cv(args) -> int:
             f = by_answers.get(tuple(view.answers))
             extra = [[(f[members[m]] if f else [0.5, 0.5, 1.0])[k] for k in used] for m in idx]
             return np.hstack([X, np.asarray(extra, dtype=np.float64).reshape(len(idx), len(used))]), idx
-        adaptive.candidate_features = features
-        fits = [adaptive.fit_layout(run, (PAIR,), adaptive.LatencyModel(), seed=s, calibration="platt-per-round")
+        rows.candidate_features = features
+        fits = [fit_layout(run, (PAIR,), LatencyModel(), seed=s, calibration="platt-per-round")
                 for s in range(5)]
         doc["rows"].append({"features": [FEATURES[k] for k in used] or ["(the shipped scorer's)"],
                             "cv_match": round(float(np.mean([f.cv_accuracy for f in fits])), 4),
                             "cv_ece": round(float(np.mean([f.cv_ece for f in fits])), 4)})
-    adaptive.candidate_features = candidate_features
+    rows.candidate_features = candidate_features
     disagree = [i for i, (q, _) in enumerate(scored) if not recs[q.qid]["same"]]
     one = [i for i in disagree if right[i].sum() == 1]
     chose = sum(1 for i in one if (verifier_features(recs[scored[i][0].qid])[PAIR[0]][2] > 0.5) == bool(right[i, 0]))

@@ -14,7 +14,8 @@ from retrievers.engine import ReaderEngine
 from retrievers.reader import CachedReader, ReaderCache
 from retrievers.registry import source_class
 from retrievers.sources.base import KnowledgeSource, SourceSetting
-from serve.config import EorConfig, IndexConfig, SourceConfig, reader_config, used_readers
+from serve.config import EorConfig, IndexConfig, SourceConfig
+from serve.config_readers import reader_config, used_readers
 from serve.paths import cache_path, indexes_dir
 
 

@@ -31,7 +31,7 @@ from voter.decision import Decision, decide
 from voter.question_vote import VoterChoice
 from voter.similarity import PairSimilarity
 
-# (results so far, the cascade being run, its 0-based stage) -> the voter's decisions (voter/decision.py)
+# (results so far, the cascade being run, its 0-based round k) -> the voter's decisions (voter/decision.py)
 Decide = Callable[[list[QuestionResult], Cascade, int], list[Decision]]
 # a search may take at most this share of the time left, so that a source that hangs leaves the
 # retrievers reading it time to fail at once, and those in the same actor time to answer
@@ -64,10 +64,10 @@ class Crew(Protocol):
     async def run(self, worker: Any, round_: RoundInput) -> RoundRun:
         """One worker's part of a round."""
 
-    async def decide(self, results: list[QuestionResult], cascade: Cascade, stage: int,
+    async def decide(self, results: list[QuestionResult], cascade: Cascade, k: int,
                      deadline: Deadline | None) -> list[Decision]:
         """The voter's decisions (answer, settled?, P(right)) over each question's results so far,
-        after 0-based `stage` of `cascade`; VoteDeadline past `deadline`."""
+        after 0-based round `k` of `cascade`; VoteDeadline past `deadline`."""
 
 
 class LocalCrew:
@@ -79,7 +79,7 @@ class LocalCrew:
 
     def __init__(self, pool: Any, decide: Decide, holds: Sequence[str]):
         self.pool = pool
-        self.groups = [(tuple(holds), pool)]  # the cascade's order: a round's specs run as the stage lists them
+        self.groups = [(tuple(holds), pool)]  # the cascade's order: a round's specs run as the round lists them
         self.shapes = dict(pool.shapes)
         self._decide = decide
 
@@ -89,9 +89,9 @@ class LocalCrew:
     async def run(self, worker: Any, round_: RoundInput) -> RoundRun:
         return worker.run_round(round_.questions, round_.specs, round_.work, round_.documents, round_.plan_specs)
 
-    async def decide(self, results: list[QuestionResult], cascade: Cascade, stage: int,
+    async def decide(self, results: list[QuestionResult], cascade: Cascade, k: int,
                      deadline: Deadline | None) -> list[Decision]:
-        return self._decide(results, cascade, stage)
+        return self._decide(results, cascade, k)
 
 
 class AskRounds:
@@ -102,7 +102,7 @@ class AskRounds:
     preview that fails costs the round nothing), else round 1's quick members (voter/cascade.py:
     early_members: the default reader's one-step reads beside a slower reader's, or the one-step
     reads beside two-step ones), read and voted on their own first while the rest of round 1 reads
-    beside them, give the first provisional answer (`stopped_at = 0`)."""
+    beside them, give the first provisional answer (`rounds_run = 0`)."""
 
     def __init__(self, questions: Sequence[str], cascade: Cascade, crew: Crew, config: PoolConfig,
                  deadline: Deadline | None = None, documents: Sequence[Sequence[Passage] | None] | None = None,
@@ -120,23 +120,23 @@ class AskRounds:
         self.reader_s = 0.0  # seconds the groups waited on the reader, over every round
         self._on_provisional: OnProvisional | None = None
 
-    async def answer(self, on_stage: Callable[[int, int, list[str]], None] | None = None,
+    async def answer(self, on_round: Callable[[int, int, list[str]], None] | None = None,
                      on_provisional: OnProvisional | None = None) -> list[EnsembleAnswer]:
         self._on_provisional = on_provisional
         time_left = None if self.deadline is None else (lambda: self.deadline.left() - self.reserve)
-        return await answer_async(self.questions, self.cascade, self._round, self._vote, on_stage, time_left,
+        return await answer_async(self.questions, self.cascade, self._round, self._vote, on_round, time_left,
                                   on_provisional)
 
-    async def _vote(self, results: list[QuestionResult], stage: int, cascade: Cascade | None = None) -> list[Decision]:
+    async def _vote(self, results: list[QuestionResult], k: int, cascade: Cascade | None = None) -> list[Decision]:
         if cascade is None and self.preview:  # a round's vote: without the preview (its own vote is early_cascade's)
             results = [QuestionResult.joined(r.question, (r,),
                                              [c.retriever for c in r.candidates if c.retriever not in self.preview])
                        for r in results]
-        return await self.crew.decide(results, cascade or self.cascade, stage,
+        return await self.crew.decide(results, cascade or self.cascade, k,
                                       None if self.deadline is None else self.deadline.at_least(self.reserve))
 
     async def _round(self, open_: list[int], specs: list[str]) -> list[QuestionResult]:
-        first = list(specs) == list(self.cascade.stages[0])
+        first = list(specs) == list(self.cascade.rounds[0])
         preview = self.preview if first else []
         searches = self._search(open_, specs + preview)
         quick = list(early_answer(specs) or ())
@@ -180,7 +180,7 @@ class AskRounds:
         except VoteDeadline:  # no early answer; the round's own vote still runs
             return
         if self._on_provisional is not None:
-            n = len(self.cascade.stages)
+            n = len(self.cascade.rounds)
             await self._on_provisional([EnsembleAnswer.of(r, d, 0, n) for r, d in zip(results, decisions)], open_)
 
     def _search(self, open_: list[int], specs: list[str]) -> dict[str, asyncio.Future]:
@@ -227,19 +227,19 @@ class AskRounds:
 
 def answer(questions: Sequence[str], choice: VoterChoice, pool: Any,
            metrics: Sequence[PairSimilarity], specs: Sequence[str] | None = None,
-           on_stage: Callable[[int, int, list[str]], None] | None = None,
+           on_round: Callable[[int, int, list[str]], None] | None = None,
            on_provisional: Callable[[list[EnsembleAnswer], list[int]], None] | None = None) -> list[EnsembleAnswer]:
     """In-process (`eor ask`): the rounds above with `pool` (a RetrieverPool)
     doing the work and the vote here; each source is searched once per question (at the depth
     the whole cascade needs), PK written once, chunks embedded once."""
-    cascade = cascade_for(choice.saved.stages, specs)
+    cascade = cascade_for(choice.saved.cascade_to_run, specs)
 
-    def decided(results: list[QuestionResult], run: Cascade, stage: int) -> list[Decision]:
-        return decide(results, choice.saved, metrics, run, stage)
+    def decided(results: list[QuestionResult], run: Cascade, k: int) -> list[Decision]:
+        return decide(results, choice.saved, metrics, run, k)
 
     async def provisional(answers: list[EnsembleAnswer], positions: list[int]) -> None:
         if on_provisional is not None:
             on_provisional(answers, positions)
 
     rounds = AskRounds(questions, cascade, LocalCrew(pool, decided, holds=cascade.asked), pool.config)
-    return asyncio.run(rounds.answer(on_stage, provisional))
+    return asyncio.run(rounds.answer(on_round, provisional))

@@ -1,10 +1,10 @@
-"""P(right) that means what it says: a calibrator for the answer scorer's probability, and the
-measures of calibration and selective answering (reliability bins, ECE, risk-coverage).
+"""P(right) that means what it says: a calibrator for the answer scorer's probability (its measures,
+reliability bins, ECE, risk-coverage: fitting/measures.py).
 
 The scorer (voter/selector.py) is a logistic regression fitted on every candidate of every
 round: its P ranks answers well, but nothing makes 0.8 mean "right 8 times in 10" for the
 answer the selector *picks*. The calibrator is fitted on the picks' out-of-fold P (5-fold
-cross-validation by question, voter/adaptive.py: the scorer never saw the question it scored)
+cross-validation by question, fitting/layout_fit.py: the scorer never saw the question it scored)
 against whether each pick was right:
 - `platt-per-round` (default): P' = sigmoid(a_k * logit(P) + b_k), one line per round k of the
   cascade. The same raw P means a different chance after round 1 (one reader, one retriever)
@@ -25,16 +25,13 @@ Pure numpy (+ scikit-learn in `fit`).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 from typing import Any, Sequence
 
 import numpy as np
 
 METHODS = ("platt-per-round", "platt", "isotonic")
 DEFAULT_METHOD = "platt-per-round"
-ECE_BINS = 10
-EARLY = "early"  # the stage of round 1's early answer (Calibrator.predict)
-COVERAGES = (1.0, 0.8, 0.5, 0.2)
+EARLY = "early"  # the round index of round 1's early answer (Calibrator.predict)
 _EPS = 1e-6
 
 
@@ -69,7 +66,7 @@ def _pooled_platt(p: np.ndarray, y: np.ndarray) -> tuple[float, float]:
 
 class Calibrator:
     """Raw P(right) -> calibrated P(right) (scikit-learn style: settings in __init__, fitted
-    state ends in _, fit returns self). `stage`: the 0-based round whose answer P belongs to
+    state ends in _, fit returns self). `k`: the 0-based round whose answer P belongs to
     (None: unknown, the pooled line); only `platt-per-round` reads it."""
 
     def __init__(self, method: str = DEFAULT_METHOD):
@@ -119,30 +116,30 @@ class Calibrator:
         """Whether round 1's early answer has a line of its own."""
         return getattr(self, "early_", None) is not None
 
-    def predict(self, p: Sequence[float] | float, stage: int | str | None = None) -> np.ndarray:
-        """`stage`: the 0-based round, EARLY (round 1's early answer: its line, else round 1's), or None."""
+    def predict(self, p: Sequence[float] | float, k: int | str | None = None) -> np.ndarray:
+        """`k`: the 0-based round, EARLY (round 1's early answer: its line, else round 1's), or None."""
         p = np.asarray(p, dtype=np.float64)
         if self.method == "isotonic":
             return np.interp(p, self.x_, self.y_)
-        a, b = self.line(stage)
+        a, b = self.line(k)
         z = np.clip(a * _logit(p) + b, -40, 40)
         return 1.0 / (1.0 + np.exp(-z))
 
-    def line(self, stage: int | str | None) -> tuple[float, float]:
-        """(a, b) of the Platt line a stage reads (`predict`'s `stage`)."""
-        if stage == EARLY and self.has_early:
+    def line(self, k: int | str | None) -> tuple[float, float]:
+        """(a, b) of the Platt line round `k` reads (`predict`'s `k`)."""
+        if k == EARLY and self.has_early:
             return self.early_
-        stage = (None if self.method == "platt" else 0) if stage == EARLY else stage
-        return (self.a_, self.b_) if stage is None or self.method == "platt" else self.rounds_[stage]
+        k = (None if self.method == "platt" else 0) if k == EARLY else k
+        return (self.a_, self.b_) if k is None or self.method == "platt" else self.rounds_[k]
 
-    def raw(self, confidence: float, stage: int | str | None = None) -> float:
-        """The raw P that `predict` calibrates to `confidence` on this stage's line: how a
+    def raw(self, confidence: float, k: int | str | None = None) -> float:
+        """The raw P that `predict` calibrates to `confidence` on round `k`'s line: how a
         threshold on one calibrator's P is carried to another's without moving a stop
-        (voter/adaptive.py: recalibrate). A line is strictly increasing; a flat one (slope 0:
+        (fitting/held_out.py: recalibrate). A line is strictly increasing; a flat one (slope 0:
         one outcome only) and isotonic steps have no inverse."""
         if self.method == "isotonic":
             raise ValueError("an isotonic calibrator has no inverse: recalibrate a Platt one")
-        a, b = self.line(stage)
+        a, b = self.line(k)
         if a <= 0:
             raise ValueError("a flat calibration line (every answer alike) has no inverse")
         c = min(max(float(confidence), 1e-15), 1.0 - 1e-15)  # predict reaches beyond _logit's 1e-6 clip
@@ -156,8 +153,8 @@ class Calibrator:
             return self.predict(p)
         return np.stack([self.predict(p[:, k], k) for k in range(p.shape[1])], axis=1) if p.size else p.copy()
 
-    def __call__(self, p: float, stage: int | str | None = None) -> float:
-        return float(self.predict(p, stage))
+    def __call__(self, p: float, k: int | str | None = None) -> float:
+        return float(self.predict(p, k))
 
     def to_dict(self) -> dict[str, Any]:
         if self.method == "isotonic":
@@ -211,99 +208,3 @@ def fit_calibrator(p: np.ndarray, right: np.ndarray, method: str = DEFAULT_METHO
     """`p`, `right`: [N, R] per question and round (or [N] for the pooled methods); `early`: round
     1's early answers' (P, right), where the layout has one."""
     return Calibrator(method).fit(p, right, early)
-
-
-# ---- measuring it ----------------------------------------------------------------------------
-@dataclass(frozen=True)
-class ReliabilityBin:
-    low: float
-    high: float
-    n: int
-    confidence: float  # mean P in the bin (NaN when empty)
-    accuracy: float  # share right in the bin (NaN when empty)
-
-
-def reliability(p: Sequence[float], right: Sequence[float], bins: int = ECE_BINS) -> list[ReliabilityBin]:
-    """Equal-width bins over [0, 1] (P = 1 falls in the last one)."""
-    p = np.asarray(p, dtype=np.float64)
-    y = (np.asarray(right, dtype=np.float64) > 0).astype(np.float64)
-    which = np.minimum((p * bins).astype(int), bins - 1)
-    out = []
-    for b in range(bins):
-        sel = which == b
-        n = int(sel.sum())
-        out.append(ReliabilityBin(b / bins, (b + 1) / bins, n, float(p[sel].mean()) if n else math.nan,
-                                  float(y[sel].mean()) if n else math.nan))
-    return out
-
-
-def expected_calibration_error(p: Sequence[float], right: Sequence[float], bins: int = ECE_BINS) -> float:
-    """ECE: the answers' share in each bin times |accuracy - mean P| there, summed (NaN: no answers)."""
-    n = len(p)
-    if n == 0:
-        return math.nan
-    return float(sum(b.n / n * abs(b.accuracy - b.confidence) for b in reliability(p, right, bins) if b.n))
-
-
-def log_loss(p: Sequence[float], right: Sequence[float]) -> float:
-    """Mean negative log-likelihood of the outcomes under P (P clipped to [1e-6, 1 - 1e-6]; NaN: no
-    answers): a proper scoring rule, so it ranks two calibrations of a few hundred answers far more
-    steadily than the ECE's ten bins do."""
-    p = np.clip(np.asarray(p, dtype=np.float64), _EPS, 1 - _EPS)
-    y = (np.asarray(right, dtype=np.float64) > 0).astype(np.float64)
-    return float(-np.mean(y * np.log(p) + (1 - y) * np.log(1 - p))) if len(p) else math.nan
-
-
-def brier_score(p: Sequence[float], right: Sequence[float]) -> float:
-    """Mean squared difference between P and the outcome (NaN: no answers)."""
-    p = np.asarray(p, dtype=np.float64)
-    y = (np.asarray(right, dtype=np.float64) > 0).astype(np.float64)
-    return float(np.mean((p - y) ** 2)) if len(p) else math.nan
-
-
-def ece_sampling_floor(p: Sequence[float], bins: int = ECE_BINS, draws: int = 2000, seed: int = 0) -> float:
-    """The ECE a perfectly calibrated P would still show on these questions: the mean ECE when
-    each question's outcome is drawn as right with its own P. An observed ECE near it is as
-    calibrated as this many questions can tell; below it is luck."""
-    p = np.asarray(p, dtype=np.float64)
-    if len(p) == 0:
-        return math.nan
-    rng = np.random.default_rng(seed)
-    return float(np.mean([expected_calibration_error(p, rng.random(len(p)) < p, bins) for _ in range(draws)]))
-
-
-def ece_interval(p: Sequence[float], right: Sequence[float], bins: int = ECE_BINS, draws: int = 1000,
-                 level: float = 0.95, seed: int = 0) -> tuple[float, float]:
-    """A bootstrap interval of the ECE (the questions resampled with replacement): where another
-    draw of as many questions like these could put it, so that a figure near a bound reads as
-    what it is. (NaN, NaN): no answers."""
-    p = np.asarray(p, dtype=np.float64)
-    y = np.asarray(right, dtype=np.float64)
-    if len(p) == 0:
-        return math.nan, math.nan
-    rng = np.random.default_rng(seed)
-    eces = [expected_calibration_error(p[idx], y[idx], bins)
-            for idx in (rng.integers(0, len(p), len(p)) for _ in range(draws))]
-    tail = (1.0 - level) / 2.0
-    return float(np.quantile(eces, tail)), float(np.quantile(eces, 1.0 - tail))
-
-
-@dataclass(frozen=True)
-class CoveragePoint:
-    coverage: float  # the share of questions answered
-    answered: int
-    match: float  # Match of the answers kept (NaN: none kept)
-
-
-def risk_coverage(confidence: Sequence[float | None], right: Sequence[float],
-                  coverages: Sequence[float] = COVERAGES) -> list[CoveragePoint]:
-    """Answer the most confident `coverage` of the questions (ties: the earlier question;
-    unknown confidence counts as least sure) and score the answers kept."""
-    conf = np.array([-math.inf if c is None else float(c) for c in confidence], dtype=np.float64)
-    y = (np.asarray(right, dtype=np.float64) > 0).astype(np.float64)
-    order = np.argsort(-conf, kind="stable")
-    out = []
-    for c in coverages:
-        k = min(len(y), max(1, int(round(c * len(y))))) if len(y) else 0
-        out.append(CoveragePoint(c, k, float(y[order[:k]].mean()) if k else math.nan))
-    return out

@@ -89,7 +89,7 @@ class ConfidenceRule:
         from voter.selector import RoundView, candidate_features, pick
 
         pool, model = self.saved.pool, self.model
-        stage = model.stage_of(ran)
+        k = model.round_of(ran)
         scores = equal_weights(pool, self.saved.metrics, self.saved.pooling).voter().decision_scores(X)
         calibrated = model.calibrator is not None
         out: list[Judged] = []
@@ -100,7 +100,7 @@ class ConfidenceRule:
             feats, idx = candidate_features(view, pool)
             p = model.scorer.predict_proba(feats) if len(idx) else []
             per = {s: None for s in pool} | {pool[m]: float(q) for m, q in zip(idx, p)}
-            stat = float(model.confidence(chosen.p, stage))
+            stat = float(model.confidence(chosen.p, k))
             if chosen.index < 0:
                 out.append((Vote(None, "", None, None, per), stat, None))
             else:  # the margin, as every vote's: over the best different answer, here in P(right)
@@ -115,15 +115,15 @@ def rule_for(saved: SavedWeights) -> Rule:
 
 
 def decide(results: Sequence[QuestionResult], saved: SavedWeights, metrics: Sequence[PairSimilarity],
-           cascade: Cascade | None = None, stage: int = 0) -> list[Decision]:
-    """Every question's decision after 0-based `stage` of `cascade` (the voter's own by default;
-    a caller's explicit retrievers run as one stage, which always settles). Any subset of the
+           cascade: Cascade | None = None, k: int = 0) -> list[Decision]:
+    """Every question's decision after 0-based round `k` of `cascade` (the voter's own by default;
+    a caller's explicit retrievers run as one round, which always settles). Any subset of the
     pool may have run."""
-    cascade = cascade or saved.stages
+    cascade = cascade or saved.cascade_to_run
     grid = answer_grid(results, saved.pool)
     X = similarity_inputs(results, grid, metrics)
-    ran = frozenset(s for st in cascade.stages[:stage + 1] for s in st)
-    return [Decision(v, cascade.settled(stage, stat), conf, stat)
+    ran = frozenset(s for st in cascade.rounds[:k + 1] for s in st)
+    return [Decision(v, cascade.settled(k, stat), conf, stat)
             for v, stat, conf in rule_for(saved).judge(results, grid, X, ran)]
 
 

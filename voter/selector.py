@@ -8,10 +8,12 @@ same engine request), its length, which retriever gave it (and, in a pool of sev
 which reader read it), and how many answered. A logistic
 regression predicts P(the candidate is right); the selector answers with the most probable
 candidate, and the stop rule ends the question after round r when that probability reaches
-tau_r (the last round always ends it). So the first round can stop when the reader is sure and
-the cheap retrievers agree, and a lone retriever can win when it is usually right alone.
+tau_r (the last round always ends it: voter/cascade.py, `settled`). So the first round can stop
+when the reader is sure and the cheap retrievers agree, and a lone retriever can win when it is
+usually right alone. This module is the scorer and its pick, as the service runs them; the
+thresholds and the layouts are fitted in fitting/ (thresholds.py, layout_fit.py).
 
-Pure numpy + scikit-learn: the run log's candidates and the voter's scores in, arrays out.
+Pure numpy + scikit-learn (in `AnswerScorer.fit`): candidates and the voter's scores in, arrays out.
 """
 from __future__ import annotations
 
@@ -22,7 +24,6 @@ from typing import Any, Sequence
 import numpy as np
 
 from retrievers.spec import by_reader, parse_spec
-from voter.cascade import greedy_thresholds, stop_stages
 from voter.normalize import normalize_answer
 
 NO_LOGPROB = -5.0  # stands in for an unknown confidence (a cached output never scored); rare by design
@@ -135,64 +136,3 @@ def pick(view: RoundView, pool: Sequence[str], scorer: AnswerScorer) -> Pick:
     p = scorer.predict_proba(X)
     best = int(np.argmax(p))
     return Pick(int(idx[best]), view.answers[idx[best]] or "", float(p[best]))
-
-
-# ---- the stop rule over rounds ------------------------------------------------------------------
-@dataclass(frozen=True)
-class RoundTrace:
-    """Every question after every round: [N, R] arrays of the pick's P(right), whether the pick
-    is right, and the cost (reader tokens computed, rounds) spent up to that round."""
-
-    p: np.ndarray
-    right: np.ndarray
-    cost: np.ndarray
-
-    @property
-    def shape(self) -> tuple[int, int]:
-        return self.p.shape
-
-
-def evaluate_stop(trace: RoundTrace, thresholds: Sequence[float]) -> tuple[float, float, np.ndarray]:
-    """(accuracy, mean cost, stop round per question) of thresholds on P (voter/cascade.py:
-    the one stop rule, `settled`, replayed by `stop_stages`)."""
-    stop = stop_stages(trace.p, thresholds)
-    rows = np.arange(len(stop))
-    return float(trace.right[rows, stop].mean()), float(trace.cost[rows, stop].mean()), stop
-
-
-def fit_stop_thresholds(trace: RoundTrace, tolerance: float = 0.005) -> tuple[float, ...]:
-    """The cheapest thresholds whose accuracy stays within `tolerance` of running every round
-    (voter/cascade.py: greedy_thresholds over the observed probabilities)."""
-    n, r = trace.shape
-    if n == 0 or r < 2:
-        return tuple([math.inf] * (r - 1))
-    target = float(trace.right[:, -1].mean()) - tolerance
-    grid = [sorted({float(x) for x in trace.p[:, k]}) for k in range(r - 1)]
-    return greedy_thresholds(grid, lambda tau: evaluate_stop(trace, tau)[:2], target)
-
-
-def frontier(trace: RoundTrace, levels: Sequence[float] = tuple(np.linspace(0.0, 1.0, 21))) -> list[dict[str, float]]:
-    """Accuracy against cost as one shared threshold sweeps from 0 (stop after round 1) to
-    above 1 (run every round)."""
-    out = []
-    for t in list(levels) + [math.inf]:
-        acc, cost, stop = evaluate_stop(trace, [t] * (trace.shape[1] - 1))
-        out.append({"threshold": t, "accuracy": acc, "cost": cost,
-                    "first_round_share": float((stop == 0).mean())})
-    return out
-
-
-def paired_counts(a_right: Sequence[bool], b_right: Sequence[bool]) -> tuple[int, int]:
-    """Questions only A got right and questions only B got right (the sign test's wins, losses)."""
-    wins = sum(bool(x) and not y for x, y in zip(a_right, b_right))
-    return wins, sum(bool(y) and not x for x, y in zip(a_right, b_right))
-
-
-def sign_test(wins: int, losses: int) -> float:
-    """Two-sided exact sign test p-value of paired wins vs losses (ties dropped)."""
-    n = wins + losses
-    if n == 0:
-        return 1.0
-    k = min(wins, losses)
-    tail = sum(math.comb(n, i) for i in range(k + 1)) / 2 ** n
-    return min(1.0, 2 * tail)

@@ -41,7 +41,7 @@ class PairSimilarity(ABC):
 
     def score(self, pairs: Sequence[tuple[str, str] | tuple[str, str, str]]) -> np.ndarray:
         """Similarity of every pair, float64 [len(pairs)] in [0, 1]. A pair scored before (by
-        this metric object) is not scored again: the stages of an adaptive vote re-vote over
+        this metric object) is not scored again: the rounds of an adaptive vote re-vote over
         the answers so far, and only the new answers' pairs cost a model call."""
         triples = [AnswerPair(*p) for p in pairs]
         out = np.ones(len(triples), dtype=np.float64)

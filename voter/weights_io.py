@@ -14,14 +14,14 @@ stop thresholds on the calibrated P; a new format, so that a service that cannot
 refuses it rather than reading those thresholds against the raw P.
 
 `eor-voter/3` is `eor-voter/2` plus, optionally, the confidence-aware adaptive model
-(voter/adaptive.py: its rounds, its answer scorer and its stop thresholds); a voter without one
+(voter/adaptive_model.py: its rounds, its answer scorer and its stop thresholds); a voter without one
 is still written and read as `eor-voter/2`, so its id does not change.
 
 `eor-voter/2`: w_s per metric, w_r per retriever with the kept ones (w_r >= t; the others
-never run), pooling, the metric list, the cascade (kept retrievers in stages and the fitted
+never run), pooling, the metric list, the cascade (kept retrievers in rounds and the fitted
 stop thresholds, voter/cascade.py), the reader it was fitted with, and what it was fitted on
 (question file and its sha256, split, seed, n). `eor-voter-weights/1` files (no cascade)
-still load: their kept retrievers run as one stage.
+still load: their kept retrievers run as one round.
 
 Weights are positional (omega_r[m] belongs to the m-th retriever spec), so a file records
 the pool's spec strings in order and loading it for another pool is refused: silently
@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from retrievers.spec import DEFAULT_READER_NAME, split_reader
-from voter.adaptive import AdaptiveModel
+from voter.adaptive_model import AdaptiveModel
 from voter.cascade import Cascade
 from voter.estimator import EoRVoter, VoterConfig
 from voter.voting import VoterWeights
@@ -88,8 +88,8 @@ class SavedWeights:
     sim_threshold: float = VoterConfig.sim_threshold
     dropped_vote: bool = VoterConfig.dropped_vote
     upper_bound: float = VoterConfig.upper_bound
-    cascade: Cascade | None = None  # None: the kept retrievers in one stage
-    # the confidence-aware model: when set, its rounds are the stages and its scorer votes and stops
+    cascade: Cascade | None = None  # None: the kept retrievers in one round
+    # the confidence-aware model: when set, its rounds are the cascade's and its scorer votes and stops
     adaptive: AdaptiveModel | None = None
     # reader name -> model id, for the readers its members name that it knows ("": the default
     # reader, always provenance.reader_model); others given are dropped
@@ -158,14 +158,14 @@ class SavedWeights:
         return [s for s, k in zip(self.pool, self.weights.kept) if not k]
 
     @property
-    def stages(self) -> Cascade:
+    def cascade_to_run(self) -> Cascade:
         """The cascade to run: the adaptive model's rounds and stop thresholds (on its confidence),
-        else the fitted margin cascade, else every kept retriever in one stage (the whole pool
+        else the fitted margin cascade, else every kept retriever in one round (the whole pool
         when none is kept: the vote's own fallback is every retriever that answered). Which
         statistic the thresholds read is voter/decision.py's business."""
         if self.adaptive is not None:
             return self.adaptive.cascade
-        return self.cascade or Cascade.single_stage(self.kept_specs() or self.pool)
+        return self.cascade or Cascade.single_round(self.kept_specs() or self.pool)
 
     @property
     def confidence_kind(self) -> str:
@@ -193,15 +193,15 @@ class SavedWeights:
             return f"equal weights ({len(self.pool)} retrievers, no fit)"
         p = self.provenance
         reader = ", ".join(f"{n} {m}" if n else m for n, m in self.readers.items())  # "M, 1.5B M15"
-        stages = len(self.stages.stages)
+        rounds = len(self.cascade_to_run.rounds)
         if self.adaptive is not None:
-            n = len(self.stages.specs)
+            n = len(self.cascade_to_run.specs)
             kind = "confidence-aware, calibrated" if self.adaptive.calibrator is not None else "confidence-aware"
             seen = f", {'+'.join(self.adaptive.preview)} as a stream's preview" if self.adaptive.preview else ""
             return (f"fitted voter {self.digest} (reader {reader}, {p.n_questions} questions; {kind}: "
-                    f"{n} of {len(self.pool)} retrievers in {stages} round{'s' * (stages > 1)}{seen})")
+                    f"{n} of {len(self.pool)} retrievers in {rounds} round{'s' * (rounds > 1)}{seen})")
         return (f"fitted voter {self.digest} (reader {reader}, {p.n_questions} questions; "
-                f"{len(self.kept_specs())} of {len(self.pool)} retrievers in {stages} stage{'s' * (stages > 1)})")
+                f"{len(self.kept_specs())} of {len(self.pool)} retrievers in {rounds} stage{'s' * (rounds > 1)})")
 
     def voter(self) -> EoRVoter:
         """A ready-to-vote EoRVoter carrying these weights."""

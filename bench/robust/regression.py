@@ -16,6 +16,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Mapping, Sequence
 
+from fitting.paired import sign_test  # SciPy's exact test; the one home, shared with the fit's reports
+
 ALPHA = 0.05  # the sign test's level for calling a drop real
 
 
@@ -41,13 +43,6 @@ class Drop:
         return {**asdict(self), "points": self.points}
 
 
-def sign_test_p(lost: int, gained: int) -> float:
-    from scipy.stats import binomtest
-
-    n = lost + gained
-    return 1.0 if n == 0 else float(binomtest(lost, n, 0.5).pvalue)
-
-
 def compare(baseline: Mapping[str, Mapping[str, bool]], current: Mapping[str, Mapping[str, bool]],
             alpha: float = ALPHA) -> dict[str, Drop]:
     """Per system, its paired change (instance id -> system -> robust, as `outcomes` gives)."""
@@ -58,7 +53,7 @@ def compare(baseline: Mapping[str, Mapping[str, bool]], current: Mapping[str, Ma
         lost = sum(1 for b, c in pairs if b and not c)
         gained = sum(1 for b, c in pairs if c and not b)
         n = len(pairs)
-        p = sign_test_p(lost, gained)
+        p = sign_test(lost, gained)
         out[s] = Drop(s, n, lost, gained, sum(b for b, _ in pairs) / n if n else 0.0,
                       sum(c for _, c in pairs) / n if n else 0.0, p, lost > gained and p < alpha)
     return out

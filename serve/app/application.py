@@ -70,7 +70,7 @@ def build_app(settings: EorConfig, voter_config: dict | None = None):
     from serve.app.ingress import EorIngress
     from serve.app.placement import actor_options, reader_deployment, source_deployment
     from serve.app.reader import Reader
-    from serve.config import generator_reader, reader_config, used_readers
+    from serve.config_readers import generator_reader, reader_config, used_readers
 
     d = settings.to_dict()
     version = hashlib.sha256(json.dumps(d, sort_keys=True).encode()).hexdigest()[:16]

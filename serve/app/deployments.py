@@ -30,7 +30,8 @@ from serve.app.handles import (RemoteEncoder, RemoteIndexShards, RemoteReader, R
                                working_for)
 from serve.app.placement import THIN, Placed
 from serve.builder import encoding_source, make_service_sources, source_shapes
-from serve.config import config_from_dict, reader_models, used_readers
+from serve.config import config_from_dict
+from serve.config_readers import reader_models, used_readers
 from serve.deadline import Deadline
 from serve.ensemble import VoteDeadline
 from serve.orchestrator import RoundInput
@@ -184,7 +185,7 @@ def asked_readers(settings) -> set[str] | None:
         choice = voter_from_files(list(settings.pool.specs), reader_models(settings), settings.voter.weights)
     except Exception:
         return None
-    asked = set(by_reader(choice.saved.stages.asked))  # a stream's preview too
+    asked = set(by_reader(choice.saved.cascade_to_run.asked))  # a stream's preview too
     if "nli" in choice.options.names and not choice.options.nli_model:
         asked.add(DEFAULT_READER_NAME)
     return asked
@@ -253,14 +254,14 @@ class Voter(Placed):
             m.load()
         return built
 
-    def _decide(self, results: list[QuestionResult], key: str | None, cascade: Any, stage: int,
+    def _decide(self, results: list[QuestionResult], key: str | None, cascade: Any, k: int,
                 deadline: Deadline | None):
         from voter.decision import decide
 
         choice, sims = self._recent.get(key) or self._recent[self._key(self.choice)]
         with working_for(deadline):  # the judge's reader calls (NLI) end with the Ask's deadline
             try:
-                return decide(results, choice.saved, sims, cascade, stage)
+                return decide(results, choice.saved, sims, cascade, k)
             except TimeoutError:
                 if deadline is not None and deadline.passed:
                     raise VoteDeadline from None
@@ -270,15 +271,15 @@ class Voter(Placed):
         """What one Ask needs of the voter, in one call: its cascade, its label, and the key its
         votes name, so a voter pushed while the Ask runs does not change the Ask's voter."""
         choice = self.choice
-        return VoterPlan(self._key(choice), choice.saved.stages, choice.describe())
+        return VoterPlan(self._key(choice), choice.saved.cascade_to_run, choice.describe())
 
     async def decide(self, results: list[QuestionResult], key: str | None = None, cascade: Any = None,
-                     stage: int = 0, deadline: Deadline | None = None):
-        """The decisions (voter/decision.py: answer, settled?, P(right)) after 0-based `stage`
-        of `cascade` (the Ask's: the plan's, or its explicit retrievers as one stage), by the
+                     k: int = 0, deadline: Deadline | None = None):
+        """The decisions (voter/decision.py: answer, settled?, P(right)) after 0-based round `k`
+        of `cascade` (the Ask's: the plan's, or its explicit retrievers as one round), by the
         voter `key` names (plan()), else the current one; VoteDeadline when its reader calls
         run past `deadline`."""
-        return await asyncio.to_thread(self._decide, results, key, cascade, stage, deadline)
+        return await asyncio.to_thread(self._decide, results, key, cascade, k, deadline)
 
     async def weights_source(self) -> str:
         return self.choice.describe()

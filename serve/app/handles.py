@@ -98,11 +98,11 @@ class ServiceCrew:
                         retriever=c.retriever)
         return out
 
-    async def decide(self, results: list[QuestionResult], cascade: Cascade, stage: int,
+    async def decide(self, results: list[QuestionResult], cascade: Cascade, k: int,
                      deadline: Deadline | None) -> list[Decision]:
         t = time.perf_counter()
         try:
-            out = await bounded(self._voter.decide.remote([r.for_vote() for r in results], self._key, cascade, stage,
+            out = await bounded(self._voter.decide.remote([r.for_vote() for r in results], self._key, cascade, k,
                                                           deadline), deadline)
         except Exception as exc:
             if _ran_late(exc) or (isinstance(exc, asyncio.TimeoutError)

@@ -29,7 +29,8 @@ from serve.app.placement import Placed, reader_deployment
 from serve.app.errors import (DeadlineExceeded, FailedPrecondition, NothingAnswered, Unauthenticated, Unimplemented,
                               status_of)
 from serve.builder import source_shapes
-from serve.config import config_from_dict, reader_models
+from serve.config import config_from_dict
+from serve.config_readers import reader_models
 from serve.app.wire import (AskSpec, ask_reply, parse_ask, parse_generate, parse_retrieve,
                         parse_weights, retrieve_reply)
 from serve.deadline import Deadline, ask_deadline
@@ -208,7 +209,7 @@ class EorIngress(Placed, HealthChecks):
 
         def reply(a: Any, latency_s: float, final: bool = True) -> eor_pb2.AskReply:
             return ask_reply(a.result, a.vote, a.result.failed, latency_s, rounds.reader_s / len(spec.questions),
-                             plan.label, a.stopped_at, a.stages, final=final, confidence=a.confidence,
+                             plan.label, a.rounds_run, a.n_rounds, final=final, confidence=a.confidence,
                              min_confidence=min_confidence)
 
         async def provisional(answers: list, positions: list[int]) -> None:
@@ -233,7 +234,7 @@ class EorIngress(Placed, HealthChecks):
         for a in answers:
             if a.vote.margin is not None:
                 metrics.observe("eor_vote_margin", a.vote.margin)
-            metrics.inc("eor_stop_stage", stage=str(a.stopped_at))
+            metrics.inc("eor_stop_stage", stage=str(a.rounds_run))
             replies.append(reply(a, now - t0))
             if a.confidence is not None:
                 metrics.observe("eor_confidence", a.confidence.p)

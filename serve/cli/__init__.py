@@ -13,7 +13,7 @@
     eor bench {sure,rare,query} --server HOST:PORT --questions FILE --limit N [--every 6h]
 
 fit and eval run the pool over the questions resumably (run log under $EOR_HOME/runs) and
-judge answers by Match (see serve/offline/fitting.py). ask, eval and serve vote with the shipped voter
+judge answers by Match (see fitting/questions.py). ask, eval and serve vote with the shipped voter
 unless given --weights (a voter file) or --equal-weights (voter/question_vote.py: choose_voter), and
 run only its retrievers, in its stages (serve/ensemble.py).
 """
@@ -38,7 +38,8 @@ from serve.cli.prepare import cmd_index, cmd_models
 from serve.cli.runs import cmd_run
 from serve.cli.service import cmd_serve
 from serve.cli.status import cmd_status, cmd_stop
-from voter.adaptive import DEFAULT_ROUND_OVERHEAD_S, LATENCY_CAP, SERVICE_BASELINE
+from fitting.layout_choice import LATENCY_CAP, SERVICE_BASELINE
+from fitting.pricing import DEFAULT_ROUND_OVERHEAD_S
 from voter.calibration import DEFAULT_METHOD as DEFAULT_CALIBRATION, METHODS as CALIBRATION_METHODS
 
 __all__ = ["main", "build_parser", "push_weights"]

@@ -16,9 +16,9 @@ from serve.cli.common import _config, _fmt_score, print_result, result_to_dict, 
 from serve.cli.warm.pools import ONE_SHOT
 
 
-def _provisional_line(stage: int, stages: int, answer: str, retriever: str | None, score: float | None,
+def _provisional_line(rounds_run: int, n_rounds: int, answer: str, retriever: str | None, score: float | None,
                       confidence: float | None = None) -> str:
-    when = f"after stage {stage}/{stages}" if stage else f"early in stage 1/{stages}"
+    when = f"after stage {rounds_run}/{n_rounds}" if rounds_run else f"early in stage 1/{n_rounds}"
     sure = f"P(right) {confidence:.2f}" if confidence is not None else f"score {_fmt_score(score)}"
     return f"{when}: provisional answer {answer!r} from {retriever or '-'} ({sure}); asking more retrievers"
 
@@ -117,7 +117,7 @@ def answer_to_dict(ans, choice, min_confidence: float = 0.0) -> dict:
     d["voter"] = {"id": choice.saved.digest if choice.saved.fitted else "equal-weights",
                   "description": choice.describe(), "source": choice.source}
     d["ran"] = ans.ran
-    d["stopped_at_stage"], d["stages"] = ans.stopped_at, ans.stages
+    d["stopped_at_stage"], d["stages"] = ans.rounds_run, ans.n_rounds
     d["not_run"] = [s for s in choice.saved.pool if s not in ans.ran]
     tokens = ans.result.reader_tokens()
     d["reader_tokens"] = vars(tokens) | {"total": tokens.total}
@@ -130,7 +130,7 @@ def print_answer(ans, choice, verbose: bool, min_confidence: float = 0.0) -> Non
     margin = "none (no other answer)" if v.margin is None else f"{v.margin:.3f}"
     print("\n".join(answer_lines(answer_to_dict(ans, choice, min_confidence), min_confidence,
                                 f"   from {v.retriever}, score {_fmt_score(v.score)}, margin {margin}; "
-                                f"settled after stage {ans.stopped_at} of {ans.stages}")))
+                                f"settled after stage {ans.rounds_run} of {ans.n_rounds}")))
     if v.retriever is not None:
         won = next(c for c in ans.result.candidates if c.retriever == v.retriever)
         titles = list(dict.fromkeys(p.title or p.pid for p in won.context.passages))[:5]
@@ -216,7 +216,7 @@ def _quickest_engines(config):
     (the others inherit the `reader` section's settings otherwise)."""
     from dataclasses import asdict, replace
 
-    from serve.config import reader_config, used_readers
+    from serve.config_readers import reader_config, used_readers
     from serve.engine.vllm_engine import quickest_start
 
     readers = {**config.readers, **{name: asdict(quickest_start(reader_config(config, name)))
@@ -245,7 +245,7 @@ def _ask_local(args, questions, con, pools):
         if s not in pool.specs:
             raise KeyError(f"retriever {s!r} is not in the pool; pool: {', '.join(pool.specs)}")
     pool.load()
-    from serve.config import reader_config
+    from serve.config_readers import reader_config
 
     for name, reader in pool.readers.items():  # each engine starts on its first prompt
         model = reader_config(config, name).model
@@ -253,14 +253,14 @@ def _ask_local(args, questions, con, pools):
         reader.engine.on_start = lambda what=what: con.step(f"starting {what}")
     t = time.time()
 
-    def on_stage(k: int, n: int, specs: list[str]) -> None:
+    def on_round(k: int, n: int, specs: list[str]) -> None:
         con.step(f"stage {k}/{n}: {', '.join(specs)}")
     def on_provisional(open_answers, positions) -> None:
         if len(questions) == 1:
             a = open_answers[0]
-            con.note(_provisional_line(a.stopped_at, a.stages, a.vote.answer, a.vote.retriever, a.vote.score,
+            con.note(_provisional_line(a.rounds_run, a.n_rounds, a.vote.answer, a.vote.retriever, a.vote.score,
                                        a.confidence.p if a.confidence is not None else None))
-    answers = answer(questions, choice, pool, pools.metrics(choice.options, pool.reader), specs, on_stage,
+    answers = answer(questions, choice, pool, pools.metrics(choice.options, pool.reader), specs, on_round,
                      on_provisional)
     elapsed = time.time() - t
     con.done()

@@ -60,12 +60,12 @@ def cmd_calibrate(args) -> int:
     import numpy as np
 
     from serve.builder import make_pool
-    from serve.offline.adaptive import equal_vote, pool_run
+    from fitting.pool_run import equal_vote, pool_run
     from serve.offline.cascade_reads import round_members
     from serve.offline.dataset import qids_digest, select_questions
-    from serve.offline.evaluation import cascade_stops
+    from fitting.replay import cascade_stops
     from serve.paths import eor_home
-    from voter.adaptive import held_out, held_out_scores, recalibrate
+    from fitting.held_out import held_out, held_out_scores, recalibrate
     from voter.question_vote import build_metrics
     from voter.weights_io import save_weights
 

@@ -15,8 +15,8 @@ def cmd_eval(args) -> int:
     import math
 
     from serve.offline.cascade_reads import round_members
-    from serve.offline.evaluation import (cascade_stops, confidence_report, evaluate, format_confidence, format_table,
-                                          per_system, replay_ensembles, report_dict)
+    from fitting.evaluation import confidence_report, evaluate, format_confidence, format_table, report_dict
+    from fitting.replay import cascade_stops, per_system, replay_ensembles
     from serve.paths import eor_home
     from serve.offline.plots import cost_accuracy_plot, reliability_plot, rwr_heatmap, safe_name, weights_plot
     from voter.question_vote import build_metrics
@@ -79,8 +79,8 @@ def cmd_eval(args) -> int:
     doc["words_per_answer"] = systems["EoR"]["words_per_answer"]
     doc["systems"] = systems
     mean_rounds = sum((k + 1) * rate for k, rate in enumerate(runs.stop_rate))
-    doc["cascade"] = {"stages": runs.stages, "mean_rounds": round(mean_rounds, 4), "thresholds": [None if not math.isfinite(t) else t
-                                                            for t in saved.stages.thresholds],
+    doc["cascade"] = {"stages": runs.rounds, "mean_rounds": round(mean_rounds, 4), "thresholds": [None if not math.isfinite(t) else t
+                                                            for t in saved.cascade_to_run.thresholds],
                       "stop_rate": runs.stop_rate, "threshold_sweep": [
                           {**p, "scale": None if not math.isfinite(p["scale"]) else p["scale"]} for p in runs.sweep]}
     (out_dir / "eval.json").write_text(json.dumps(doc, indent=2) + "\n")
@@ -91,7 +91,7 @@ def cmd_eval(args) -> int:
         for r in reports:
             print(format_table(r))
         print("adaptive EoR stops after stage: " + ", ".join(
-            f"{k + 1} ({'+'.join(st)}) {rate:.0%}" for k, (st, rate) in enumerate(zip(runs.stages, runs.stop_rate)))
+            f"{k + 1} ({'+'.join(st)}) {rate:.0%}" for k, (st, rate) in enumerate(zip(runs.rounds, runs.stop_rate)))
               + f"; {mean_rounds:.2f} rounds per question")
         if runs.sweep:
             print("threshold sweep (scale: Match, tokens computed per question): " + "; ".join(

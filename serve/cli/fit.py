@@ -86,15 +86,15 @@ def gated_push(args, saved, metrics, path: Path) -> int:
 
 
 def _fit_adaptive(args, config, pool, selection, scored, metrics, saved, specs=None):
-    """The confidence-aware rounds, answer scorer and stop thresholds (voter/adaptive.py),
+    """The confidence-aware rounds, answer scorer and stop thresholds (fitting/search.py),
     fitted on the same questions with 5-fold CV, over `specs` (default: the whole pool);
     (the voter with them, a summary line)."""
     from retrievers.spec import by_reader
-    from serve.config import quick_reader_first
-    from serve.offline.adaptive import fit_adaptive
+    from serve.config_readers import quick_reader_first
+    from fitting.search import fit_adaptive
     from serve.offline.reader_runs import ReaderRuns
     from serve.offline.reader_speed import pool_speeds, round_overhead
-    from voter.adaptive import SERVICE_BASELINE
+    from fitting.layout_choice import SERVICE_BASELINE
 
     specs = list(pool.specs if specs is None else specs)
     readers = by_reader(specs)
@@ -174,7 +174,7 @@ def _fit_fallback(args, config, pool, selection, scored, metrics, fit_config, ex
     default reader's members alone, so a system without the other readers still runs a fitted
     voter (voter/question_vote.py: choose_voter says which ran). (the voter or None, a summary line)."""
     from retrievers.spec import DEFAULT_READER_NAME, by_reader
-    from serve.offline.fitting import fit_weights
+    from fitting.weights import fit_weights
 
     own = by_reader(pool.specs).get(DEFAULT_READER_NAME, [])
     if len(own) < 2:
@@ -191,7 +191,7 @@ def _fit_fallback(args, config, pool, selection, scored, metrics, fit_config, ex
 def cmd_fit(args) -> int:
     from serve.builder import make_pool, pool_reader_models
     from serve.offline.dataset import qids_digest, select_questions
-    from serve.offline.fitting import FitConfig, fit_weights, format_report
+    from fitting.weights import FitConfig, fit_weights, format_report
     from voter.estimator import VoterConfig
     from serve.paths import eor_home
     from voter.question_vote import MetricOptions, build_metrics

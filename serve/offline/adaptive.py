@@ -17,19 +17,22 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Sequence
 
 import numpy as np
 
-from serve.offline.reader_speed import ReaderSpeed, priced_seconds
-from voter.adaptive import (CV_FOLDS, CV_SEED, LATENCY_CAP, SCORER_C, AdaptiveModel, LatencyModel, LayoutFit,
-                            PoolRun, acceptable, anchor_se, apply_model, candidate_layouts, choose_layout, fit_layout,
-                            fit_model, fit_record, preview_candidates, quick_member)
-from voter.calibration import DEFAULT_METHOD, METHODS, expected_calibration_error
+from fitting.evaluation import EOR, EOR_ALL, EOR_PRUNED
+from fitting.held_out import apply_model
+from fitting.layout_fit import fit_layout, fit_model
+from fitting.measures import expected_calibration_error
+from fitting.paired import paired_counts, sign_test
+from fitting.pool_run import equal_vote, pool_run
+from fitting.replay import replay_ensembles
+from fitting.search import fit_adaptive
+from voter.calibration import DEFAULT_METHOD, METHODS
 from voter.qa_metrics import exact_match, match, token_f1
-from voter.selector import paired_counts, sign_test
 
 ADAPTIVE = "adaptive (confidence)"
 SELECTOR = "selector, every round"
@@ -54,170 +57,6 @@ def finished(args) -> tuple[Any, list, list]:
     return config, pool, parts[0], parts[1]
 
 
-def weighted_tokens(result: Any, specs: Sequence[str], weights: dict[str, float] | None = None) -> float:
-    """Reader tokens computed by `specs`, each reader's in the default reader's tokens (`weights`:
-    reader name -> its seconds per token over the default reader's; None or missing: 1)."""
-    from retrievers.spec import by_reader
-
-    return float(sum((weights or {}).get(r, 1.0) * result.reader_tokens(set(ms)).computed
-                     for r, ms in by_reader(specs).items()))
-
-
-def pool_run(scored: Sequence, pool: Sequence[str], metrics: Sequence[Any], vote,
-             weights: dict[str, float] | None = None, speeds: dict[str, ReaderSpeed] | None = None) -> PoolRun:
-    """`speeds` (every reader's, measured: `eor models speed`): a question's cost is its reader seconds
-    round by round (prefill and decode apart) in the unit reader's prefill tokens (`unit_speed`);
-    else `weights`, each reader's cost per token relative to the default reader's (reader_weights)."""
-    from voter.question_vote import answer_grid, similarity_inputs
-
-    results = [r for _, r in scored]
-    grid = answer_grid(results, pool)
-    sim, mask = similarity_inputs(results, grid, metrics)
-    right = np.array([[match(a, q.answers) if a is not None else 0.0 for a in row]
-                      for (q, _), row in zip(scored, grid)]).reshape(len(scored), len(pool))
-    lps = [[{c.retriever: c.logprobs for c in r.candidates}.get(s) for s in pool] for r in results]
-    if speeds:
-        unit = unit_speed(speeds)
-
-        def cost(i: int, rounds: Sequence[frozenset]) -> float:
-            return unit * priced_seconds(results[i], rounds, speeds)
-    else:
-        def cost(i: int, rounds: Sequence[frozenset]) -> float:
-            return weighted_tokens(results[i], sorted(frozenset().union(*rounds)), weights)
-    return PoolRun(tuple(pool), grid, right, lps, sim, mask, vote, cost, [q.dataset for q, _ in scored])
-
-
-def unit_speed(speeds: dict[str, ReaderSpeed]) -> float:
-    """The latency model's token: the default reader's prefill token (else the first reader's)."""
-    return (speeds.get("") or next(iter(speeds.values()))).prefill_tok_s
-
-
-def priced_speeds(specs: Sequence[str], speeds: dict[str, ReaderSpeed] | None) -> dict[str, ReaderSpeed] | None:
-    """`speeds` for the readers `specs` name (and the default reader's, the unit), when every one
-    of them was measured; else None."""
-    from retrievers.spec import by_reader
-
-    readers = set(by_reader(specs))
-    if not speeds or not readers <= set(speeds):
-        return None
-    return {r: v for r, v in speeds.items() if r in readers | {""}}
-
-
-def reader_speeds(scored: Sequence, seconds: dict[str, dict[str, float]]) -> dict[str, float]:
-    """reader name -> reader tokens its members computed per second on this machine, from its run
-    log's cold seconds (serve/offline/reader_runs.py: ReaderRuns.seconds); readers without any: absent."""
-    from retrievers.spec import by_reader
-
-    members = by_reader([c.retriever for c in scored[0][1].candidates]) if scored else {}
-    out = {}
-    for reader, secs in seconds.items():
-        mine = set(members.get(reader, ()))
-        pairs = [(secs[q.qid], r.reader_tokens(mine).computed) for q, r in scored if q.qid in secs]
-        total_s, total_t = sum(p[0] for p in pairs), sum(p[1] for p in pairs)
-        if total_s > 0 and total_t > 0:
-            out[reader] = total_t / total_s
-    return out
-
-
-def measured_latency(scored: Sequence, seconds: dict[str, dict[str, float]],
-                     overhead_s: float) -> tuple[LatencyModel, dict[str, float]]:
-    """(the latency model in the default reader's tokens per second, each reader's cost per token
-    relative to the default reader's): a 1.5B token costs what the run logs measured it to."""
-    speeds = reader_speeds(scored, seconds)
-    base = speeds.get("", LatencyModel().tokens_per_s)
-    return LatencyModel(overhead_s, base), {r: base / v for r, v in speeds.items()}
-
-
-def equal_vote(pool: Sequence[str], metrics: Sequence[str], pooling: str):
-    """The vote score the scorer reads: equal weights over whatever ran (every retriever may
-    win; the scorer weighs them). The same rule votes live (voter/question_vote.py)."""
-    from voter.question_vote import equal_weights
-
-    equal = equal_weights(pool, metrics, pooling).voter()
-    return lambda s, m: equal.decision_scores((s, m))
-
-
-@dataclass(frozen=True)
-class AdaptiveFit:
-    model: AdaptiveModel
-    chosen: LayoutFit
-    layouts: list[LayoutFit]
-    run: PoolRun
-    latency: LatencyModel
-    accuracy: dict[str, float]
-    reader_cost: dict[str, float]  # reader name -> its cost per token over the default reader's (measured)
-    speeds: dict[str, ReaderSpeed] | None = None  # reader name -> measured speed, where the fit priced by them
-
-
-def fit_adaptive(scored: Sequence, specs: Sequence[str], metrics: Sequence[Any], metric_names: Sequence[str],
-                 pooling: str, seconds: dict[str, dict[str, float]], round_overhead_s: float = 1.0,
-                 tolerance: float = 0.005, calibration: str | None = DEFAULT_METHOD,
-                 costs: tuple[LatencyModel, dict[str, float]] | None = None,
-                 speeds: dict[str, ReaderSpeed] | None = None,
-                 first_reply_vs: str | None = None, overhead_by: str | None = None,
-                 early_first: bool = False) -> AdaptiveFit:
-    """Layouts compared by 5-fold CV on the fit questions; the chosen one refitted on all of them.
-    `calibration`: voter/calibration.py's method for P(right) (None: the raw P, as a v3 file).
-    `speeds`: reader name -> its measured prefill and decode speed (serve/offline/reader_speed.py);
-    where every reader of `specs` has one, a round is priced by them. Else `seconds`: reader name ->
-    qid -> cold seconds of its run log (ReaderRuns.seconds), one price per token per reader; `costs`
-    (the latency model and each reader's cost per token) replaces both. `first_reply_vs` (a member
-    of `specs`; None: no bound; `eor fit` passes SERVICE_BASELINE): prefer layouts whose early answer
-    comes no later than that member alone answers, at no more than LATENCY_CAP times its expected
-    latency (voter/adaptive.py: choose_layout), so a stream's first reply is as quick as the service
-    with it; the layouts that could be chosen but miss it are fitted again with the default reader's
-    best one-step member as their preview (preview_candidates); the record says whether the chosen
-    layout met both. `overhead_by`: where
-    `round_overhead_s` came from (serve/offline/reader_speed.py: round_overhead), for the record.
-    `early_first`: round 1's early answer has the cores first (serve/config.py: quick_reader_first)."""
-    speeds = None if costs else priced_speeds(specs, speeds)
-    if speeds:
-        latency, weights = LatencyModel(round_overhead_s, unit_speed(speeds)), {}
-    else:
-        latency, weights = costs or measured_latency(scored, seconds, round_overhead_s)
-    latency = replace(latency, early_first=early_first or latency.early_first)
-    run = pool_run(scored, specs, metrics, equal_vote(specs, metric_names, pooling), weights, speeds)
-    acc = {s: float(run.right[:, m].mean()) for m, s in enumerate(specs)}
-    cost = {s: float(np.mean([run.cost(i, (frozenset({s}),)) for i in range(len(run))])) for s in specs}
-    folds, C, seed = CV_FOLDS, SCORER_C, CV_SEED
-    fits = [fit_layout(run, lay, latency, folds=folds, C=C, tolerance=tolerance, seed=seed, calibration=calibration)
-            for lay in candidate_layouts(list(specs), acc, cost)]
-    bound, widen_to = None, None
-    if first_reply_vs is not None:
-        if first_reply_vs not in specs:
-            raise ValueError(f"--first-reply-vs {first_reply_vs}: not a member of the pool fitted")
-        one = (frozenset({first_reply_vs}),)
-        reply_s = float(np.mean([latency.seconds(1, run.cost(i, one)) for i in range(len(run))]))
-        bound = (first_reply_vs, reply_s, LATENCY_CAP * reply_s)
-        quick = quick_member(specs, acc, cost)
-
-        def with_previews(within: float) -> list[LayoutFit]:  # those that miss the bound, again with a quick preview
-            fitted = {(f.layout, f.preview) for f in fits}
-            return [fit_layout(run, lay, latency, folds=folds, C=C, tolerance=tolerance, seed=seed,
-                               calibration=calibration, preview=(quick,))
-                    for lay in preview_candidates(fits, quick, within, reply_s) if (lay, (quick,)) not in fitted]
-
-        if quick is not None:
-            fits += with_previews(tolerance)
-        if not any(f.first_reply_s <= reply_s and f.latency_s <= bound[2] for f in acceptable(fits, tolerance)):
-            widen_to = max(tolerance, anchor_se(fits, len(run)))  # the bounds bind: the anchor within its own error
-            if quick is not None:
-                fits += with_previews(widen_to)
-    chosen = choose_layout(fits, tolerance, *((None, None) if bound is None else bound[1:]), widen_to=widen_to)
-    record = fit_record(chosen, fits, latency, tolerance=tolerance, C=C, folds=folds, seed=seed,
-                        calibration=calibration, first_reply=bound)
-    if widen_to is not None:
-        record["tolerance_widened_to"] = round(widen_to, 4)
-    if overhead_by:
-        record["round_overhead_by"] = overhead_by
-    if speeds:  # what each reader's prompt token and decode step were taken to cost
-        record["reader_speed"] = {r or "default": {"prefill_tok_s": round(v.prefill_tok_s, 1),
-                                                   "decode_tok_s": round(v.decode_tok_s, 1)} for r, v in speeds.items()}
-    elif set(weights) - {""}:  # what a token of each reader was taken to cost
-        record["reader_cost_per_token"] = {r: round(w, 4) for r, w in weights.items()}
-    return AdaptiveFit(fit_model(run, chosen, C, record), chosen, fits, run, latency, acc, weights, speeds)
-
-
 def scores(answers: Sequence[str], golds: Sequence[Sequence[str]]) -> dict[str, float]:
     n = max(len(answers), 1)
     return {"match": sum(match(a, g) for a, g in zip(answers, golds)) / n,
@@ -226,9 +65,8 @@ def scores(answers: Sequence[str], golds: Sequence[Sequence[str]]) -> dict[str, 
 
 
 def report(args) -> dict[str, Any]:
-    from serve.offline.evaluation import EOR, EOR_ALL, EOR_PRUNED, replay_ensembles
     from serve.builder import pool_reader_models
-    from serve.config import quick_reader_first
+    from serve.config_readers import quick_reader_first
     from serve.offline.reader_runs import ReaderRuns
     from serve.offline.reader_speed import pool_speeds, round_overhead
     from voter.question_vote import build_metrics, choose_voter

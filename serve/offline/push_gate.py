@@ -81,9 +81,10 @@ def judge_push(client: Any, saved: Any, metrics: Sequence[Any], questions: Seque
                margin_pts: float = DEFAULT_MARGIN_PTS, batch: int = 8) -> GateVerdict:
     """Ask `questions` of the live service twice (as production asks; naming the candidate's
     pool) and compare the live answers with the candidate's replayed cascade."""
-    from serve.offline.evaluation import EOR, replay_ensembles
+    from fitting.evaluation import EOR
+    from fitting.replay import replay_ensembles
     from voter.qa_metrics import match
-    from voter.selector import paired_counts, sign_test
+    from fitting.paired import paired_counts, sign_test
 
     pool = list(saved.pool)
     live, named = [], []

@@ -43,7 +43,8 @@ def _point(fit: Any) -> dict[str, Any]:
 
 def frontier(args) -> dict[str, Any]:
     from serve.builder import make_pool
-    from serve.config import load_config, quick_reader_first
+    from serve.config import load_config
+    from serve.config_readers import quick_reader_first
     from serve.offline.dataset import Selection, select_questions
     from serve.offline.reader_runs import ReaderRuns
     from voter.question_vote import MetricOptions, build_metrics
@@ -65,7 +66,7 @@ def frontier(args) -> dict[str, Any]:
     overhead_s = round_overhead(args.round_overhead)[0]
     costs = None
     if args.tokens_per_s or args.reader_cost:  # e.g. measured on an idle machine, where the logs' seconds were not
-        from serve.offline.adaptive import LatencyModel, measured_latency
+        from fitting.pricing import LatencyModel, measured_latency
 
         measured, ratio = measured_latency(scored, runs.seconds(), overhead_s)
         costs = (LatencyModel(overhead_s, args.tokens_per_s or measured.tokens_per_s),
@@ -82,7 +83,8 @@ def compare(scored: Sequence, seconds: dict[str, dict[str, float]], pools: dict[
             costs: Any = None, speeds: Any = None, early_first: bool = False) -> dict[str, Any]:
     """Each pool's rounds fitted as `eor fit` fits them, on the same questions; its chosen layout,
     every candidate layout (the frontier) and its best single member, by CV on `scored`."""
-    from serve.offline.adaptive import fit_adaptive, priced_speeds
+    from fitting.pricing import priced_speeds
+    from fitting.search import fit_adaptive
 
     # one latency model for every system (a table of latencies priced two ways compares nothing)
     speeds = priced_speeds(sorted({s for specs in pools.values() for s in specs}), speeds)

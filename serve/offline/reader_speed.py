@@ -17,22 +17,12 @@ import math
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
+
+from fitting.pricing import ReaderSpeed
 
 PROBE_PROMPTS = 8  # answer prompts of 3 embedded documents each (~600 tokens)
 PROBE_DECODE = 200  # PK's document length (retrievers/processing.py)
-
-
-@dataclass(frozen=True)
-class ReaderSpeed:
-    """Tokens per second of one reader on this machine: prompt tokens it computes (prefix-cache
-    hits excluded), and decode steps of one sequence."""
-
-    prefill_tok_s: float
-    decode_tok_s: float
-
-    def seconds(self, prefill: float, steps: float) -> float:
-        return prefill / self.prefill_tok_s + steps / self.decode_tok_s
 
 
 def speed_path() -> Path:
@@ -135,38 +125,6 @@ def pool_speeds(pool: Any, path: Path | None = None) -> dict[str, ReaderSpeed]:
     return {name: measured[k] for name, k in keys.items() if k in measured}
 
 
-def round_work(result: Any, rounds: Sequence[frozenset]) -> dict[str, tuple[float, float]]:
-    """reader name -> (prompt tokens computed, decode steps) of running `rounds` in order. Prefill:
-    every prompt that ran, each shared document once, prefix-cache hits as the run counted them
-    (QuestionResult.reader_tokens). Decode: a round runs in stages (retrievers/pool.py: run_round),
-    each a batch that decodes side by side and ends with its longest sequence: the shared
-    documents first (PK's, in the first round that needs one), then the members' own generations
-    (a @CP summary and its answer, or an answer): per round, the longest of each."""
-    from retrievers.spec import by_reader
-
-    ran = frozenset().union(*rounds) if rounds else frozenset()
-    cands = {c.retriever: c for c in result.candidates}
-    out = {}
-    for reader, members in by_reader(sorted(ran)).items():
-        t = result.reader_tokens(set(members))
-        out[reader] = [float(t.prompt - t.cached), 0.0]
-    made: set[str] = set()
-    for rnd in rounds:
-        for reader, members in by_reader(sorted(rnd)).items():
-            ran_here = [cands[s] for s in members if s in cands]
-            docs = {d for c in ran_here for d in c.shared if d not in made and d in result.shared_tokens}
-            made |= docs
-            # the round's stages: the shared documents, then each member's summary and answer
-            out[reader][1] += max((result.shared_tokens[d].generated for d in docs), default=0) + \
-                max((c.tokens.generated for c in ran_here), default=0)
-    return {r: (p, s) for r, (p, s) in out.items()}
-
-
-def priced_seconds(result: Any, rounds: Sequence[frozenset], speeds: dict[str, ReaderSpeed]) -> float:
-    """Reader seconds of running `rounds` on this machine (round_work at each reader's speed)."""
-    return sum(speeds[r].seconds(p, s) for r, (p, s) in round_work(result, rounds).items())
-
-
 # ---- the service's round overhead ---------------------------------------------------------
 # A round costs its reader work at the readers' speeds plus what the service adds around it
 # (retrieval, the Ray hops, the batch window, the vote). `bench.load_test compare` measures it
@@ -237,7 +195,7 @@ def load_overhead(path: Path | None = None) -> RoundOverhead | None:
 def round_overhead(given: float | None) -> tuple[float, str]:
     """(seconds a round adds beyond its reader work, where that figure comes from): `given`, else
     what the service measured on this CPU (save_overhead), else the default."""
-    from voter.adaptive import DEFAULT_ROUND_OVERHEAD_S
+    from fitting.pricing import DEFAULT_ROUND_OVERHEAD_S
 
     if given is not None:
         return _checked_seconds(given, "--round-overhead"), "--round-overhead"

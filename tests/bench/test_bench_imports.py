@@ -1,6 +1,6 @@
 """Acceptance: the robustness bench imports none of the server's packages (it is a gRPC client
-with its own environment; it may import `protos`, `bench` and the standard-library-only `splits` and
-`answers`).
+with its own environment; it may import `protos`, `bench`, the standard-library-only `splits` and
+`answers`, and of `fitting` the sign test alone, `fitting.paired`: SciPy, which .venv-bench installs).
 
 The other scripts in bench/ are component benchmarks that measure the server's parts
 in-process (recall of the sources, reader batching, model choice, the voter's objective,
@@ -12,7 +12,8 @@ import ast
 from pathlib import Path
 
 BENCH = Path(__file__).resolve().parents[2] / "bench"
-FORBIDDEN = {"serve", "retrievers", "voter"}
+FORBIDDEN = {"serve", "retrievers", "voter", "fitting"}
+SHARED = {"fitting.paired"}  # a server-side module the bench shares: standard library and SciPy only
 IN_PROCESS = {"cluster.py", "delivered_calibration.py", "engine_settings.py", "load_test.py", "logprob_agreement.py", "model_compare.py", "prefix_share.py", "reader_batching.py", "reader_priority.py", "retrieval_recall.py", "scale_model.py", "verifier_probe.py",
               "voter_objective.py"}
 
@@ -32,7 +33,7 @@ def server_imports(path: Path) -> list[tuple[int, str]]:
             mods = [node.args[0].value]  # importlib.import_module("serve.app.application")
         else:
             continue
-        found += [(node.lineno, m) for m in mods if m.split(".")[0] in FORBIDDEN]
+        found += [(node.lineno, m) for m in mods if m.split(".")[0] in FORBIDDEN and m not in SHARED]
     return found
 
 
@@ -56,3 +57,20 @@ def test_the_load_tests_client_path_needs_no_server_package():
     top = [n for n in ast.parse((BENCH / "load_test.py").read_text()).body
            if isinstance(n, (ast.Import, ast.ImportFrom))]
     assert not [n for n in top if (getattr(n, "module", None) or n.names[0].name).split(".")[0] in FORBIDDEN]
+
+
+def all_imports(path: Path) -> set[str]:
+    """Every absolute import in the file, at any depth."""
+    tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    return {m for n in ast.walk(tree) for m in
+            ([a.name for a in n.names] if isinstance(n, ast.Import) else
+             [n.module] if isinstance(n, ast.ImportFrom) and n.level == 0 and n.module else [])}
+
+
+def test_the_modules_the_bench_shares_import_only_the_standard_library_and_scipy():
+    import sys
+
+    for name in SHARED:
+        mods = {m.split(".")[0] for m in all_imports(BENCH.parent / (name.replace(".", "/") + ".py"))}
+        assert mods <= set(sys.stdlib_module_names) | {"__future__", "scipy"}, (name, mods)
+    assert not all_imports(BENCH.parent / "fitting" / "__init__.py")  # importing the package imports nothing

@@ -3,7 +3,8 @@ from __future__ import annotations
 
 import pytest
 
-from bench.robust.regression import baseline_round, compare, sign_test_p
+from bench.robust.regression import baseline_round, compare
+from fitting.paired import sign_test as sign_test_p
 
 
 def _rounds(lost: int, gained: int, same: int):

@@ -168,7 +168,7 @@ def test_the_cascade_ends_with_the_vote_it_has_when_the_time_runs_out():
     ran: list[list[str]] = []
     clock = iter([1.0, -1.0])
 
-    async def run_stage(open_, specs):
+    async def run_round(open_, specs):
         from retrievers.types import Candidate, Context, QuestionResult
 
         ran.append(specs)
@@ -177,8 +177,8 @@ def test_the_cascade_ends_with_the_vote_it_has_when_the_time_runs_out():
     async def vote(results, stage):
         return [Decision(Vote("A", "x", 0.1, None), False, None, 0.0) for _ in results]
 
-    [a] = asyncio.run(answer_async(["q"], cascade, run_stage, vote, time_left=lambda: next(clock)))
-    assert ran == [["A", "B"], ["C"]] and a.out_of_time and (a.stopped_at, a.stages) == (2, 3)
+    [a] = asyncio.run(answer_async(["q"], cascade, run_round, vote, time_left=lambda: next(clock)))
+    assert ran == [["A", "B"], ["C"]] and a.out_of_time and (a.rounds_run, a.n_rounds) == (2, 3)
     assert a.ran == ["A", "B", "C"] and a.vote.answer == "x"
 
 
@@ -194,7 +194,7 @@ def test_a_vote_that_misses_the_deadline_ends_with_the_last_vote_and_a_first_one
 
     cascade = Cascade((("A", "B"), ("C",), ("D",)), (math.inf, math.inf))
 
-    async def run_stage(open_, specs):
+    async def run_round(open_, specs):
         return [QuestionResult("q", tuple(Candidate(s, s.lower(), Context(s)) for s in specs)) for _ in open_]
 
     def voting(fail_at: int):
@@ -207,7 +207,7 @@ def test_a_vote_that_misses_the_deadline_ends_with_the_last_vote_and_a_first_one
             return [Decision(Vote("A", "a", 0.1, None), False, None, 0.0) for _ in results]
         return vote
 
-    [a] = asyncio.run(answer_async(["q"], cascade, run_stage, voting(fail_at=2)))
-    assert a.out_of_time and a.stopped_at == 1 and a.vote.answer == "a" and a.ran == ["A", "B", "C"]
+    [a] = asyncio.run(answer_async(["q"], cascade, run_round, voting(fail_at=2)))
+    assert a.out_of_time and a.rounds_run == 1 and a.vote.answer == "a" and a.ran == ["A", "B", "C"]
     with pytest.raises(VoteDeadline):
-        asyncio.run(answer_async(["q"], cascade, run_stage, voting(fail_at=1)))
+        asyncio.run(answer_async(["q"], cascade, run_round, voting(fail_at=1)))

@@ -158,14 +158,14 @@ def test_the_first_answer_comes_from_the_default_readers_members_beside_a_slower
 def test_the_early_answer_is_voted_as_the_members_asked_so_its_p_reads_its_own_line():
     """The early vote names just SE@1 (voter/cascade.py: early_cascade: SE@1 a stage of its own that
     never settles, then the rest of round 1, then round 2), so the voter calibrates it on round 1's
-    early line (voter/adaptive.py: stage_of); round 1's own vote keeps the plan's cascade."""
+    early line (voter/adaptive_model.py: round_of); round 1's own vote keeps the plan's cascade."""
     import math
 
     seen = []
     stages = (("SE@1", "SE@1~1.5B"), ("Wiki@10~1.5B",))
 
     def decide(results, key, cascade, stage, deadline):
-        seen.append((cascade.stages, cascade.thresholds, stage))
+        seen.append((cascade.rounds, cascade.thresholds, stage))
         votes = [Vote(r.candidates[0].retriever, r.candidates[0].answer, 0.5, None, {}) for r in results]
         return decisions(votes, [0.0] * len(results), cascade, stage)
     plan = _Handle(plan=lambda: VoterPlan("k", Cascade(stages, (1.0,)), "test voter"), decide=decide)
@@ -211,7 +211,7 @@ def test_a_preview_is_streamed_first_voted_alone_and_never_in_a_rounds_vote():
     stages = (("SE@1~1.5B",), ("Wiki@10~1.5B",))
 
     def decide(results, key, cascade, stage, deadline):
-        seen.append((cascade.stages, cascade.thresholds, stage, [c.retriever for c in results[0].candidates]))
+        seen.append((cascade.rounds, cascade.thresholds, stage, [c.retriever for c in results[0].candidates]))
         votes = [Vote(r.candidates[-1].retriever, r.candidates[-1].answer, 0.5, None, {}) for r in results]
         return decisions(votes, [0.0] * len(results), cascade, stage)
     plan = _Handle(plan=lambda: VoterPlan("k", Cascade(stages, (1.0,), preview=("SE@1",)), "test voter"), decide=decide)

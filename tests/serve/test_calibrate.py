@@ -52,7 +52,7 @@ def voter_file(tmp_path, qfile, sha: str | None = None, qids: str | None = None,
     """A voter fitted (says its provenance) on the fit split's first 20 questions of `qfile`: SE@1 first,
     then Wiki@10 and ReFree where P(right) < 0.8; identity calibration lines (or `calibrator`)."""
     from tests.voter.conftest import logprob_scorer
-    from voter.adaptive import AdaptiveModel
+    from voter.adaptive_model import AdaptiveModel
     from voter.calibration import Calibrator
     from voter.question_vote import equal_weights
     from voter.weights_io import Provenance, SavedWeights, file_sha256, save_weights

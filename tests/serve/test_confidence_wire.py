@@ -26,7 +26,7 @@ from serve.cli import main
 from tests.serve.conftest import FakePool
 from tests.serve.test_reader_recovery import _Handle
 from tests.voter.conftest import logprob_scorer
-from voter.adaptive import AdaptiveModel
+from voter.adaptive_model import AdaptiveModel
 from voter.calibration import Calibrator
 from voter.decision import decide
 from voter.question_vote import equal_weights
@@ -61,7 +61,7 @@ def serving(min_confidence: float = 0.0):
     from serve.config import config_from_dict
 
     saved = calibrated_voter()
-    plan = VoterPlan("k", saved.stages, saved.describe())
+    plan = VoterPlan("k", saved.cascade_to_run, saved.describe())
     voter = _Handle(plan=lambda: plan,
                     decide=lambda results, key, cascade, stage, deadline: decide(results, saved, [create_metric("em")],
                                                                                  cascade, stage))

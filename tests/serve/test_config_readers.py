@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from retrievers.spec import PAPER_POOL
-from serve.config import DEFAULT_POOL, config_from_dict, reader_config, reader_names, used_readers
+from serve.config import DEFAULT_POOL, config_from_dict
+from serve.config_readers import reader_config, reader_names, used_readers
 from serve.engine.models import STRONG_READER
 from voter.weights_io import SHIPPED_VOTER, load_weights
 
@@ -59,7 +60,7 @@ def test_an_unconfigured_reader_is_refused_by_name():
 
 
 def test_the_default_reader_has_the_cores_first_only_where_every_other_reader_it_runs_beside_yields():
-    from serve.config import quick_reader_first
+    from serve.config_readers import quick_reader_first
 
     plain = config_from_dict({})
     assert quick_reader_first(plain)

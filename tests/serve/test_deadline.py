@@ -182,7 +182,7 @@ def test_a_vote_whose_judge_ran_past_the_deadline_ends_like_a_late_vote():
     from tests.serve.test_reader_recovery import RayTaskError
 
     results = [QuestionResult("q", (Candidate("SE@1", "a", Context("SE@1")),))]
-    one = Cascade.single_stage(["SE@1"])
+    one = Cascade.single_round(["SE@1"])
     late = ServiceCrew([], {}, {}, _Handle(decide=lambda r, k, c, st, d: RayTaskError(VoteDeadline())), "k")
     with pytest.raises(VoteDeadline):
         asyncio.run(late.decide(results, one, 0, Deadline.after(5.0)))

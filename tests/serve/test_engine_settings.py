@@ -71,7 +71,8 @@ def test_eor_ask_picks_each_readers_quickest_engine_on_its_own(eor_home):
     from dataclasses import replace
 
     from serve.cli.ask import _quickest_engines
-    from serve.config import config_from_dict, reader_config
+    from serve.config import config_from_dict
+    from serve.config_readers import reader_config
     from serve.engine.compile_cache import mark_compiled, start_key
 
     config = config_from_dict({"reader": {"device": "cpu", "dtype": "bfloat16"},

@@ -170,7 +170,7 @@ def test_json_is_alone_on_stdout_whatever_the_libraries_print(command, qfile, tm
 def test_eval_replays_a_confidence_aware_voter(qfile, tmp_path, eor_home, use_pool, capsys):
     """A v3 voter's EoR row is its rounds and stop rule (the scorer trusts the reader's
     confidence; these fake answers carry none, so nothing is sure and every round runs)."""
-    from voter.adaptive import AdaptiveModel
+    from voter.adaptive_model import AdaptiveModel
     from voter.question_vote import equal_weights
     from tests.voter.conftest import logprob_scorer
     from voter.weights_io import Provenance, SavedWeights, save_weights
@@ -232,7 +232,7 @@ def sure_eval(tmp_path, use_pool, dataset, calibrator: dict | None = None) -> tu
     """(questions file, voter file) for SURE: each question in `dataset(question)`, a voter whose P(right)
     is the log-prob scorer's (a Platt calibrator with a = 1, b = 0, or `calibrator`), the pool answering as
     SURE says."""
-    from voter.adaptive import AdaptiveModel
+    from voter.adaptive_model import AdaptiveModel
     from voter.calibration import Calibrator
     from voter.question_vote import equal_weights
     from tests.voter.conftest import logprob_scorer
@@ -311,7 +311,7 @@ def test_reading_only_the_cascades_rounds_gives_the_whole_pools_eor(tmp_path, eo
     """`--reads cascade`: round 1 (SE@1) for every question, round 2 only for the six whose P(right)
     after round 1 is under 0.8 (s1 and s2 stop: SE@1's log-probs 0.0 and -0.1 give 0.924 and
     0.881); EoR's answers, P(right) and rounds are those of reading the whole pool."""
-    from voter.adaptive import AdaptiveModel
+    from voter.adaptive_model import AdaptiveModel
     from voter.calibration import Calibrator
     from voter.question_vote import equal_weights
     from tests.voter.conftest import logprob_scorer

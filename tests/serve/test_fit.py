@@ -56,8 +56,8 @@ def test_fit_follows_the_always_right_retriever_and_records_provenance(tmp_path,
     doc = json.loads(out.read_text())
     assert doc["format"] == "eor-voter/2" and len(p.extra["questions_sha256"]) == 64
     # the cascade: the kept retrievers, cheapest first, thresholds fitted to >= 98% agreement
-    c = saved.stages
-    assert sorted(c.specs) == sorted(saved.kept_specs()) and len(c.thresholds) == len(c.stages) - 1
+    c = saved.cascade_to_run
+    assert sorted(c.specs) == sorted(saved.kept_specs()) and len(c.thresholds) == len(c.rounds) - 1
     assert c.fit_agreement >= 0.98 and sum(c.fit_stop_rate) == pytest.approx(1.0)
     assert "cascade (" in printed and "adaptive answer = all-kept vote on" in printed
 

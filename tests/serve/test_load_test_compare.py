@@ -51,7 +51,7 @@ def test_compare_times_the_first_streamed_reply_and_counts_round_one_stops(monke
     assert adaptive["first_reply_mean_s"] < adaptive["mean_s"]  # the provisional reply came before the final
     assert out["first_streamed_reply_over_single"] is not None and "first_reply_mean_s" not in out["rows"]["single"]
     # issue 33's goals, said with whether this run met them; the mean cap is the fit's
-    from voter.adaptive import LATENCY_CAP
+    from fitting.layout_choice import LATENCY_CAP
 
     assert lt.MEAN_GOAL == LATENCY_CAP and out["goal"]["mean"] == "<= 3x"
     assert out["goal"]["mean_met"] == (out["latency_ratio_adaptive_over_single"] <= 3.0)

@@ -53,7 +53,7 @@ def test_in_process_rounds_search_once_write_pk_once_and_embed_once():
     cascade = Cascade(stages, (NEVER,) * 3)
     (a,) = asyncio.run(AskRounds([QUESTION], cascade, LocalCrew(pool, first_answer, cascade.specs),
                                  pool.config).answer())
-    assert a.stopped_at == 4 and a.ran == plan
+    assert a.rounds_run == 4 and a.ran == plan
     assert len(pool.sources["SE"].calls) == 1 and len(pool.sources["Wiki"].calls) == 1
     assert len(engine.calls_of("pk")) == 1
     once, _ = _pool(plan)
@@ -131,7 +131,7 @@ def test_the_rounds_search_every_configured_source_at_the_depth_its_shape_needs(
 
 def test_a_slow_source_holds_up_only_its_readers():
     crew = Crew(["Wiki@10", "SE@1", "ReFree"], se_s=10.0)
-    rounds = AskRounds(["q"], Cascade.single_stage(["Wiki@10", "SE@1", "ReFree"]), crew, PoolConfig(),
+    rounds = AskRounds(["q"], Cascade.single_round(["Wiki@10", "SE@1", "ReFree"]), crew, PoolConfig(),
                        Deadline.after(2.0))
     t = time.perf_counter()
     (a,) = asyncio.run(rounds.answer())

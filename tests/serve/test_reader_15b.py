@@ -71,7 +71,8 @@ def test_the_real_15b_answers():
         pytest.fail("reader model not prepared: run ./setup.sh --tests (eor models prepare qwen2.5-coder-1.5b)")
     from retrievers.prompts import answer_prompt, clean_answer
     from retrievers.reader import SamplingParams
-    from serve.config import config_from_dict, reader_config
+    from serve.config import config_from_dict
+    from serve.config_readers import reader_config
     from serve.engine.priority import child_pids, niceness
     from serve.engine.vllm_engine import VLLMEngine
 

@@ -171,7 +171,7 @@ def test_ask_while_the_reader_is_down_is_unavailable_and_health_says_why():
                                     "generated_tokens": 0, "cached_tokens": 0, "down": down, "restarts": 0},
                      model_id=lambda: "m")
     group = _Handle(run=lambda *a: RayTaskError(ReaderUnavailable(down)))
-    voter = _Handle(plan=lambda: VoterPlan("k", Cascade.single_stage(["ReFree"]), "equal weights"),
+    voter = _Handle(plan=lambda: VoterPlan("k", Cascade.single_round(["ReFree"]), "equal weights"),
                     weights_source=lambda: "equal weights")
     ing = _ingress(reader, group, voter)
     reply, code, details = asyncio.run(ing.call("Ask", eor_pb2.AskRequest(question="who?")))

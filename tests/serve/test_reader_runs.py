@@ -1,7 +1,7 @@
 """A pool of (retriever, reader) pairs run as one pool per reader (serve/offline/reader_runs.py):
 the joined results are those of the joined pool, each part is the run log `eor run --model`
 grows, a finished question is never run again; the fit weighs each reader's tokens by what
-they cost (serve/offline/adaptive.py) and compares escalation layouts (voter/adaptive.py)."""
+they cost (fitting/pool_run.py) and compares escalation layouts (fitting/layout_choice.py)."""
 from __future__ import annotations
 
 from dataclasses import replace
@@ -88,7 +88,7 @@ def test_members_by_reader_and_renaming():
 
 
 def test_the_fit_weighs_each_readers_tokens_by_its_measured_cost():
-    from serve.offline.adaptive import measured_latency, weighted_tokens
+    from fitting.pricing import measured_latency, weighted_tokens
 
     pool, _, _ = make_pool()
     (r,) = pool.run([QUESTIONS[0].question])
@@ -103,7 +103,7 @@ def test_the_fit_weighs_each_readers_tokens_by_its_measured_cost():
 
 
 def test_escalation_layouts_and_a_reader_feature():
-    from voter.adaptive import candidate_layouts
+    from fitting.layout_choice import candidate_layouts
     from voter.selector import feature_names
 
     pool = ["SE@1", "Wiki@10", "PK", "SE@1~1.5B", "Wiki@10~1.5B", "PK~1.5B"]

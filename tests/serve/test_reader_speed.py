@@ -6,8 +6,8 @@ import json
 import pytest
 
 from retrievers.types import Candidate, Context, QuestionResult, ReaderTokens
-from serve.offline.reader_speed import (ReaderSpeed, load_speeds, measure, priced_seconds, round_work, save_speed,
-                                        speed_key)
+from fitting.pricing import priced_seconds, round_work
+from serve.offline.reader_speed import ReaderSpeed, load_speeds, measure, save_speed, speed_key
 from tests.retrievers.fakes import FakeEngine
 
 
@@ -56,7 +56,7 @@ def test_the_fit_prices_rounds_by_measured_speed_and_says_so():
 
 
 def test_a_layout_may_stop_before_the_rest_but_is_never_a_lone_subset():
-    from voter.adaptive import candidate_layouts
+    from fitting.layout_choice import candidate_layouts
 
     pool = ["SE@1", "Wiki@10", "PK", "ReFree"]
     acc = {"SE@1": 0.4, "Wiki@10": 0.3, "PK": 0.2, "ReFree": 0.1}
@@ -176,7 +176,7 @@ def test_eor_models_speed_measures_every_configured_reader(eor_home, tmp_path, c
 
 
 def test_the_fit_holds_round_one_to_the_one_retriever_service_and_records_it():
-    from serve.offline.adaptive import fit_adaptive
+    from fitting.search import fit_adaptive
     from tests.serve.test_reader_runs import synthetic
     from voter.question_vote import MetricOptions, build_metrics
 

@@ -11,8 +11,8 @@ import pytest
 
 from protos import eor_pb2
 from retrievers.spec import PAPER_POOL
-from serve.config import (GENERATOR_AUTO, config_from_dict, generator_model, generator_reader,
-                          reader_config)
+from serve.config import GENERATOR_AUTO, config_from_dict
+from serve.config_readers import generator_model, generator_reader, reader_config
 from serve.engine.models import DEFAULT_READER, STRONG_READER
 
 FAKES = "tests.serve.service_fakes"

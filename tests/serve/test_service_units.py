@@ -14,7 +14,8 @@ import yaml
 
 from protos import eor_pb2
 from retrievers.reader import SamplingParams
-from serve.config import ServiceConfig, actor_groups, actor_layout, config_from_dict, load_config, reader_config
+from serve.config import ServiceConfig, actor_groups, actor_layout, config_from_dict, load_config
+from serve.config_readers import reader_config
 from serve.app.wire import BadRequest, InvalidArgument, lenient, parse_ask
 
 

@@ -24,7 +24,7 @@ import pytest
 
 from retrievers.types import QuestionResult
 from tests.serve.conftest import FakePool
-from voter.adaptive import early_view
+from voter.cascade import early_view
 
 DATA = Path(__file__).parent / "data"
 SPECS = ["Wiki@10", "SE@1", "SE@4", "PK", "SE@RR@10", "ReFree"]
@@ -48,6 +48,7 @@ def fixture_log(tmp_path, eor_home, use_pool):
 
 
 def report(qfile, tmp_path, calibration: str) -> dict:
+    from fitting import search
     from serve.offline import adaptive
     from voter.question_vote import equal_weights
     from voter.weights_io import save_weights
@@ -57,8 +58,8 @@ def report(qfile, tmp_path, calibration: str) -> dict:
     voter = save_weights(tmp_path / "equal.json", equal_weights(SPECS, ["em"]))
     out = tmp_path / f"report-{calibration}.json"
     # the middle-round sizes of the golden's time (1 and 2 came after: more candidates, another choice)
-    recorded = functools.partial(adaptive.candidate_layouts, seconds=(0, 3, 5))
-    with mock.patch.object(adaptive, "candidate_layouts", recorded):
+    recorded = functools.partial(search.candidate_layouts, seconds=(0, 3, 5))
+    with mock.patch.object(search, "candidate_layouts", recorded):
         assert adaptive.main(["--questions", str(qfile), "--index", "shared", "--voter", str(voter), "--out", str(out),
                               "--calibration", calibration]) == 0
     return json.loads(out.read_text())
@@ -73,13 +74,13 @@ def live(held, saved, metrics) -> list[list]:
     for q, r in held:
         by = {c.retriever: c for c in r.candidates}
 
-        async def run_stage(open_, specs, r=r, by=by):
+        async def run_round(open_, specs, r=r, by=by):
             return [QuestionResult(r.question, tuple(by[s] for s in specs if s in by), r.shared_tokens)]
 
         async def vote(results, stage):
-            return decide(results, saved, metrics, saved.stages, stage)
-        (a,) = asyncio.run(answer_async([r.question], saved.stages, run_stage, vote))
-        rows.append([q.qid, a.stopped_at, a.vote.answer, a.vote.retriever,
+            return decide(results, saved, metrics, saved.cascade_to_run, stage)
+        (a,) = asyncio.run(answer_async([r.question], saved.cascade_to_run, run_round, vote))
+        rows.append([q.qid, a.rounds_run, a.vote.answer, a.vote.retriever,
                      None if not math.isfinite(a.settle) else round(a.settle, 9)])
     return rows
 
@@ -103,7 +104,7 @@ def test_the_adaptive_report_is_unchanged_on_the_fixture_run_log(fixture_log, tm
     golden = rounded(dict(GOLDEN["report"]))
     layouts, before = doc.pop("layouts"), golden.pop("layouts")
     # since 2026-11-27 a layout whose round 1 has an early answer (here SE@1, PK, ReFree first: SE@1 and
-    # ReFree answer first) trains its scorer on that view too (voter/adaptive.py: scored_views), so its CV
+    # ReFree answer first) trains its scorer on that view too (fitting/pool_run.py: scored_views), so its CV
     # figures moved; every other layout is as it was (since 2026-11-26 also (first, middle) without the rest)
     kept = [f for f in before if early_view(tuple(map(tuple, f["rounds"]))) is None]
     assert len(kept) >= len(before) - 2 and [f for f in layouts if f in kept] == kept
@@ -123,8 +124,8 @@ def test_calibrated_thresholds_stop_the_same_questions_after_the_same_rounds(fix
 
 def test_live_and_replayed_decisions_are_unchanged(fixture_log):
     from serve.offline import adaptive
-    from serve.offline.evaluation import replay_ensembles
-    from serve.offline.fitting import FitConfig, fit_weights
+    from fitting.replay import replay_ensembles
+    from fitting.weights import FitConfig, fit_weights
     from voter.question_vote import MetricOptions, equal_weights
     from voter.similarity import create_metric
     from voter.weights_io import SavedWeights

@@ -11,7 +11,8 @@ import pytest
 from retrievers.pool import PoolConfig
 from retrievers.reader import CachedReader
 from serve.cli import main
-from serve.config import EorConfig, VoterSelection, reader_models
+from serve.config import EorConfig, VoterSelection
+from serve.config_readers import reader_models
 from tests.serve.conftest import FakeEngine, FakePool, write_questions
 from tests.voter.conftest import ONE_READER_POOL, TWO_READER_POOL, reader_voter
 from voter.weights_io import FORMAT_V5, load_weights, save_weights

@@ -1,4 +1,5 @@
-"""Adaptive EoR's cascade: stage order, the settle statistic, the fitted stop rule, round trip."""
+"""Adaptive EoR's cascade: the settle statistic, the stop rule, the early answer, the file form (the
+fitted thresholds: tests/fitting/test_thresholds.py)."""
 from __future__ import annotations
 
 import math
@@ -6,17 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from voter.cascade import (Cascade, StageTrace, build_trace, evaluate_rule, fit_thresholds, order_stages,
-                           settle_stat, stop_stages)
-from voter.estimator import EoRVoter
-from voter.voting import VoterWeights
-
-
-def test_order_stages_puts_the_cheapest_two_first_then_one_per_stage():
-    cost = {"Wiki@10": 1400.0, "ReFree": 40.0, "SE@1": 1300.0, "PK": 500.0, "SE@1@CP": 2900.0}
-    stages = order_stages(list(cost), cost)
-    assert stages == (("ReFree", "PK"), ("SE@1",), ("Wiki@10",), ("SE@1@CP",))
-    assert order_stages(["A", "B"], {"A": 2, "B": 1}) == (("B", "A"),)
+from voter.cascade import Cascade, settle_stat, stop_rounds
 
 
 def test_settle_stat_margin_unanimity_and_too_few_answers():
@@ -26,67 +17,10 @@ def test_settle_stat_margin_unanimity_and_too_few_answers():
     assert settle_stat(np.array([0.5, -np.inf, -np.inf]), ans) == -math.inf  # one answer is no vote
 
 
-def _trace(seed: int = 0, n: int = 200) -> StageTrace:
-    """Three stages; stage-1 votes with a large margin agree with the final vote, small ones
-    agree half the time; stage 2 agrees whenever its margin is above 0.5."""
-    rng = np.random.default_rng(seed)
-    s1 = rng.uniform(0, 1, n)
-    s2 = rng.uniform(0, 1, n)
-    same1 = (s1 > 0.7) | (rng.uniform(0, 1, n) < 0.5)
-    same2 = (s2 > 0.5) | same1
-    stats = np.stack([s1, s2, np.full(n, np.inf)], axis=1)
-    same = np.stack([same1, same2, np.ones(n, bool)], axis=1)
-    cum = np.tile(np.array([100.0, 300.0, 1000.0]), (n, 1))
-    return StageTrace(stats, same, cum)
-
-
-def test_fit_thresholds_is_cheapest_rule_that_keeps_the_target():
-    trace = _trace()
-    tau = fit_thresholds(trace, target=0.98)
-    agree, cost, stop = evaluate_rule(trace, tau)
-    assert agree >= 0.98
-    assert cost < 1000.0  # it saves tokens over running every stage
-    never, full_cost, _ = evaluate_rule(trace, (math.inf, math.inf))
-    assert never == 1.0 and full_cost == 1000.0
-    # no single threshold move that is cheaper still keeps the target
-    for k in range(2):
-        for c in sorted(set(trace.stats[:, k])):
-            if c < tau[k]:
-                trial = list(tau)
-                trial[k] = c
-                a, co, _ = evaluate_rule(trace, trial)
-                assert a < 0.98 or co >= cost - 1e-9
-    assert set(np.unique(stop)) <= {0, 1, 2}
-
-
-def test_fit_thresholds_with_target_one_never_loses_an_answer():
-    trace = _trace(seed=3)
-    tau = fit_thresholds(trace, target=1.0)
-    assert evaluate_rule(trace, tau)[0] == 1.0
-
-
-def test_stop_stages_takes_the_earliest_settled_stage():
+def test_stop_rounds_takes_the_earliest_settled_round():
     stats = np.array([[0.9, 0.9, np.inf], [0.1, 0.9, np.inf], [0.1, 0.1, np.inf]])
-    assert list(stop_stages(stats, (0.5, 0.5))) == [0, 1, 2]
-    assert list(stop_stages(stats, (math.inf, math.inf))) == [2, 2, 2]
-
-
-def test_build_trace_votes_over_each_stage_prefix():
-    """Two questions, three retrievers: A and B agree on q0 (settled after stage 1); on q1 they
-    disagree and C decides."""
-    pool = ["A", "B", "C"]
-    grid = [["x", "x", "y"], ["x", "y", "y"]]
-    sim = np.zeros((2, 3, 3, 1))
-    for i, row in enumerate(grid):
-        for a in range(3):
-            for b in range(3):
-                sim[i, a, b, 0] = float(row[a] == row[b])
-    mask = np.ones((2, 3), bool)
-    voter = EoRVoter.from_weights(VoterWeights.from_arrays([0.3], [0.3, 0.3, 0.3], 0.1))
-    trace = build_trace(voter, sim, mask, pool, grid, [("A", "B"), ("C",)], np.array([[10, 20], [10, 20]]))
-    assert trace.stats[0, 0] == math.inf and trace.same[0, 0]
-    assert trace.answers[1][1] == "y" and trace.stats[1, 0] == pytest.approx(0.0)
-    assert trace.answers[0][1] == "x"
+    assert list(stop_rounds(stats, (0.5, 0.5))) == [0, 1, 2]
+    assert list(stop_rounds(stats, (math.inf, math.inf))) == [2, 2, 2]
 
 
 def test_cascade_round_trip_and_validation():
@@ -110,7 +44,7 @@ def test_an_infinite_threshold_never_stops_and_unanimous_only_stops_unanimous_vo
     assert c.settled(1, math.inf) and not c.settled(1, 5.0)
     assert c.settled(2, -math.inf)  # the last stage always ends the question
     stats = np.array([[math.inf, math.inf, math.inf], [0.3, 0.2, math.inf]])
-    assert list(stop_stages(stats, (math.inf, UNANIMOUS_ONLY))) == [1, 2]
+    assert list(stop_rounds(stats, (math.inf, UNANIMOUS_ONLY))) == [1, 2]
     with pytest.raises(ValueError, match="-inf"):
         Cascade((("A",), ("B",)), (-math.inf,))
 
@@ -136,7 +70,7 @@ def test_the_early_cascade_makes_round_ones_early_members_a_stage_that_never_set
 
     c = Cascade((("SE@1", "SE@1~1.5B", "PK~1.5B"), ("Wiki@10~1.5B",)), (0.4,))
     e = early_cascade(c)
-    assert e.stages == (("SE@1",), ("SE@1~1.5B", "PK~1.5B"), ("Wiki@10~1.5B",)) and e.thresholds == (math.inf, 0.4)
+    assert e.rounds == (("SE@1",), ("SE@1~1.5B", "PK~1.5B"), ("Wiki@10~1.5B",)) and e.thresholds == (math.inf, 0.4)
     assert not e.settled(0, 1e9) and e.settled(1, 0.5) == c.settled(0, 0.5)
     alike = Cascade((("SE@1", "Wiki@10"), ("ReFree",)), (0.4,))
     assert early_cascade(alike) is alike  # no early answer: the cascade itself
@@ -151,7 +85,7 @@ def test_a_preview_is_its_own_early_stage_and_never_one_of_the_rounds():
 
     c = Cascade((("SE@1~1.5B",), ("Wiki@10~1.5B",)), (0.4,), preview=("SE@1",))
     e = early_cascade(c)
-    assert e.stages == (("SE@1",), ("SE@1~1.5B",), ("Wiki@10~1.5B",)) and e.thresholds == (math.inf, 0.4)
+    assert e.rounds == (("SE@1",), ("SE@1~1.5B",), ("Wiki@10~1.5B",)) and e.thresholds == (math.inf, 0.4)
     assert e.preview == () and not e.settled(0, 1e9) and c.specs == ["SE@1~1.5B", "Wiki@10~1.5B"]
     assert c.asked == ["SE@1~1.5B", "Wiki@10~1.5B", "SE@1"] and Cascade.from_dict(c.to_dict()) == c
     assert "preview" not in Cascade((("A", "B"),)).to_dict()  # files without one stay as they were

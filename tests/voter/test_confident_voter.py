@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from retrievers.types import Candidate, Context, QuestionResult
-from voter.adaptive import AdaptiveModel
+from voter.adaptive_model import AdaptiveModel
 from voter.decision import decide, vote
 from voter.question_vote import equal_weights
 from tests.voter.conftest import logprob_scorer
@@ -39,7 +39,7 @@ def test_v3_round_trip_and_v2_loading(tmp_path):
     back = load_weights(path)
     assert back.adaptive.layout == saved.adaptive.layout and back.adaptive.thresholds == (0.8,)
     assert back.digest == saved.digest and "confidence-aware" in back.describe()
-    assert back.stages.stages == (("A",), ("B", "C")) and back.stages.thresholds == (0.8,)
+    assert back.cascade_to_run.rounds == (("A",), ("B", "C")) and back.cascade_to_run.thresholds == (0.8,)
     plain = voter_file(None)
     assert plain.to_dict()["format"] == FORMAT_V2 and "adaptive" not in plain.to_dict()
     old = load_weights(V2_VOTER)  # the voter shipped before v3: loads, with the id it always had
@@ -98,14 +98,14 @@ def test_rounds_stop_after_the_first_when_the_reader_is_sure():
     ran: list[tuple[list[int], list[str]]] = []
     qs = list(answers)
 
-    async def run_stage(open_, specs):
+    async def run_round(open_, specs):
         ran.append((list(open_), list(specs)))
         return [result(qs[i], {s: answers[qs[i]][s] for s in specs}) for i in open_]
 
     async def vote(results, stage):
-        return decide(results, saved, [create_metric("em")], saved.stages, stage)
+        return decide(results, saved, [create_metric("em")], saved.cascade_to_run, stage)
 
-    sure, unsure = asyncio.run(answer_async(qs, saved.stages, run_stage, vote))
-    assert (sure.stopped_at, sure.vote.answer, sure.ran) == (1, "paris", ["A"])
-    assert (unsure.stopped_at, unsure.vote.answer, unsure.ran) == (2, "lyon", ["A", "B", "C"])
+    sure, unsure = asyncio.run(answer_async(qs, saved.cascade_to_run, run_round, vote))
+    assert (sure.rounds_run, sure.vote.answer, sure.ran) == (1, "paris", ["A"])
+    assert (unsure.rounds_run, unsure.vote.answer, unsure.ran) == (2, "lyon", ["A", "B", "C"])
     assert ran == [([0, 1], ["A"]), ([1], ["B", "C"])]  # round 2 only for the open question

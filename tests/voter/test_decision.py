@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 
 from retrievers.types import ERROR, Candidate, Context, Failure, QuestionResult
-from voter.adaptive import AdaptiveModel
+from voter.adaptive_model import AdaptiveModel
 from voter.calibration import Calibrator
-from voter.cascade import UNANIMOUS_ONLY, Cascade, settled, stop_stages
+from voter.cascade import UNANIMOUS_ONLY, Cascade, settled, stop_rounds
 from voter.decision import Confidence, abstains, check_min_confidence, decide
 from voter.question_vote import equal_weights
 from tests.voter.conftest import logprob_scorer
@@ -32,7 +32,7 @@ def test_the_rule_by_hand():
                       [0.2, 9.0, math.inf, 0.0],  # stage 2 never stops; unanimous after stage 3
                       [0.2, 9.0, 3.0, -math.inf],  # runs to the end
                       [-math.inf, math.inf, math.inf, 0.0]])  # no vote after stage 1, unanimous after 3
-    assert stop_stages(stats, tau).tolist() == [0, 2, 3, 2]
+    assert stop_rounds(stats, tau).tolist() == [0, 2, 3, 2]
     assert settled(0, stats[:, 0], tau).tolist() == [True, False, False, False]  # the same rule on arrays
     c = Cascade((("A",), ("B",), ("C",), ("D",)), tau)
     assert [next(k for k in range(4) if c.settled(k, row[k])) for row in stats] == [0, 2, 3, 2]
@@ -60,9 +60,9 @@ def test_a_margin_voter_decides_on_its_margin_and_gives_no_confidence():
     assert d_agree.vote.answer == "paris" and d_agree.stat == math.inf and d_agree.settled  # unanimous
     assert d_split.stat == 0.0 and not d_split.settled  # 1 answer each: margin 0 < 0.2
     assert d_agree.confidence is None and saved.confidence_kind == "none"
-    (last,) = decide([split], saved, EM, stage=1)
+    (last,) = decide([split], saved, EM, k=1)
     assert last.settled  # the last stage always ends it
-    (alone,) = decide([split], saved, EM, Cascade.single_stage(["A", "B"]))  # a caller's explicit retrievers
+    (alone,) = decide([split], saved, EM, Cascade.single_round(["A", "B"]))  # a caller's explicit retrievers
     assert alone.settled
 
 
@@ -72,7 +72,7 @@ def test_a_confidence_voter_stops_on_the_calibrated_p_it_gives_the_caller():
     cal = Calibrator.from_dict({"method": "platt", "a": 0.5, "b": 0.5})
     saved = voter(AdaptiveModel((("A",), ("B", "C")), scorer(), (0.7,), cal))
     sure, unsure = result(A=("paris", -0.05)), result(A=("rome", -0.7))
-    d_sure, d_unsure = decide([sure, unsure], saved, EM, saved.stages, 0)
+    d_sure, d_unsure = decide([sure, unsure], saved, EM, saved.cascade_to_run, 0)
     raw = 1 / (1 + math.exp(-(5 * -0.05 + 2.5)))
     expected = 1 / (1 + math.exp(-(0.5 * math.log(raw / (1 - raw)) + 0.5)))
     assert d_sure.confidence == Confidence(pytest.approx(expected), True) and d_sure.stat == d_sure.confidence.p
@@ -92,14 +92,14 @@ def test_each_round_is_calibrated_by_its_own_line_and_a_callers_own_members_by_t
                                 "rounds": [{"a": 1.0, "b": -1.0}, {"a": 1.0, "b": 1.0}]})
     model = AdaptiveModel((("A",), ("B", "C")), scorer(), (0.7,), cal)
     saved = voter(model)
-    assert [model.stage_of(m) for m in (["A"], [], ["A", "C"], ["B"], ["A", "D"])] == [0, 0, 1, 1, None]
+    assert [model.round_of(m) for m in (["A"], [], ["A", "C"], ["B"], ["A", "D"])] == [0, 0, 1, 1, None]
     def line(p: float, b: float) -> float:
         return 1 / (1 + math.exp(-(math.log(p / (1 - p)) + b)))
 
-    (one,) = decide([result(A=("paris", -0.05))], saved, EM, saved.stages, 0)
-    (two,) = decide([result(A=("paris", -0.05), C=("paris", -0.05))], saved, EM, saved.stages, 1)
-    (mute,) = decide([result(A=("paris", -0.05))], saved, EM, saved.stages, 1)  # round 2 ran, said nothing
-    (own,) = decide([result(B=("paris", -0.05))], saved, EM, Cascade.single_stage(["B"]))  # round 2's member alone
+    (one,) = decide([result(A=("paris", -0.05))], saved, EM, saved.cascade_to_run, 0)
+    (two,) = decide([result(A=("paris", -0.05), C=("paris", -0.05))], saved, EM, saved.cascade_to_run, 1)
+    (mute,) = decide([result(A=("paris", -0.05))], saved, EM, saved.cascade_to_run, 1)  # round 2 ran, said nothing
+    (own,) = decide([result(B=("paris", -0.05))], saved, EM, Cascade.single_round(["B"]))  # round 2's member alone
     assert one.confidence.p == pytest.approx(line(one.vote.score, -1.0)) == one.stat
     assert two.confidence.p == pytest.approx(line(two.vote.score, +1.0)) == two.stat
     assert mute.confidence.p == pytest.approx(line(mute.vote.score, +1.0))  # round 2's line, as the fit read it
@@ -153,15 +153,15 @@ def test_round_ones_early_answer_reads_the_early_line(tmp_path):
                                 "rounds": [{"a": 1.0, "b": -1.0}, {"a": 1.0, "b": 1.0}],
                                 "early": {"a": 1.0, "b": -2.0}})
     model = AdaptiveModel((("A", "A~1.5B"), ("C",)), logprob_scorer(pool), (0.7,), cal)
-    assert [model.stage_of(m) for m in (["A"], ["A", "A~1.5B"], ["A~1.5B"], ["C"])] == [EARLY, 0, 0, 1]
-    assert AdaptiveModel((("A", "C"), ("A~1.5B",)), logprob_scorer(pool), (0.7,), cal).stage_of(["A"]) == 0
+    assert [model.round_of(m) for m in (["A"], ["A", "A~1.5B"], ["A~1.5B"], ["C"])] == [EARLY, 0, 0, 1]
+    assert AdaptiveModel((("A", "C"), ("A~1.5B",)), logprob_scorer(pool), (0.7,), cal).round_of(["A"]) == 0
     base = equal_weights(list(pool), ["em"])
     saved = SavedWeights(base.pool, base.metrics, base.pooling, base.threshold, base.weights,
                          Provenance("q.jsonl", 10, "r", 0.5), adaptive=model)
-    (early,) = decide([result(A=("paris", -0.05))], saved, EM, Cascade.single_stage(["A"]))
+    (early,) = decide([result(A=("paris", -0.05))], saved, EM, Cascade.single_round(["A"]))
     (whole,) = decide([QuestionResult("q", (Candidate("A", "paris", Context("A", ()), logprobs=(-0.05,)),
                                             Candidate("A~1.5B", "paris", Context("A~1.5B", ()), logprobs=(-0.05,))))],
-                      saved, EM, saved.stages, 0)
+                      saved, EM, saved.cascade_to_run, 0)
 
     def line(p: float, b: float) -> float:
         return 1 / (1 + math.exp(-(math.log(p / (1 - p)) + b)))

@@ -79,7 +79,7 @@ def test_voter_file_round_trip_with_its_cascade_and_old_files(tmp_path, fitted):
     with_cascade = saved.with_cascade(cascade)
     path = save_weights(tmp_path / "voter.json", with_cascade)
     loaded = load_weights(path, pool=POOL)
-    assert loaded == with_cascade and loaded.stages == cascade and loaded.digest == with_cascade.digest
+    assert loaded == with_cascade and loaded.cascade_to_run == cascade and loaded.digest == with_cascade.digest
     assert "fitted voter" in loaded.describe() and "SmolLM2-135M" in loaded.describe()
     # a v1 file (no cascade) loads: its kept retrievers are one stage
     raw = json.loads(path.read_text())
@@ -87,7 +87,7 @@ def test_voter_file_round_trip_with_its_cascade_and_old_files(tmp_path, fitted):
     raw.pop("cascade")
     (tmp_path / "v1.json").write_text(json.dumps(raw))
     old = load_weights(tmp_path / "v1.json", pool=POOL)
-    assert old.cascade is None and old.stages.stages == (tuple(kept),)
+    assert old.cascade is None and old.cascade_to_run.rounds == (tuple(kept),)
     # a cascade over other retrievers than the kept ones is refused
     raw = json.loads(path.read_text())
     raw["cascade"]["stages"] = [["Wiki@10", "SE@1", "PK", "ReFree"]]

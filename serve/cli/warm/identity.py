@@ -48,7 +48,7 @@ def reader_key(config) -> str:
 def about(config) -> dict:
     """What `eor status` says the reader holds: the default reader's model and every reader's
     its pool reads with (each engine starts on the first ask that needs it)."""
-    from serve.config import reader_models
+    from serve.config_readers import reader_models
 
     return {"model": config.reader.model, "readers": sorted(set(reader_models(config).values())),
             "index": config.index.name, "cwd": os.getcwd()}

@@ -1,33 +1,23 @@
-"""`eor fit`: pool results -> similarity tensor + correctness -> fitted voter weights (§4.2).
-
-Correctness g is *Match* (a gold answer contained in the normalised output, BERGEN /
-the query-level robustness paper), not the paper's BEM or EM: the small readers this system
-runs (SmolLM2, Gemma-3-270M) answer in sentences ("The Mona Lisa was painted by Leonardo da
-Vinci."), which EM scores 0 and Match scores 1; BEM needs a model no package ships. A failed
-retriever or an empty answer counts as wrong and takes no part in the vote.
+"""`eor fit`'s first part: pool results -> similarity tensor + correctness -> fitted voter
+weights (§4.2), and the margin cascade over the kept retrievers (rounds by measured cost, stop
+thresholds fitted: fitting/thresholds.py).
 """
 from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 
+from fitting.questions import CORRECTNESS, Scored, correctness
+from fitting.thresholds import build_trace, evaluate_rule, fit_thresholds, order_rounds
 from retrievers.types import QuestionResult
-from serve.offline.dataset import Question
-from voter.question_vote import (MetricOptions, answer_grid, equal_weights,
-                          similarity_inputs)
-from voter.cascade import (DEFAULT_TARGET, UNANIMOUS_ONLY, Cascade, build_trace, evaluate_rule, fit_thresholds,
-                           order_stages)
+from voter.cascade import DEFAULT_TARGET, UNANIMOUS_ONLY, Cascade
 from voter.estimator import EoRVoter, VoterConfig, chosen_correctness
-from voter.qa_metrics import match
+from voter.question_vote import MetricOptions, answer_grid, equal_weights, similarity_inputs
 from voter.similarity import PairSimilarity
 from voter.weights_io import Provenance, SavedWeights
-
-CORRECTNESS = "match"
-
-Scored = Sequence[tuple[Question, QuestionResult]]
 
 
 @dataclass(frozen=True)
@@ -38,15 +28,7 @@ class FitConfig:
     metrics: MetricOptions = field(default_factory=MetricOptions)
     voter: VoterConfig = field(default_factory=VoterConfig)  # validated on construction
     cascade_target: float = DEFAULT_TARGET  # adaptive stop rule: agreement with the all-kept vote
-    first_stage: int = 2  # retrievers in the cascade's first stage (a vote needs two answers)
-
-
-def correctness(scored: Scored, pool: Sequence[str],
-                g: Callable[[str, Sequence[str]], float] = match) -> np.ndarray:
-    """y [N, M]: g(answer of retriever m, gold answers of question i); 0 where it cannot vote."""
-    grid = answer_grid([r for _, r in scored], pool)
-    return np.array([[g(a, q.answers) if a is not None else 0.0 for a in row]
-                     for (q, _), row in zip(scored, grid)], dtype=np.float64).reshape(len(scored), len(pool))
+    first_round: int = 2  # retrievers in the cascade's first round (a vote needs two answers)
 
 
 @dataclass(frozen=True)
@@ -102,21 +84,21 @@ def retriever_costs(results: Sequence[QuestionResult], specs: Sequence[str]) -> 
 
 def fit_cascade(voter: EoRVoter, X: tuple[np.ndarray, np.ndarray], pool: Sequence[str],
                 results: Sequence[QuestionResult], kept: Sequence[str], config: FitConfig) -> Cascade | None:
-    """Stages of the kept retrievers by measured cost and the stop thresholds (voter/cascade.py);
-    None when the fit kept no retriever (the voter then runs the whole pool, one stage)."""
+    """Rounds of the kept retrievers by measured cost and the stop thresholds (fitting/thresholds.py);
+    None when the fit kept no retriever (the voter then runs the whole pool, one round)."""
     if not kept:
         return None
-    stages = order_stages(kept, retriever_costs(results, kept), config.first_stage)
+    rounds = order_rounds(kept, retriever_costs(results, kept), config.first_round)
     sim, mask = X
     grid = answer_grid(results, pool)
-    upto = [set(s for st in stages[: k + 1] for s in st) for k in range(len(stages))]
+    upto = [set(s for st in rounds[: k + 1] for s in st) for k in range(len(rounds))]
     cum = np.array([[r.reader_tokens(u).computed for u in upto] for r in results], dtype=np.float64)
-    trace = build_trace(voter, sim, mask, pool, grid, stages, cum)
+    trace = build_trace(voter, sim, mask, pool, grid, rounds, cum)
     tau = fit_thresholds(trace, config.cascade_target)
     agree, _, stop = evaluate_rule(trace, tau)
-    rates = tuple(float((stop == k).mean()) for k in range(len(stages)))
+    rates = tuple(float((stop == k).mean()) for k in range(len(rounds)))
     added = np.diff(np.concatenate([np.zeros((len(results), 1)), cum], axis=1), axis=1).mean(axis=0)
-    return Cascade(stages, tau, config.cascade_target, agree, rates, tuple(float(x) for x in added))
+    return Cascade(rounds, tau, config.cascade_target, agree, rates, tuple(float(x) for x in added))
 
 
 def format_report(report: FitReport) -> str:
@@ -135,17 +117,17 @@ def format_report(report: FitReport) -> str:
     best = max(report.single_accuracy.items(), key=lambda kv: kv[1])
     lines.append(f"train Match: EoR {report.train_accuracy:.3f}; equal weights {report.equal_weights_accuracy:.3f}; "
                  f"best single {best[0]} {best[1]:.3f}")
-    c = s.stages
-    lines.append(f"cascade ({len(c.stages)} stages, cheapest first; stop when the answer margin reaches the "
+    c = s.cascade_to_run
+    lines.append(f"cascade ({len(c.rounds)} stages, cheapest first; stop when the answer margin reaches the "
                  f"stage's threshold):")
-    for k, stage in enumerate(c.stages):
+    for k, members in enumerate(c.rounds):
         tau = c.thresholds[k] if k < len(c.thresholds) else None
         rule = "last stage" if tau is None else ("never stops here" if tau == float("inf") else
                                                   "stop if unanimous" if tau >= UNANIMOUS_ONLY else
                                                   f"stop if margin >= {tau:.4f} (or unanimous)")
         rate = f", stops {c.fit_stop_rate[k]:.0%}" if k < len(c.fit_stop_rate) else ""
-        toks = f", +{c.stage_tokens[k]:.0f} tokens" if k < len(c.stage_tokens) else ""
-        lines.append(f"  {k + 1}. {' + '.join(stage)}: {rule}{rate}{toks}")
+        toks = f", +{c.round_tokens[k]:.0f} tokens" if k < len(c.round_tokens) else ""
+        lines.append(f"  {k + 1}. {' + '.join(members)}: {rule}{rate}{toks}")
     if c.fit_agreement is not None:
         lines.append(f"  adaptive answer = all-kept vote on {c.fit_agreement:.1%} of fit questions (target {c.target:.0%})")
     lines.append("time: " + ", ".join(f"{k} {v:.1f} s" for k, v in report.seconds.items()))

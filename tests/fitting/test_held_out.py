@@ -1,4 +1,4 @@
-"""Recalibrating a shipped model on questions it never saw (voter/adaptive.py: held_out,
+"""Recalibrating a shipped model on questions it never saw (fitting/held_out.py: held_out,
 held_out_scores, recalibrate) and the calibrator pieces it needs (NaN rounds, the inverse)."""
 from __future__ import annotations
 
@@ -8,10 +8,13 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from tests.voter.test_selector import POOL, synthetic_run
-from voter.adaptive import (AdaptiveModel, LatencyModel, apply_model, fit_layout, fit_model, held_out,
-                            held_out_scores, recalibrate)
-from voter.calibration import EARLY, Calibrator, expected_calibration_error, log_loss
+from fitting.held_out import apply_model, held_out, held_out_scores, recalibrate
+from fitting.layout_fit import fit_layout, fit_model
+from fitting.measures import expected_calibration_error, log_loss
+from fitting.pricing import LatencyModel
+from tests.fitting.runs import POOL, synthetic_run
+from voter.adaptive_model import AdaptiveModel
+from voter.calibration import EARLY, Calibrator
 
 
 def overconfident(n: int, seed: int) -> tuple[np.ndarray, np.ndarray]:

@@ -1,0 +1,36 @@
+"""What the fit and the evaluation read: each question (its gold answers and dataset) with the
+pool's result on it. Correctness is *Match* (a gold answer contained in the normalised output,
+BERGEN / the query-level robustness paper), not the paper's BEM or EM: the small readers this
+system runs answer in sentences ("The Mona Lisa was painted by Leonardo da Vinci."), which EM
+scores 0 and Match scores 1; BEM needs a model no package ships. A failed retriever or an empty
+answer counts as wrong and takes no part in the vote.
+"""
+from __future__ import annotations
+
+from typing import Callable, Protocol, Sequence
+
+import numpy as np
+
+from retrievers.types import QuestionResult
+from voter.qa_metrics import match
+from voter.question_vote import answer_grid
+
+
+class Graded(Protocol):
+    """A question as the fit reads it (serve/offline/dataset.py: Question is one)."""
+
+    answers: Sequence[str]
+    dataset: str
+
+
+CORRECTNESS = "match"
+
+Scored = Sequence[tuple[Graded, QuestionResult]]
+
+
+def correctness(scored: Scored, pool: Sequence[str],
+                g: Callable[[str, Sequence[str]], float] = match) -> np.ndarray:
+    """y [N, M]: g(answer of retriever m, gold answers of question i); 0 where it cannot vote."""
+    grid = answer_grid([r for _, r in scored], pool)
+    return np.array([[g(a, q.answers) if a is not None else 0.0 for a in row]
+                     for (q, _), row in zip(scored, grid)], dtype=np.float64).reshape(len(scored), len(pool))
