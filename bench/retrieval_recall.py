@@ -14,6 +14,7 @@ import time
 from bench.common import DEFAULT_QUESTIONS, read_questions
 from retrievers.corpus import base_id
 from retrievers.encoder import Encoder
+from retrievers.sources.lucene import page_members
 from serve.builder import index_path
 from serve.config import IndexConfig, EorConfig
 from serve.builder import make_sources
@@ -36,6 +37,7 @@ def main(argv: list[str] | None = None) -> dict:
     rows = read_questions(args.questions, args.dataset, args.limit)
     sources = make_sources(EorConfig(index=IndexConfig(name=args.index)), Encoder())
     qs = [r["question"] for r in rows]
+    members = page_members(index_path(args.index) / "se")
     report = {"index": str(index_path(args.index)), "dataset": args.dataset, "questions": len(rows)}
     for name, src in sources.items():
         t = time.perf_counter()
@@ -45,7 +47,7 @@ def main(argv: list[str] | None = None) -> dict:
         for r, row in zip(rows, hits):
             gold = set(r["gold_pids"])
             if name == "SE":
-                ranked = [set(src.members[p.pid]) for p in row]
+                ranked = [set(members[p.pid]) for p in row]
             else:
                 ranked = [{base_id(p.pid)} for p in row]
             for k in KS:

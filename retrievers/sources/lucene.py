@@ -65,6 +65,12 @@ def build_lucene_index(docs: Iterable[Document], out_dir: str | Path, threads: i
     return pages
 
 
+def page_members(index_dir: str | Path) -> dict[str, tuple[str, ...]]:
+    """Each page's corpus records (pages.jsonl): what judging a page against gold passages needs."""
+    with open(Path(index_dir) / PAGES_FILE, encoding="utf-8") as f:
+        return {r["id"]: tuple(r["members"]) for r in map(json.loads, f)}
+
+
 @dataclass
 class LuceneSource(KnowledgeSource):
     """BM25 search over pages; a result Passage is a whole page (pid = page id)."""

@@ -14,7 +14,10 @@ from tests.retrievers.fakes import FakeEngine
 pytestmark = pytest.mark.slow
 
 
-def test_paper_pool_over_real_indexes(dense_source, lucene_source, encoder, data_slice):
+def test_paper_pool_over_real_indexes(dense_source, lucene_source, lucene_index_dir, encoder, data_slice):
+    from retrievers.sources.lucene import page_members
+
+    members = page_members(lucene_index_dir)
     engine = FakeEngine()
     pool = RetrieverPool(PoolConfig(), {"Wiki": dense_source, "SE": lucene_source}, encoder,
                          CachedReader(engine)).load()
@@ -24,7 +27,7 @@ def test_paper_pool_over_real_indexes(dense_source, lucene_source, encoder, data
     se_rows = lucene_source.search([q["question"] for q in qs], 10)
     picked = [q for q, w, s in zip(qs, wiki_rows, se_rows)
               if q["gold_pids"][0] in {base_id(p.pid) for p in w}
-              and q["gold_pids"][0] in {m for p in s[:1] for m in lucene_source.members[p.pid]}][:2]
+              and q["gold_pids"][0] in {m for p in s[:1] for m in members[p.pid]}][:2]
     assert len(picked) == 2
 
     results = pool.run([q["question"] for q in picked])
@@ -40,11 +43,11 @@ def test_paper_pool_over_real_indexes(dense_source, lucene_source, encoder, data
                 if p.source == "Wiki":
                     assert base_id(p.pid) in slice_ids
                 elif p.source == "SE":
-                    assert base_id(p.pid) in lucene_source.members
+                    assert base_id(p.pid) in members
         wiki10 = cands["Wiki@10"].context.passages
         assert len(wiki10) == 10 and gold in {base_id(p.pid) for p in wiki10}
         (top_page,) = cands["SE@1"].context.passages
-        assert gold in lucene_source.members[top_page.pid]
+        assert gold in members[top_page.pid]
         assert len(cands["SE@4"].context.passages) == 4
         rr = cands["SE@RR@10"].context.passages
         assert [p.score for p in rr] == sorted((p.score for p in rr), reverse=True)

@@ -1,0 +1,111 @@
+"""The scale benchmark's figures for one built index: what the build took and what search costs.
+
+    python -m bench.scale_index --index scale-100k --time-log var/bench/scale/build-100k.err \
+        [--questions 200] [--out var/bench/scale/scale-100k.json]
+
+Build (from the index's own records, dense_build.py's meta.json, and `/usr/bin/time -v`'s log of
+the `eor index` run when given): passages, the index kind and its recall@10 against exact, the
+embedding step's passages/s beside the encoder's own rate in the same run (its seconds inside
+`encode_corpus`: what the pipeline adds is the difference), per core, peak RSS and disk.
+Search: each source's latency per call at batch 1 and at batch 32 (p50 / p99, ms) over NQ questions
+of ../shared/data, and the gold passage's recall@10 among the distractors. Answer quality at each
+size is `eor eval` over the same index (docs/benchmarks.md, "Real corpora").
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+from bench.common import DEFAULT_QUESTIONS, read_questions
+from retrievers.corpus import base_id
+from retrievers.encoder import Encoder
+from retrievers.sources.lucene import page_members
+from serve.builder import index_path, make_sources
+from serve.config import EorConfig, IndexConfig
+
+
+def peak_rss_gib(time_log: Path) -> float | None:
+    """`/usr/bin/time -v`'s "Maximum resident set size" (KiB) of the build, in GiB."""
+    if not time_log.exists():
+        return None
+    m = re.search(r"Maximum resident set size \(kbytes\): (\d+)", time_log.read_text(errors="replace"))
+    return round(int(m.group(1)) / 2**20, 2) if m else None
+
+
+def disk_gib(path: Path) -> float:
+    out = subprocess.run(["du", "-sk", str(path)], capture_output=True, text=True, check=True).stdout
+    return round(int(out.split()[0]) / 2**20, 2)
+
+
+def latencies(search, queries: list[str], batch: int, k: int) -> dict:
+    times = []
+    for i in range(0, len(queries) - batch + 1, batch):
+        t = time.perf_counter()
+        search(queries[i : i + batch], k)
+        times.append(1000 * (time.perf_counter() - t))
+    return {"calls": len(times), "p50_ms": round(float(np.percentile(times, 50)), 2),
+            "p99_ms": round(float(np.percentile(times, 99)), 2)}
+
+
+def build_figures(root: Path, time_log: Path | None) -> dict:
+    wiki = json.loads((root / "wiki" / "meta.json").read_text())
+    cores = os.cpu_count() or 1
+    out = {k: wiki.get(k) for k in ("passages", "factory", "search", "recall_at_10", "corpus_backend",
+                                    "embed_seconds", "encoder_seconds", "build_seconds", "embedded_now")}
+    if wiki.get("embedded_now") and wiki.get("embed_seconds"):
+        build_rate = wiki["embedded_now"] / wiki["embed_seconds"]
+        out["embed_passages_per_s"] = round(build_rate, 1)
+        out["embed_passages_per_s_per_core"] = round(build_rate / cores, 1)
+        if wiki.get("encoder_seconds"):
+            own = wiki["embedded_now"] / wiki["encoder_seconds"]
+            out["encoder_own_passages_per_s"] = round(own, 1)
+            out["build_vs_encoder_rate"] = round(build_rate / own, 3)
+    out["disk_gib"] = {p.name: disk_gib(p) for p in sorted(root.iterdir()) if p.is_dir()}
+    if time_log is not None:
+        out["peak_rss_gib"] = peak_rss_gib(time_log)
+    return out
+
+
+def main(argv: list[str] | None = None) -> dict:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--index", required=True)
+    ap.add_argument("--time-log", type=Path, help="the build's /usr/bin/time -v output")
+    ap.add_argument("--questions", type=int, default=200, help="NQ questions searched (the first N)")
+    ap.add_argument("--out", type=Path)
+    args = ap.parse_args(argv)
+    root = index_path(args.index)
+    report = {"index": args.index, "cores": os.cpu_count(), "build": build_figures(root, args.time_log)}
+    rows = read_questions(DEFAULT_QUESTIONS, "nq-open-oracle", args.questions)
+    queries = [r["question"] for r in rows]
+    sources = make_sources(EorConfig(index=IndexConfig(name=args.index)), Encoder())
+    members = page_members(root / "se")
+    report["search"] = {}
+    for name, src in sources.items():
+        src.load()
+        src.search(queries[:2], 10)  # warm: the first call loads and compiles
+        hits = src.search(queries, 10)
+        if name == "SE":
+            found = [{m for p in row for m in members[p.pid]} for row in hits]
+        else:
+            found = [{base_id(p.pid) for p in row} for row in hits]
+        recall = float(np.mean([bool(f & set(r["gold_pids"])) for f, r in zip(found, rows)]))
+        report["search"][name] = {"gold_recall_at_10": round(recall, 4),
+                                  "batch_1": latencies(src.search, queries, 1, 10),
+                                  "batch_32": latencies(src.search, queries, 32, 10)}
+    print(json.dumps(report, indent=1))
+    if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps(report, indent=1))
+    return report
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
