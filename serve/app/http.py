@@ -209,7 +209,9 @@ def build_http_app(ingress: Any) -> FastAPI:
     async def http_exception(request: Request, exc: HTTPException) -> Response:
         code = {404: grpc.StatusCode.NOT_FOUND, 405: grpc.StatusCode.UNIMPLEMENTED}.get(exc.status_code,
                                                                                         grpc.StatusCode.INVALID_ARGUMENT)
-        what = f"no route {request.method} {request.url.path[:200]}" if exc.status_code in (404, 405) else exc.detail
+        path = request.url.path[:200]
+        what = {404: f"no route {path}", 405: f"{request.method} is not served on {path}"}.get(exc.status_code,
+                                                                                               str(exc.detail))
         return error_response(exc.status_code, code, what)
 
     @app.exception_handler(Exception)

@@ -148,7 +148,7 @@ function showEvidence(reply) {
   $("evidence-of").textContent = reply.retriever ? `behind ${reply.retriever}'s answer` : "";
   const items = (reply.passages || []).map((p) => el("li", {},
     el("div", { class: "src" }, `${p.source} · ${p.title} · ${p.id} · score ${fmt(p.score)}`),
-    el("div", {}, p.text.length > 600 ? `${p.text.slice(0, 600)}…` : p.text)));
+    el("div", {}, p.text.length > 360 ? `${p.text.slice(0, 360)}…` : p.text)));
   if (!items.length && reply.document) items.push(el("li", {}, el("div", { class: "src" }, "the reader's own document"),
                                                   el("div", {}, reply.document)));
   $("evidence").replaceChildren(...items);
@@ -190,8 +190,10 @@ async function showShips() {
     });
     return d;
   });
-  $("robustness").replaceChildren(...images(v.files.plots, "No plots of the robustness reports; their tables:"),
-                                  ...(reports.length ? reports : [el("p", { class: "meta" }, "No robustness reports of this voter in docs/robustness.")]));
+  const none = el("p", { class: "meta" }, "No robustness reports of this voter in docs/robustness.");
+  const plots = v.files.plots.length || !reports.length ? images(v.files.plots, "No plots of its robustness reports.") :
+    [el("p", { class: "meta" }, "No plots of its robustness reports; their tables:")];
+  $("robustness").replaceChildren(...plots, ...(reports.length ? reports : [none]));
 }
 
 async function loadModels() {
