@@ -89,7 +89,12 @@ class Browser:
                 raise TimeoutError(f"the page never satisfied: {predicate}")
             time.sleep(every_s)
 
-    def screenshot(self, path: Path) -> Path:
+    def screenshot(self, path: Path, fit: bool = True) -> Path:
+        """The viewport as a PNG; `fit`: the window's height first set to the page's, so all of it is in."""
+        if fit:
+            height = self.run("return document.body.scrollHeight + window.outerHeight - window.innerHeight + 16")
+            rect = self._session("GET", "/window/rect")
+            self._session("POST", "/window/rect", {"width": rect["width"], "height": int(height)})
         path.write_bytes(base64.b64decode(self._session("GET", "/screenshot")))
         return path
 

@@ -23,7 +23,8 @@ WRONG = [{"question": 5}, {"question": ["a"]}, {"question": None}, {"question": 
          {"question": "x", "documents": [{"text": ""}]}, {"question": "x", "unknown_field": 1}, [], "question", None, 17,
          {"question": ""}, {"question": "   "}, {"question": "x" * 100_000},
          {"questions": "x"}, {"questions": [None]}, {"questions": []}]
-TOKENS = ["Bearer wrong", "Basic czNjcmV0", "", "Bearer", f"bearer {TOKEN}", "Bearer " + "x" * 8000, f"Bearer {TOKEN} "]
+TOKENS = ["Bearer wrong", "Basic czNjcmV0", "", "Bearer", f"bearer {TOKEN}", "Bearer " + "x" * 8000,
+          f"Bearer {TOKEN}x", f"Bearer  {TOKEN}"]
 TIMEOUTS = ["abc", "-1", "0", "1.5", "99999999999", ""]
 PATHS = [("GET", "/v1/ask"), ("PUT", "/v1/ask"), ("DELETE", "/v1/ask/stream"), ("POST", "/v1/nope"),
          ("GET", "/web/../http.py"), ("GET", "/web/%2e%2e%2fhttp.py"), ("GET", "/files/etc/passwd"),

@@ -201,7 +201,8 @@ async function loadModels() {
     const res = await fetch("/v1/health", { headers: headers() });
     if (!res.ok) return;
     for (const r of (await res.json()).readers || []) {
-      models[r.deployment === "Reader" ? "" : r.deployment.replace(/^Reader_/, "")] = r.model;
+      // an engine's model id is "MODEL:FOLDER:DTYPE", MODEL a name or a path: its name
+      models[r.deployment === "Reader" ? "" : r.deployment.replace(/^Reader_/, "")] = r.model.split(":")[0].split("/").pop();
     }
   } catch (e) { /* the names stay "default" / "1.5B" */ }
 }
