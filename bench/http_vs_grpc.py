@@ -25,13 +25,13 @@ import urllib.request
 from bench.common import DEFAULT_QUESTIONS, read_questions
 
 
-def ask_http(base: str, question: str, token: str, timeout_s: float) -> dict:
+def ask_http(base: str, question: str, token: str, timeout_s: float, retrievers: list[str] = ()) -> dict:
     """POST /v1/ask: the reply as JSON (an error: its status and one-line body, raised)."""
     headers = {"content-type": "application/json"}
     if token:
         headers["authorization"] = f"Bearer {token}"
-    req = urllib.request.Request(f"{base.rstrip('/')}/v1/ask", data=json.dumps({"question": question}).encode(),
-                                 headers=headers, method="POST")
+    body = json.dumps({"question": question, "retrievers": list(retrievers)}).encode()
+    req = urllib.request.Request(f"{base.rstrip('/')}/v1/ask", data=body, headers=headers, method="POST")
     try:
         with urllib.request.urlopen(req, timeout=timeout_s) as r:
             return json.loads(r.read())
@@ -85,6 +85,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--limit", type=int, default=20, help="questions to ask over each front")
     ap.add_argument("--offset", type=int, default=0, help="skip this many eval-split questions first")
     ap.add_argument("--timeout", type=float, default=900.0, help="seconds one Ask may take")
+    ap.add_argument("--retrievers", default="", help="comma-separated specs every Ask names (default: none, "
+                    "the voter's rounds)")
     ap.add_argument("--out", help="write the JSON report here too")
     args = ap.parse_args(argv)
 
@@ -93,10 +95,12 @@ def main(argv: list[str] | None = None) -> int:
     token = os.environ.get("EOR_SERVE_TOKEN", "")
     rows = read_questions(args.questions, dataset=args.dataset, split="eval", limit=args.offset + args.limit)
     questions = [r["question"] for r in rows][args.offset:]
+    specs = [s.strip() for s in args.retrievers.split(",") if s.strip()]
     with EorClient(args.grpc, token=token, timeout_s=args.timeout) as client:
-        report = compare(questions, lambda q: reply_to_dict(client.ask(q)),
-                         lambda q: ask_http(args.http, q, token, args.timeout))
-    report.update(grpc=args.grpc, http=args.http, questions_file=args.questions, offset=args.offset,
+        report = compare(questions, lambda q: reply_to_dict(client.ask(q, retrievers=specs)),
+                         lambda q: ask_http(args.http, q, token, args.timeout, specs))
+    report.update(grpc=args.grpc, http=args.http, retrievers=specs, questions_file=args.questions,
+                  offset=args.offset,
                   date=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
     text = json.dumps(report, indent=2, ensure_ascii=False)
     if args.out:
