@@ -12,6 +12,7 @@ const el = (tag, attrs = {}, ...kids) => {
 };
 const fmt = (x, digits = 2) => (x === undefined || x === null ? "—" : Number(x).toFixed(digits));
 let models = {};  // reader name ("" the default) -> model, from Health when the token allows
+let modelsLoaded = Promise.resolve();
 
 function headers() {
   const h = { "content-type": "application/json" };
@@ -165,6 +166,7 @@ function showCandidates(reply) {
 // ---- what ships ----------------------------------------------------------------------------
 async function showShips() {
   $("ships-error").hidden = true;
+  await modelsLoaded;
   const res = await fetch("/v1/voter", { headers: headers() });
   if (!res.ok) {
     $("ships-error").textContent = await errorLine(res);
@@ -190,10 +192,10 @@ async function showShips() {
     });
     return d;
   });
-  const none = el("p", { class: "meta" }, "No robustness reports of this voter in docs/robustness.");
-  const plots = v.files.plots.length || !reports.length ? images(v.files.plots, "No plots of its robustness reports.") :
-    [el("p", { class: "meta" }, "No plots of its robustness reports; their tables:")];
-  $("robustness").replaceChildren(...plots, ...(reports.length ? reports : [none]));
+  const plots = v.files.plots.length ? images(v.files.plots, "") :
+    reports.length ? [el("p", { class: "meta" }, "No plots of its robustness reports; their tables:")] :
+    [el("p", { class: "meta" }, "No robustness reports of this voter in docs/robustness.")];
+  $("robustness").replaceChildren(...plots, ...reports);
 }
 
 async function loadModels() {
@@ -215,8 +217,11 @@ function show(view) {
 }
 
 $("token").value = sessionStorage.getItem("eor-token") || "";
-$("token").addEventListener("change", () => { sessionStorage.setItem("eor-token", $("token").value); loadModels(); });
+$("token").addEventListener("change", () => {
+  sessionStorage.setItem("eor-token", $("token").value);
+  modelsLoaded = loadModels();
+});
 $("ask-form").addEventListener("submit", ask);
 for (const t of document.querySelectorAll(".tab")) t.addEventListener("click", () => show(t.dataset.view));
-loadModels();
+modelsLoaded = loadModels();
 if (location.hash === "#ships") show("ships");
