@@ -270,7 +270,8 @@ def http_options(svc) -> dict:
     proxy is wanted, an HTTP proxy on a port nobody asked for is not opened (port 0)."""
     if not svc.http_port:
         return {"host": "127.0.0.1", "port": 0}
-    check_port_free(svc.host, svc.http_port)
+    if not svc.ray_address:  # on a cluster the proxy binds on the head node, not necessarily here
+        check_port_free(svc.host, svc.http_port)
     tls = {"ssl_certfile": svc.tls_cert, "ssl_keyfile": svc.tls_key} if svc.tls_cert else {}
     return {"host": svc.host, "port": svc.http_port, **tls}
 
