@@ -8,8 +8,9 @@
 #   voter's single-reader fallback answers, and says so);
 #   --bench also creates .venv-bench, the robustness bench's environment (bench/setup.sh);
 #   --tests is what the test suite needs: --no-index, --bench, the tests' second reader
-#   (SmolLM2, 18 s) and Prometheus with promtool (Debian package `prometheus`: the alert-rule tests
-#   and the real-Prometheus check; installed with apt-get when this runs as root, else said how).
+#   (SmolLM2, 18 s), Prometheus with promtool (Debian package `prometheus`: the alert-rule tests
+#   and the real-Prometheus check) and a headless browser (Debian `chromium` + `chromium-driver`:
+#   the web page's test); installed with apt-get when this runs as root, else said how.
 # One line per step with its time; what the tools print goes to $EOR_HOME/logs/setup.log
 # (--verbose: to the terminal). Idempotent: re-running skips what is already there.
 set -euo pipefail
@@ -17,6 +18,7 @@ cd "$(dirname "$0")"
 build_index=1
 bench_env=0
 prometheus=0
+browser=0
 verbose=0
 reader15=1
 models=(qwen2.5-coder-0.5b)
@@ -26,7 +28,7 @@ for arg in "$@"; do
     --bench) bench_env=1 ;;
     --reader-1.5b) reader15=1 ;;  # the default; kept so older commands still run
     --no-reader-1.5b) reader15=0 ;;
-    --tests) build_index=0; bench_env=1; prometheus=1; reader15=1; models+=(smollm2-135m) ;;  # the 1.5B too: its tests
+    --tests) build_index=0; bench_env=1; prometheus=1; browser=1; reader15=1; models+=(smollm2-135m) ;;  # the 1.5B too: its tests
     --verbose) verbose=1 ;;
     *) echo "usage: ./setup.sh [--no-index] [--bench] [--no-reader-1.5b] [--tests] [--verbose]" >&2; exit 2 ;;
   esac
@@ -118,5 +120,17 @@ install_prometheus() {  # the server and promtool; never started as a system ser
 }
 if [ "$prometheus" = 1 ]; then
   step "Prometheus and promtool (Debian package)" install_prometheus
+fi
+install_browser() {  # the web page's test drives Chromium through its driver (WebDriver)
+  if command -v chromium >/dev/null && command -v chromedriver >/dev/null; then return 0; fi
+  if [ "$(id -u)" != 0 ] || ! command -v apt-get >/dev/null; then
+    echo "Chromium is missing: install the Debian packages (sudo apt-get install chromium chromium-driver)" >&2
+    return 0  # the web page's test skips, saying why
+  fi
+  DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends chromium chromium-driver \
+    || { apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends chromium chromium-driver; }
+}
+if [ "$browser" = 1 ]; then
+  step "Chromium and its driver (Debian packages)" install_browser
 fi
 echo "eor is set up in $(( $(date +%s) - t_all )) s: .venv/bin/eor --help (setup log: $log)"

@@ -136,6 +136,9 @@ class ServiceConfig:
     host: str = "127.0.0.1"  # the gRPC front binds here (0.0.0.0 only on purpose)
     port: int = 50051  # gRPC front (eor serve); 0 picks a free port
     ray_grpc_port: int = 0  # >0: also enable Ray Serve's own gRPC proxy here (binds all interfaces, no TLS)
+    # Ray Serve's HTTP proxy: the JSON API, server-sent events and the web page (serve/app/http.py), on
+    # `host`, with TLS when tls_cert/tls_key are set; 0: none
+    http_port: int = 8000
     metrics_port: int = 8080  # Ray's Prometheus endpoint on this node (0: Ray picks)
     # "auto", "per-spec", "one" (RETRIEVER_ACTOR_LAYOUTS, above) or [[spec, ...], ...]: the specs of each actor
     retriever_actors: str | tuple[tuple[str, ...], ...] = "auto"

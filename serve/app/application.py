@@ -2,7 +2,8 @@
 
     build_app(settings)        -> the Serve Application (ingress + reader + sources + groups + voter)
     app_builder(args)          -> for `serve run deploy/serve.yaml` (args: config / settings)
-    LocalService(settings)     -> `eor serve`: a local Ray (127.0.0.1), the app, the gRPC front
+    LocalService(settings)     -> `eor serve`: a local Ray (127.0.0.1), the app, the gRPC front, and
+                                  Ray Serve's HTTP proxy for the HTTP front (serve/app/http.py)
 
 Deployments (one replica each here; KubeRay scales them): Reader (vLLM, the default reader), one
 Reader_<name> per other reader a pool member names (`Wiki@10~1.5B`: Reader_1.5B, its own engine),
@@ -105,8 +106,17 @@ def build_app(settings: EorConfig, voter_config: dict | None = None):
     if voter_config is None:
         voter_config = {"weights_file": settings.voter.weights} if settings.voter.weights else {}
     voter = pin(Voter.options(user_config=voter_config), "Voter").bind(d, reader)  # NLI: the default reader
-    return pin(EorIngress, INGRESS).bind(d, groups, [list(g) for g in group_specs], voter, reader,
-                                         sources, generator, others)
+    return pin(http_ingress(EorIngress), INGRESS).bind(d, groups, [list(g) for g in group_specs], voter, reader,
+                                                       sources, generator, others)
+
+
+def http_ingress(deployment: Any) -> Any:
+    """The ingress deployment as an ASGI ingress too: Ray Serve's HTTP proxy reaches its HTTP/JSON
+    routes and web page (EorIngress.__serve_build_asgi_app__), its rpc methods stay what both gRPC
+    fronts call. The class itself stays plain, so tests build it without Ray."""
+    from ray import serve
+
+    return deployment.options(func_or_class=serve.ingress()(deployment.func_or_class))
 
 
 def index_shards(settings: EorConfig) -> dict[str, int]:
@@ -180,9 +190,10 @@ class LocalService:
                      runtime_env=env, configure_logging=True, logging_level="WARNING", log_to_driver=False,
                      namespace="eor")
         self.metrics_address = f"127.0.0.1:{_metrics_port(svc)}"
-        if svc.ray_grpc_port:
-            serve.start(proxy_location="HeadOnly", http_options={"host": "127.0.0.1", "port": 0},
-                        grpc_options=gRPCOptions(port=svc.ray_grpc_port, grpc_servicer_functions=list(PROXY_SERVICERS)))
+        if svc.ray_grpc_port or svc.http_port:
+            grpc = {"grpc_options": gRPCOptions(port=svc.ray_grpc_port, grpc_servicer_functions=list(PROXY_SERVICERS))} \
+                if svc.ray_grpc_port else {}
+            serve.start(proxy_location="HeadOnly", http_options=http_options(svc), **grpc)
         else:
             serve.start(proxy_location="Disabled")
         handle = self._deploy(None)
@@ -193,8 +204,9 @@ class LocalService:
         from ray import serve
 
         # a route prefix makes the app routable through Ray's proxies (None: handles only)
+        svc = self.settings.service
         return serve.run(build_app(self.settings, voter_config), name=APP_NAME, blocking=False,
-                         route_prefix="/" if self.settings.service.ray_grpc_port else None)
+                         route_prefix="/" if svc.ray_grpc_port or svc.http_port else None)
 
     async def apply_weights(self, weights: dict) -> str:
         """`eor fit --push`: the pushed weights become the Voter's user_config (a lightweight
@@ -236,6 +248,14 @@ class LocalService:
     def address(self) -> str:
         return self.front.address if self.front else ""
 
+    @property
+    def http_address(self) -> str:
+        """The HTTP front's base URL ("" when off)."""
+        svc = self.settings.service
+        if not svc.http_port:
+            return ""
+        return f"{'https' if svc.tls_cert else 'http'}://{svc.host}:{svc.http_port}"
+
     def stop(self) -> None:
         import ray
         from ray import serve
@@ -257,6 +277,30 @@ class LocalService:
 
     def __exit__(self, *exc) -> None:
         self.stop()
+
+
+def http_options(svc) -> dict:
+    """Ray Serve's HTTP proxy: the HTTP front on the gRPC front's host, with its TLS; when only Ray's gRPC
+    proxy is wanted, an HTTP proxy on a port nobody asked for is not opened (port 0)."""
+    if not svc.http_port:
+        return {"host": "127.0.0.1", "port": 0}
+    if not svc.ray_address:  # on a cluster the proxy binds on the head node, not necessarily here
+        check_port_free(svc.host, svc.http_port)
+    tls = {"ssl_certfile": svc.tls_cert, "ssl_keyfile": svc.tls_key} if svc.tls_cert else {}
+    return {"host": svc.host, "port": svc.http_port, **tls}
+
+
+def check_port_free(host: str, port: int) -> None:
+    """Ray's proxy that cannot bind its port only logs it and retries; say it at start instead."""
+    import socket
+
+    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # a listener refuses it; a closed one's TIME_WAIT not
+        try:
+            s.bind((host, port))
+        except OSError as exc:
+            raise OSError(f"cannot open the HTTP front on {host}:{port} ({exc.strerror}): another --http-port, "
+                          "or --no-http") from None
 
 
 def _metrics_port(svc) -> int:

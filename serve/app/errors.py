@@ -1,5 +1,6 @@
-"""The service's errors, typed, and the one table that maps them to gRPC status codes; what a
-caller is told is one line, never a traceback (the log keeps the traceback)."""
+"""The service's errors, typed, and the one table that maps them to gRPC status codes (and those
+to HTTP statuses, for the HTTP front); what a caller is told is one line, never a traceback (the
+log keeps the traceback)."""
 from __future__ import annotations
 
 import re
@@ -53,6 +54,43 @@ class Unimplemented(ServiceError):
 
 class FailedPrecondition(ServiceError):
     code = grpc.StatusCode.FAILED_PRECONDITION
+
+
+class TooLarge(ServiceError):
+    """A request body over the front's limit: RESOURCE_EXHAUSTED, as gRPC answers an over-size
+    message; over HTTP 413, not 429 (the caller must send less, not wait)."""
+
+    code = grpc.StatusCode.RESOURCE_EXHAUSTED
+    http_status = 413
+
+
+class NotJson(InvalidArgument):
+    """A body that does not say it is JSON: 415 over HTTP. Requiring `Content-Type:
+    application/json` also keeps another site's plain form post from running an Ask (a
+    cross-origin JSON post needs a preflight, which the front does not grant)."""
+
+    http_status = 415
+
+
+S = grpc.StatusCode
+# gRPC status -> HTTP status, as google.rpc.Code documents them (and grpc-gateway answers); the
+# HTTP front's only table: its replies are the ingress's (reply, code, details)
+HTTP_STATUS = {S.OK: 200, S.CANCELLED: 499, S.UNKNOWN: 500, S.INVALID_ARGUMENT: 400, S.DEADLINE_EXCEEDED: 504,
+               S.NOT_FOUND: 404, S.ALREADY_EXISTS: 409, S.PERMISSION_DENIED: 403, S.RESOURCE_EXHAUSTED: 429,
+               S.FAILED_PRECONDITION: 400, S.ABORTED: 409, S.OUT_OF_RANGE: 400, S.UNIMPLEMENTED: 501,
+               S.INTERNAL: 500, S.UNAVAILABLE: 503, S.DATA_LOSS: 500, S.UNAUTHENTICATED: 401}
+
+
+def http_status(code: grpc.StatusCode) -> int:
+    return HTTP_STATUS.get(code, 500)
+
+
+def http_error(exc: BaseException) -> tuple[int, grpc.StatusCode, str]:
+    """(HTTP status, gRPC status, one line) for an error raised at the HTTP front itself: the
+    gRPC table, then the HTTP status a ServiceError names (TooLarge: 413)."""
+    code, details = status_of(exc)
+    err = unwrapped(exc)
+    return getattr(err, "http_status", None) or http_status(code), code, details
 
 
 def unwrapped(exc: BaseException) -> BaseException:

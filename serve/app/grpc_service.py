@@ -21,7 +21,7 @@ from typing import Any, Awaitable, Callable
 import grpc
 
 from protos import eor_pb2
-from serve.app.wire import BadRequest
+from serve.app.wire import MAX_REQUEST_BYTES, BadRequest
 from serve.deadline import MAX_DEADLINE_S, Deadline
 
 log = logging.getLogger(__name__)
@@ -208,14 +208,14 @@ class EorFront:
     """The standalone gRPC front: `await front.start()`, `front.address`, `await front.stop()`."""
 
     def __init__(self, ingress: Any, host: str = "127.0.0.1", port: int = 50051,
-                 tls_cert: str = "", tls_key: str = "", max_message_mb: int = 4,
+                 tls_cert: str = "", tls_key: str = "", max_message_bytes: int = MAX_REQUEST_BYTES,
                  apply_weights: ApplyWeights | None = None):
         if bool(tls_cert) != bool(tls_key):
             raise ValueError("TLS needs both tls_cert and tls_key")
         self.ingress = ingress
         self.host, self.port = host, port
         self.tls = (tls_cert, tls_key) if tls_cert else None
-        opts = [("grpc.max_receive_message_length", max_message_mb * 1024 * 1024),
+        opts = [("grpc.max_receive_message_length", max_message_bytes),
                 ("grpc.so_reuseport", 0)]
         self.server = grpc.aio.server(options=opts)
         add_eor_servicer(_Forward(ingress, apply_weights), self.server)

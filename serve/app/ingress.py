@@ -4,8 +4,9 @@ the rounds of an Ask run in the orchestrator (serve/orchestrator.py) with the se
 
 Ray Serve's gRPC proxy calls `Ask`/`AskBatch`/`Generate`/`Health`/... (methods named after the
 rpcs, `grpc_context` for status codes); the standalone front (serve/app/grpc_service.py) calls
-`call(method, request, metadata, transport)`. Both go through `call`, so validation, auth and
-the rounds are one code path. A retriever group that errors, crashes or misses the deadline
+`call(method, request, metadata, transport)`, and so does the HTTP front (serve/app/http.py,
+through Ray Serve's HTTP proxy). All go through `call`, so validation, auth and the rounds are one
+code path. A retriever group that errors, crashes or misses the deadline
 does not fail the request: its specs come back as failed candidates, listed in `missing`.
 """
 from __future__ import annotations
@@ -113,6 +114,7 @@ class EorIngress(Placed, HealthChecks):
                        "Generate": lambda r: self._generate(r, transport), "Health": self._health,
                        "Retrieve": lambda r: self._retrieve(r, transport),
                        "SetVoterWeights": self._refuse_weights, "CheckVoterWeights": self._check_weights,
+                       "VoterInfo": self._voter_info,
                        }.get(method)
             if handler is None:
                 raise Unimplemented(f"no rpc {method!r}")
@@ -124,6 +126,21 @@ class EorIngress(Placed, HealthChecks):
             reply = None
         metrics.inc("eor_requests", rpc=method, code=code.name)
         return reply, code, details
+
+    def __serve_build_asgi_app__(self):
+        """The HTTP/JSON front and the web page (serve/app/http.py) over this replica's `call` and
+        `ask_stream`: Ray Serve's HTTP proxy reaches them where build_app wraps this class as an
+        ASGI ingress; the rpcs above stay as they are for both gRPC fronts."""
+        from serve.app.http import build_http_app
+
+        return build_http_app(self)
+
+    async def _voter_info(self, request: Any = None) -> dict:
+        """The voter the next Ask runs with (its rounds and stop thresholds), for the web page; not
+        an rpc of the proto, as CheckVoterWeights is not: only the HTTP front asks for it."""
+        from serve.app.wire import voter_json
+
+        return voter_json(await self.voter.plan.remote())
 
     def _check_token(self, metadata: Sequence[tuple[str, Any]]) -> None:
         if not self.token:

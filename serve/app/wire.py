@@ -20,6 +20,7 @@ from serve.config import ServiceConfig
 from serve.deadline import Deadline, InvalidDeadline, ask_deadline
 
 MAX_TOP_K = 100
+MAX_REQUEST_BYTES = 4 * 2**20  # a request message (gRPC) or body (HTTP), both fronts
 
 
 @dataclass(frozen=True)
@@ -49,6 +50,46 @@ def lenient(message_cls: type) -> Callable[[bytes], Any]:
             return BadRequest(f"request is not a valid {name}: wrong type for field(s) {', '.join(mistyped)}")
         return msg
     return deserialize
+
+
+def json_request(body: bytes, message_cls: type) -> Any:
+    """An HTTP body as the request message, by proto3's JSON mapping (field names as in
+    protos/eor.proto, or their lowerCamelCase), or a BadRequest as `lenient` gives: the handler
+    then answers INVALID_ARGUMENT after the token check, as for a gRPC request that does not parse.
+    Unknown fields are refused (a misspelt option must not pass silently)."""
+    from google.protobuf import json_format
+
+    name = message_cls.DESCRIPTOR.full_name
+    try:
+        data = json.loads(body.decode("utf-8")) if body.strip() else {}
+    except (UnicodeDecodeError, ValueError, RecursionError) as exc:
+        return BadRequest(f"request is not valid JSON: {type(exc).__name__}: {str(exc).splitlines()[0][:200]}")
+    if not isinstance(data, dict):
+        return BadRequest(f"request must be a JSON object (a {name}), got {type(data).__name__}")
+    try:
+        return json_format.ParseDict(data, message_cls(), max_recursion_depth=20)
+    except Exception as exc:  # ParseError; RecursionError on deep nesting
+        first = (str(exc).splitlines() or [""])[0][:300]
+        return BadRequest(f"request is not a valid {name}: {first}")
+
+
+def reply_json(message: Any) -> dict:
+    """A reply message as JSON, the mapping `json_request` reads: proto field names, every field
+    (optional ones only when set), 64-bit counters as numbers."""
+    from google.protobuf import json_format
+
+    return json_format.MessageToDict(message, always_print_fields_with_no_presence=True,
+                                     preserving_proto_field_name=True, unquote_int64_if_possible=True)
+
+
+def voter_json(plan: Any) -> dict:
+    """The voter an Ask runs with (Voter.plan), as the web page's "what ships" view shows it: its
+    id, rounds, the P(right) each round must reach to stop there, the stream's preview."""
+    cascade = plan.cascade
+    return {"id": plan.key.split(":")[0], "label": plan.label,
+            "rounds": [list(s) for s in cascade.stages],
+            "thresholds": [t if math.isfinite(t) else None for t in cascade.thresholds],
+            "preview": list(cascade.preview), "fit_stop_rate": list(cascade.fit_stop_rate)}
 
 
 def check_question(q: Any, max_chars: int = MAX_QUESTION_CHARS, where: str = "question") -> str:

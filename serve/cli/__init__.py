@@ -114,6 +114,9 @@ def build_parser() -> argparse.ArgumentParser:
     sv.add_argument("--port", type=int, help="gRPC front port (default 50051; 0: any free port)")
     sv.add_argument("--ray-grpc-port", type=int, help="also open Ray Serve's gRPC proxy on this port "
                     "(all interfaces, no TLS)")
+    sv.add_argument("--http-port", type=int, help="the HTTP front: JSON API, server-sent events, the web page "
+                    "(Ray Serve's HTTP proxy on --host, TLS with --tls-cert; default 8000)")
+    sv.add_argument("--no-http", action="store_true", help="no HTTP front (gRPC only)")
     sv.add_argument("--metrics-port", type=int, help="Prometheus endpoint port (default 8080)")
     sv.add_argument("--ray-address", metavar="HOST:PORT", help="deploy onto a running Ray cluster (`ray start` on "
                     "each node) instead of starting Ray here; service.placement in --config says which node serves what")

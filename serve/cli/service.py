@@ -1,5 +1,5 @@
 """`eor serve`: Ray on this machine (or a running cluster: --ray-address), the Serve
-application and the gRPC front."""
+application, the gRPC front and the HTTP front (Ray Serve's HTTP proxy)."""
 from __future__ import annotations
 
 import os
@@ -10,12 +10,13 @@ from serve.cli.common import stop_on_sigterm
 
 
 def cmd_serve(args) -> int:
-    """`eor serve`: Ray on this machine, the Serve app, the gRPC front; Ctrl-C stops it."""
+    """`eor serve`: Ray on this machine, the Serve app, the gRPC and HTTP fronts; Ctrl-C stops it."""
     from serve.app.application import LocalService
     from serve.config import actor_groups, actor_layout, load_config
 
     overrides = {"reader": {"model": args.model}, "index": {"name": args.index},
                  "service": {"host": args.host, "port": args.port, "ray_grpc_port": args.ray_grpc_port,
+                             "http_port": 0 if args.no_http else args.http_port,
                              "metrics_port": args.metrics_port, "tls_cert": args.tls_cert, "tls_key": args.tls_key,
                              "ray_address": args.ray_address},
                  "voter": {"weights": args.weights}}
@@ -43,6 +44,8 @@ def cmd_serve(args) -> int:
         print(f"eor gRPC: {service.address}{tls}", flush=True)
         if svc.ray_grpc_port:
             print(f"Ray Serve gRPC proxy: 0.0.0.0:{svc.ray_grpc_port} (no TLS)", flush=True)
+        if service.http_address:
+            print(f"eor HTTP: {service.http_address} (the web page; JSON API /v1/..., schema /openapi.json)", flush=True)
         print(f"metrics: http://{service.metrics_address}/metrics", flush=True)
         print(f"ready in {time.time() - t:.0f} s; Ctrl-C stops", file=sys.stderr, flush=True)
         while True:
