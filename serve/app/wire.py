@@ -87,7 +87,7 @@ def voter_json(plan: Any) -> dict:
     id, rounds, the P(right) each round must reach to stop there, the stream's preview."""
     cascade = plan.cascade
     return {"id": plan.key.split(":")[0], "label": plan.label,
-            "rounds": [list(s) for s in cascade.stages],
+            "rounds": [list(s) for s in cascade.rounds],
             "thresholds": [t if math.isfinite(t) else None for t in cascade.thresholds],
             "preview": list(cascade.preview), "fit_stop_rate": list(cascade.fit_stop_rate)}
 

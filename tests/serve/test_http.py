@@ -90,7 +90,7 @@ def test_a_reader_that_is_down_is_503_and_readiness_says_why():
 
     down = "reader engine down (EngineDeadError: boom); restarting"
     ing = _ingress(reader(down), _Handle(run=lambda *a: RayTaskError(ReaderUnavailable(down))),
-                   serving(_Handle(plan=lambda: VoterPlan("k", Cascade.single_stage(["ReFree"]), "equal weights"))))
+                   serving(_Handle(plan=lambda: VoterPlan("k", Cascade.single_round(["ReFree"]), "equal weights"))))
     c = client(ing)
     r = c.post("/v1/ask", json={"question": "who?"})
     assert (r.status_code, r.json()) == (503, {"error": down, "status": "UNAVAILABLE"})
