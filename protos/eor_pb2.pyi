@@ -164,7 +164,7 @@ class HealthRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class HealthReply(_message.Message):
-    __slots__ = ("status", "model", "retrievers", "reader_prompts", "reader_cache_hits", "reader_engine_calls", "reader_engine_prompts", "reader_mean_batch", "detail", "reader_prompt_tokens", "reader_generated_tokens", "reader_cached_tokens", "voter", "generator_model", "reader_in_flight", "unavailable", "placement", "readers")
+    __slots__ = ("status", "model", "retrievers", "reader_prompts", "reader_cache_hits", "reader_engine_calls", "reader_engine_prompts", "reader_mean_batch", "detail", "reader_prompt_tokens", "reader_generated_tokens", "reader_cached_tokens", "voter", "generator_model", "reader_in_flight", "unavailable", "placement", "readers", "index_generations")
     class Status(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
         __slots__ = ()
         UNKNOWN: _ClassVar[HealthReply.Status]
@@ -191,6 +191,7 @@ class HealthReply(_message.Message):
     UNAVAILABLE_FIELD_NUMBER: _ClassVar[int]
     PLACEMENT_FIELD_NUMBER: _ClassVar[int]
     READERS_FIELD_NUMBER: _ClassVar[int]
+    INDEX_GENERATIONS_FIELD_NUMBER: _ClassVar[int]
     status: HealthReply.Status
     model: str
     retrievers: _containers.RepeatedScalarFieldContainer[str]
@@ -209,7 +210,8 @@ class HealthReply(_message.Message):
     unavailable: _containers.RepeatedScalarFieldContainer[str]
     placement: _containers.RepeatedScalarFieldContainer[str]
     readers: _containers.RepeatedCompositeFieldContainer[ReaderHealth]
-    def __init__(self, status: _Optional[_Union[HealthReply.Status, str]] = ..., model: _Optional[str] = ..., retrievers: _Optional[_Iterable[str]] = ..., reader_prompts: _Optional[int] = ..., reader_cache_hits: _Optional[int] = ..., reader_engine_calls: _Optional[int] = ..., reader_engine_prompts: _Optional[int] = ..., reader_mean_batch: _Optional[float] = ..., detail: _Optional[str] = ..., reader_prompt_tokens: _Optional[int] = ..., reader_generated_tokens: _Optional[int] = ..., reader_cached_tokens: _Optional[int] = ..., voter: _Optional[str] = ..., generator_model: _Optional[str] = ..., reader_in_flight: _Optional[int] = ..., unavailable: _Optional[_Iterable[str]] = ..., placement: _Optional[_Iterable[str]] = ..., readers: _Optional[_Iterable[_Union[ReaderHealth, _Mapping]]] = ...) -> None: ...
+    index_generations: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, status: _Optional[_Union[HealthReply.Status, str]] = ..., model: _Optional[str] = ..., retrievers: _Optional[_Iterable[str]] = ..., reader_prompts: _Optional[int] = ..., reader_cache_hits: _Optional[int] = ..., reader_engine_calls: _Optional[int] = ..., reader_engine_prompts: _Optional[int] = ..., reader_mean_batch: _Optional[float] = ..., detail: _Optional[str] = ..., reader_prompt_tokens: _Optional[int] = ..., reader_generated_tokens: _Optional[int] = ..., reader_cached_tokens: _Optional[int] = ..., voter: _Optional[str] = ..., generator_model: _Optional[str] = ..., reader_in_flight: _Optional[int] = ..., unavailable: _Optional[_Iterable[str]] = ..., placement: _Optional[_Iterable[str]] = ..., readers: _Optional[_Iterable[_Union[ReaderHealth, _Mapping]]] = ..., index_generations: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class ReaderHealth(_message.Message):
     __slots__ = ("deployment", "model", "prompts", "cache_hits", "engine_calls", "engine_prompts", "prompt_tokens", "generated_tokens", "cached_tokens", "in_flight", "down")

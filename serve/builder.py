@@ -13,7 +13,9 @@ from retrievers.pool import RetrieverPool
 from retrievers.engine import ReaderEngine
 from retrievers.reader import CachedReader, ReaderCache
 from retrievers.registry import source_class
+from retrievers.sources import generations
 from retrievers.sources.base import KnowledgeSource, SourceSetting
+from retrievers.sources.generations import Generation
 from serve.config import EorConfig, IndexConfig, SourceConfig
 from serve.config_readers import reader_config, used_readers
 from serve.paths import cache_path, indexes_dir
@@ -55,11 +57,47 @@ def describe_index(info: dict) -> str:
     return "; ".join(parts)
 
 
-def make_sources(config: EorConfig, encoder: Encoder) -> dict[str, KnowledgeSource]:
-    """Every source `index.sources` configures, in its order, built (not loaded) by its class."""
+def make_sources(config: EorConfig, encoder: Encoder, generation: Generation | None = None) -> dict[str, KnowledgeSource]:
+    """Every source `index.sources` configures, in its order, built (not loaded) by its class, at
+    the index's current generation (or `generation`)."""
     root = index_path(config.index.name)
-    return {name: source_class(s.backend).from_setting(SourceSetting(name, str(root / name.lower()), encoder, s.options))
-            for name, s in config.index.sources.items()}
+    gen = generation if generation is not None else generations.current(root)
+    out = {}
+    for name, s in config.index.sources.items():
+        source = source_class(s.backend).from_setting(SourceSetting(name, str(root / name.lower()), encoder, s.options))
+        delta = gen.delta_dir(name)
+        out[name] = source.use_generation(str(delta) if delta else None, gen.hidden) if gen.number else source
+    return out
+
+
+def current_generation(config: EorConfig) -> Generation:
+    return generations.current(index_path(config.index.name))
+
+
+def generation_of(config: EorConfig) -> int:
+    """The published generation's number (a cheap read: the service asks once a second)."""
+    return generations.current_number(index_path(config.index.name))
+
+
+def update_index(name: str, encoder: Encoder, added: Iterable[Document] = (), deleted: Iterable[str] = (),
+                 sources: Mapping[str, SourceConfig] | None = None) -> dict:
+    """`eor index add/delete`: a new generation (every added document since the base, the ids hidden
+    from it, each source's delta), then published as the one that serves."""
+    root = index_path(name)
+    if not (root / "index.json").exists():
+        raise ValueError(f"no index {name!r} at {root} to change: build it with `eor index` first")
+    gen = generations.current(root)
+    docs, hidden = generations.next_changes(gen, added, deleted)
+    n = gen.number + 1
+    folder = generations.write(root, n, docs, hidden, {"documents": len(docs)})
+    built = {}
+    for source, conf in (sources or IndexConfig().sources).items():
+        setting = SourceSetting(source, str(root / source.lower()), encoder, conf.options)
+        summary = source_class(conf.backend).build_delta(docs, setting, str(folder / source.lower()))
+        if summary is not None:
+            built[source] = {k: v for k, v in summary.items() if isinstance(v, (int, float, str))}
+    generations.publish(root, n)
+    return {"generation": n, "documents_added": len(docs), "ids_hidden": len(hidden), "sources": built}
 
 
 def source_shapes(config: EorConfig) -> dict[str, str]:

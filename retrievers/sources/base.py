@@ -57,6 +57,17 @@ class KnowledgeSource(Protocol):
         return None
 
     @classmethod
+    def build_delta(cls, docs: list[Document], setting: SourceSetting, delta_dir: str) -> dict | None:
+        """Index a generation's added documents at `delta_dir` (retrievers/sources/generations.py),
+        searched beside the base; the default, for a source with no index of its own: nothing."""
+        return None
+
+    def use_generation(self, delta_dir: str | None, hidden: frozenset[str]) -> "KnowledgeSource":
+        """Before load(): serve the base without the `hidden` document ids, plus the delta at
+        `delta_dir` (None: no delta). The default, for a source with no index: as it is."""
+        return self
+
+    @classmethod
     def index_shards(cls, index_dir: str) -> int:
         """How many parts the built index at `index_dir` is split into, each served by an actor of
         its own (0 or 1: the source serves it whole); the default: none."""

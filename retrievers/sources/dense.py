@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Iterable, Sequence, TextIO
 
@@ -15,6 +15,8 @@ from retrievers.sources.dense_build import (BUILD_FILE, FORMAT, META_FILE, SHARD
                                             build_dense_index, index_file, search_all, set_knob)
 from retrievers.sources.passage_store import PassageStore
 from retrievers.types import Passage
+
+MAX_OVERFETCH = 1000  # hidden rows a generation's base search asks beyond k (more: merge the generation)
 
 
 
@@ -47,10 +49,27 @@ class DenseSource(KnowledgeSource):
     def index_shards(cls, index_dir: str) -> int:
         return index_shard_count(index_dir)
 
+    @classmethod
+    def build_delta(cls, docs: list[Document], setting: SourceSetting, delta_dir: str) -> dict | None:
+        """A generation's added documents as a small exact index (embedded with the base's encoder)."""
+        if not docs:
+            return None
+        source = cls.from_setting(setting)
+        flat = replace(source.settings, factory="Flat", index_shards=1)
+        return build_dense_index(docs, delta_dir, source.encoder, settings=flat, corpus_id="generation delta")
+
     def __post_init__(self) -> None:
         self._indexes: list = []
         self._store: PassageStore | None = None
         self.meta: dict = {}
+        self._delta_dir: str | None = None
+        self._hidden: frozenset[str] = frozenset()
+        self._delta: DenseSource | None = None
+        self._hidden_rows = np.zeros(0, dtype=np.int64)
+
+    def use_generation(self, delta_dir: str | None, hidden: frozenset[str]) -> "DenseSource":
+        self._delta_dir, self._hidden = delta_dir, frozenset(hidden)
+        return self
 
     def use_indexes(self, indexes: Sequence) -> "DenseSource":
         """Search these instead of reading the index files: objects with faiss's
@@ -66,6 +85,11 @@ class DenseSource(KnowledgeSource):
         self._check_encoder(path)
         self._indexes = self._indexes or load_index_shards(path, self.meta, self.settings)
         self._store = PassageStore(path / SHARDS_DIR, self.meta["shards"])
+        if self._hidden:
+            self._hidden_rows = self._store.rows_of(self._hidden)
+        if self._delta_dir and (Path(self._delta_dir) / META_FILE).exists():
+            flat = replace(self.settings, factory="Flat", index_shards=1)
+            self._delta = DenseSource(self._delta_dir, self.encoder, self.name, flat).load()
         self.encoder.load()
         return self
 
@@ -83,8 +107,15 @@ class DenseSource(KnowledgeSource):
         self.load()
         if not queries:
             return []
-        scores, ids = search_all(self._indexes, self.encoder.encode(list(queries)), k)
-        return self.passages(scores, ids)
+        vectors = self.encoder.encode(list(queries))
+        if not len(self._hidden_rows) and self._delta is None:
+            return self.passages(*search_all(self._indexes, vectors, k))
+        # a generation: the base without its hidden rows (asked for that many more), then the delta
+        scores, ids = search_all(self._indexes, vectors, k + min(len(self._hidden_rows), MAX_OVERFETCH))
+        ids = np.where(np.isin(ids, self._hidden_rows), -1, ids)
+        base = self.passages(scores, ids)
+        delta = self._delta.passages(*search_all(self._delta._indexes, vectors, k)) if self._delta else [[]] * len(base)
+        return [sorted(b + d, key=lambda p: -p.score)[:k] for b, d in zip(base, delta)]
 
     def passages(self, scores: np.ndarray, ids: np.ndarray) -> list[list[Passage]]:
         """Rows found (faiss ids, -1 for none) as passages read from the store."""

@@ -25,7 +25,8 @@ DONE_FILE = "lucene.json"
 FILE_PAGES = 50_000  # pages per input file: Anserini's indexer gives each thread a file
 
 
-def build_lucene_index(docs: Iterable[Document], out_dir: str | Path, threads: int = 2, corpus_id: str = "") -> int:
+def build_lucene_index(docs: Iterable[Document], out_dir: str | Path, threads: int = 2, corpus_id: str = "",
+                       page_prefix: str = "") -> int:
     """Write pages (streamed: records grouped by title on disk) and index them with Anserini's
     multi-threaded IndexCollection (BM25 defaults, each page's raw JSON stored: pages are served
     from the index, not held in memory). A finished index over the same corpus is kept as it is."""
@@ -45,8 +46,9 @@ def build_lucene_index(docs: Iterable[Document], out_dir: str | Path, threads: i
                         part.close()
                     part = open(Path(tmp) / f"docs-{n // FILE_PAGES:05d}.jsonl", "w", encoding="utf-8")
                 title = " ".join(p.title.split())  # one line: the stored contents is "title\ntext"
-                part.write(json.dumps({"id": p.page_id, "contents": f"{title}\n{p.text}"}) + "\n")
-                listing.write(json.dumps({"id": p.page_id, "title": p.title, "members": list(p.member_ids)}) + "\n")
+                pid = page_prefix + p.page_id  # a generation's pages are named apart from the base's
+                part.write(json.dumps({"id": pid, "contents": f"{title}\n{p.text}"}) + "\n")
+                listing.write(json.dumps({"id": pid, "title": p.title, "members": list(p.member_ids)}) + "\n")
                 pages = n + 1
             if part is not None:
                 part.close()
@@ -90,8 +92,25 @@ class LuceneSource(KnowledgeSource):
         return {"pages": build_lucene_index(docs, setting.index_dir, threads=min(4, os.cpu_count() or 1),
                                             corpus_id=corpus_id)}
 
+    @classmethod
+    def build_delta(cls, docs: list[Document], setting: SourceSetting, delta_dir: str) -> dict | None:
+        """A generation's added documents as pages of their own (grouped by title among themselves)."""
+        if not docs:
+            return None
+        return {"pages": build_lucene_index(docs, delta_dir, threads=1, page_prefix=f"{Path(delta_dir).parent.name}-")}
+
     def __post_init__(self) -> None:
         self._searcher = None
+        self._delta_dir: str | None = None
+        self._hidden: frozenset[str] = frozenset()
+        self._hidden_pages: frozenset[str] = frozenset()
+        self._delta = None
+
+    def use_generation(self, delta_dir: str | None, hidden: frozenset[str]) -> "LuceneSource":
+        """A base page holding a hidden record is hidden whole (its other records come back with a
+        full rebuild, `eor index --fresh`: the stored page does not keep its records apart)."""
+        self._delta_dir, self._hidden = delta_dir, frozenset(hidden)
+        return self
 
     def load(self) -> "LuceneSource":
         if self._searcher is not None:
@@ -100,10 +119,25 @@ class LuceneSource(KnowledgeSource):
         if not (path / LUCENE_DIR).exists():
             raise MissingIndexError(f"no {self.name} (Lucene) index at {path}: build it with `eor index`")
         self._searcher = autoclass("io.anserini.search.SimpleSearcher")(str(path / LUCENE_DIR))
+        if self._hidden:
+            self._hidden_pages = frozenset(pid for pid, members in page_members(path).items()
+                                           if self._hidden.intersection(members))
+        if self._delta_dir and (Path(self._delta_dir) / LUCENE_DIR).exists():
+            self._delta = LuceneSource(self._delta_dir, self.name).load()
         return self
 
     def search(self, queries: Sequence[str], k: int) -> list[list[Passage]]:
         self.load()
+        if not self._hidden_pages and self._delta is None:
+            return self._search(queries, k)
+        # a generation: the base without its hidden pages, then the delta's, by BM25 score (each
+        # index's own statistics: close, not equal, until the generation is merged)
+        base = [[p for p in row if p.pid not in self._hidden_pages]
+                for row in self._search(queries, k + min(len(self._hidden_pages), 1000))]
+        delta = self._delta.search(queries, k) if self._delta is not None else [[]] * len(base)
+        return [sorted(b + d, key=lambda p: -p.score)[:k] for b, d in zip(base, delta)]
+
+    def _search(self, queries: Sequence[str], k: int) -> list[list[Passage]]:
         out = []
         for q in queries:
             hits = self._searcher.search(q, k)

@@ -20,6 +20,7 @@ import numpy as np
 from retrievers.corpus import Document
 
 TEXT_SUFFIX = ".jsonl"
+DOC_ROWS_FILE = "doc_rows.sqlite"
 OFFSETS_SUFFIX = ".offsets.npy"
 
 
@@ -98,6 +99,38 @@ class PassageStore:
             start, end = int(offsets[i]), int(offsets[i + 1])
             out.append(_document(os.pread(self._fd(shard), end - start, start)))
         return out
+
+    def rows_of(self, doc_ids: Iterable[str]) -> np.ndarray:
+        """The rows of these corpus documents' passages (`id` and `id#n`), from a map of the
+        store built on first use beside it (doc_rows.sqlite; a scan of every shard once)."""
+        import sqlite3
+
+        path = self.folder / DOC_ROWS_FILE
+        if not path.exists():
+            tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+            db = sqlite3.connect(str(tmp))
+            db.execute("CREATE TABLE rows (doc TEXT, row INTEGER)")
+            row = 0
+            for i in range(len(self._offsets)):
+                with open(shard_stem(self.folder, i).with_suffix(TEXT_SUFFIX), encoding="utf-8") as f:
+                    db.executemany("INSERT INTO rows VALUES (?, ?)",
+                                   ((json.loads(line)["id"].split("#", 1)[0], row + n) for n, line in enumerate(f)))
+                row += len(self._offsets[i]) - 1
+            db.execute("CREATE INDEX by_doc ON rows (doc)")
+            db.commit()
+            db.close()
+            os.replace(tmp, path)
+        ids = list(dict.fromkeys(doc_ids))
+        db = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+        try:
+            found = []
+            for i in range(0, len(ids), 500):
+                chunk = ids[i : i + 500]
+                found += [r for (r,) in db.execute(
+                    f"SELECT row FROM rows WHERE doc IN ({','.join('?' * len(chunk))})", chunk)]
+        finally:
+            db.close()
+        return np.asarray(sorted(found), dtype=np.int64)
 
     def close(self) -> None:
         for i, fd in enumerate(self._fds):

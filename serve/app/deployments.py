@@ -29,7 +29,8 @@ from serve.app import metrics
 from serve.app.handles import (RemoteEncoder, RemoteIndexShards, RemoteReader, RemoteSource, StageClock,
                                working_for)
 from serve.app.placement import THIN, Placed
-from serve.builder import encoding_source, make_service_sources, source_shapes
+from serve.builder import (current_generation, encoding_source, generation_of, make_service_sources, make_sources,
+                           source_shapes)
 from serve.config import config_from_dict
 from serve.config_readers import reader_models, used_readers
 from serve.deadline import Deadline
@@ -69,16 +70,54 @@ class Source(Placed):
         config = config_from_dict(settings)
         sources, encoder = make_service_sources(config)
         self.name = name
-        if shards:
-            sources[name].use_indexes([RemoteIndexShards(shards)])
-        self.source = sources[name].load()
+        self._config, self._encoder, self._shards = config, encoder, shards
+        self.source = self._ready(sources[name])
+        self.generation = generation_of(config)
+        metrics.set_gauge("eor_index_generation", self.generation, source=name)
+        self._moving = False
+        self._checked = time.monotonic()
         self.encoder = None
         if name == encoding_source(config.index.sources):  # the one RetrieverGroup asks to encode (RemoteEncoder)
             self.encoder = encoder.load() if hasattr(encoder, "load") else encoder
         self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"source-{name}")
+        self._mover = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"generation-{name}")
+
+    def _ready(self, source):
+        if self._shards:
+            source.use_indexes([RemoteIndexShards(self._shards)])
+        return source.load()
+
+    def _watch(self) -> None:
+        """At most once a second: a newer published generation is loaded beside the one serving
+        (which answers meanwhile), then swapped in: no request fails across the move."""
+        now = time.monotonic()
+        if self._moving or now - self._checked < 1.0 or self._config.service.sources_factory:
+            return
+        self._checked = now
+        if generation_of(self._config) != self.generation:
+            self._moving = True
+            self._mover.submit(self._move)
+
+    def _move(self) -> None:
+        try:
+            gen = current_generation(self._config)
+            source = self._ready(make_sources(self._config, self._encoder, generation=gen)[self.name])
+            self.source, self.generation = source, gen.number  # one assignment each: a search sees old or new
+            metrics.set_gauge("eor_index_generation", gen.number, source=self.name)
+            log.info("eor: source %s serves index generation %d", self.name, gen.number)
+        except Exception:
+            log.exception("eor: source %s could not load the new index generation; it serves %d still",
+                          self.name, self.generation)
+        finally:
+            self._moving = False
 
     async def search(self, queries: list[str], k: int):
-        return await asyncio.get_running_loop().run_in_executor(self._thread, self.source.search, queries, k)
+        self._watch()
+        source = self.source
+        return await asyncio.get_running_loop().run_in_executor(self._thread, source.search, queries, k)
+
+    async def generation_served(self) -> int:
+        return self.generation
 
     async def encode(self, texts: list[str]):
         if self.encoder is None:

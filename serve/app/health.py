@@ -44,6 +44,7 @@ class HealthChecks:
         if pings:
             reply.unavailable.extend(await self._unavailable())
             reply.placement.extend(await placements(self._parts()))
+            reply.index_generations.extend(await self._generations())
         if reply.unavailable and reply.status == eor_pb2.HealthReply.SERVING:
             reply.detail = "degraded: not answering: " + ", ".join(reply.unavailable)
         try:
@@ -92,6 +93,16 @@ class HealthChecks:
                 return True
         dead = await asyncio.gather(*[down(h) for _, h in parts])
         return [name for (names, _), d in zip(parts, dead) if d for name in names]
+
+    async def _generations(self) -> list[str]:
+        """The index generation each source serves ("Wiki: 3"), of those that answer in time."""
+        async def one(name: str, handle: Any) -> str | None:
+            try:
+                return f"{name}: {await asyncio.wait_for(handle.generation_served.remote(), STATS_S)}"
+            except Exception:
+                return None  # not answering: _unavailable names it
+        found = await asyncio.gather(*[one(n, h) for n, h in self.sources.items()])
+        return [g for g in found if g is not None]
 
     async def serving(self) -> tuple[bool, str]:
         """For grpc.health.v1: (serving?, why not)."""

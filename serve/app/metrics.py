@@ -42,6 +42,8 @@ _DEFS: dict[str, tuple[str, str, tuple[str, ...], list[float] | None]] = {
     "eor_vote_margin": ("histogram", "Voter margin of the winner over the best different answer",
                         (), MARGIN_BUCKETS),
     "eor_confidence": ("histogram", "P(right) of each final answer (voter/decision.py)", (), CONFIDENCE_BUCKETS),
+    "eor_index_generation": ("gauge", "The index generation a knowledge source serves (0: the base as built; "
+                             "eor index add/delete make the next)", ("source",), None),
     "eor_abstentions": ("counter", "Answers withheld as not sure: P(right) below the Ask's min_confidence", (), None),
 }
 

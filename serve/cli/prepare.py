@@ -70,6 +70,8 @@ def cmd_index(args) -> int:
     from serve.cli.console import Console
 
     config = _config(args)
+    if args.action != "build":
+        return cmd_index_change(args, config)
     corpus = Corpus(args.corpus)
     if next(iter(corpus), None) is None:
         raise ValueError(f"corpus {args.corpus or '(embedded)'} has no documents")
@@ -90,4 +92,28 @@ def cmd_index(args) -> int:
         return 0
     print(f"index {config.index.name!r} at {index_path(config.index.name)}: {describe_index(info)} "
           f"({time.time() - t:.0f} s)")
+    return 0
+
+
+def cmd_index_change(args, config) -> int:
+    """`eor index add FILE...` / `eor index delete ID...`: a new generation of the index."""
+    from retrievers.corpus import read_jsonl
+    from retrievers.encoder import Encoder
+    from serve.builder import update_index
+    from serve.cli.console import Console
+
+    if not args.items:
+        raise ValueError(f"eor index {args.action} needs {'a JSONL file' if args.action == 'add' else 'document ids'}")
+    t = time.time()
+    added = [d for path in args.items for d in read_jsonl(path)] if args.action == "add" else []
+    deleted = args.items if args.action == "delete" else []
+    with Console(verbose=args.verbose and not args.json):
+        info = update_index(config.index.name, Encoder(config.index.encoder), added, deleted, config.index.sources)
+    info["seconds"] = round(time.time() - t, 1)
+    if args.json:
+        print(json.dumps({"index": config.index.name, **info}))
+    else:
+        print(f"index {config.index.name!r}: generation {info['generation']} serves "
+              f"({len(added) or len(deleted)} {'added' if added else 'deleted'}; {info['documents_added']} documents "
+              f"added and {info['ids_hidden']} ids hidden since the base; {info['seconds']:.0f} s)")
     return 0
