@@ -11,6 +11,7 @@ same file on any machine. Titles are two or three capitalised words of the vital
 as a title would be, numbered where one repeats; ids `synth-<n>`.
 
     python -m bench.scale_corpus --size 100000 --out var/corpora/scale-100k.jsonl.gz
+    python -m bench.scale_corpus --size 1000 --seed 7 --only-distractors added --out var/corpora/add-1000.jsonl
 """
 from __future__ import annotations
 
@@ -66,7 +67,7 @@ def title_words(titles: Iterable[str]) -> list[str]:
     return sorted({w for t in titles for w in t.split() if w[:1].isupper() and w.isalpha() and len(w) > 2})
 
 
-def distractors(n: int, seed: int = 0, vital: list[Document] | None = None) -> Iterator[Document]:
+def distractors(n: int, seed: int = 0, vital: list[Document] | None = None, prefix: str = "synth") -> Iterator[Document]:
     """`n` generated passages, the same for the same seed."""
     vital = vital if vital is not None else list(read_embedded())
     model = TrigramModel(d.text for d in vital)
@@ -82,7 +83,7 @@ def distractors(n: int, seed: int = 0, vital: list[Document] | None = None) -> I
         body: list[str] = []
         while len(body) < target:
             body += model.sentence(rng)
-        yield Document(f"synth-{i}", title, " ".join(body))
+        yield Document(f"{prefix}-{i}", title, " ".join(body))
 
 
 def scale_corpus(size: int, shared: Path, seed: int = 0) -> Iterator[Document]:
@@ -115,8 +116,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, required=True, help="a .jsonl or .jsonl.gz file")
     ap.add_argument("--shared", type=Path, default=CORPUS_FILE)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--only-distractors", metavar="PREFIX",
+                    help="distractors alone, ids PREFIX-<n> (documents to add to a built index: another --seed)")
     args = ap.parse_args(argv)
-    n = write(scale_corpus(args.size, args.shared, args.seed), args.out)
+    docs = distractors(args.size, args.seed, prefix=args.only_distractors) if args.only_distractors else \
+        scale_corpus(args.size, args.shared, args.seed)
+    n = write(docs, args.out)
     print(f"{args.out}: {n} documents", file=sys.stderr)
     return 0
 

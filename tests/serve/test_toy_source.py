@@ -221,3 +221,39 @@ def test_a_toy_source_is_served(tmp_path_factory, monkeypatch):
         assert [p.title for p in hits.results[0].sources[0].passages] == ["Mona Lisa"]
         health = stub.Health(eor_pb2.HealthRequest(), timeout=60)
         assert any(p.startswith("Source_Toy: ") for p in health.placement), list(health.placement)
+
+
+class IndexedToy(KeywordSource):
+    """The toy with an index of its own: `build_index` writes its documents to its folder, where
+    `from_setting` reads them back (one class: searching and building)."""
+
+    @classmethod
+    def build_index(cls, docs, setting, corpus_id="", embedder=None, progress=None):
+        import json
+        from pathlib import Path
+
+        Path(setting.index_dir).mkdir(parents=True, exist_ok=True)
+        rows = [[d.title, d.text] for d in docs]
+        (Path(setting.index_dir) / "toy.json").write_text(json.dumps(rows))
+        return {"documents": len(rows)}
+
+    @classmethod
+    def from_setting(cls, setting):
+        import json
+        from pathlib import Path
+
+        return cls(setting.name, json.loads((Path(setting.index_dir) / "toy.json").read_text()))
+
+
+def test_eor_index_builds_a_source_that_is_one_class_and_a_config_line(tmp_path, monkeypatch):
+    from retrievers.corpus import Document
+    from serve.builder import build_indexes, make_sources
+
+    monkeypatch.setenv("EOR_HOME", str(tmp_path))
+    config = config_from_dict({"index": {"name": "toy", "sources": {"Toy": "tests.serve.test_toy_source:IndexedToy"}},
+                               "pool": {"specs": ["Toy@1", "ReFree"]}})
+    docs = [Document("a", "Ants", "ants live in colonies"), Document("b", "Bees", "bees make honey")]
+    info = build_indexes(docs, "toy", encoder=None, show_progress=False, sources=config.index.sources)
+    assert info == {"sources": {"Toy": {"documents": 2}}}
+    (row,) = make_sources(config, encoder=None)["Toy"].load().search(["who makes honey"], 1)
+    assert (row[0].title, row[0].source) == ("Bees", "Toy")
