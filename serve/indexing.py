@@ -24,13 +24,13 @@ from retrievers.sources.dense_build import Embedder, embed_shard
 class ShardEncoder:
     """A Ray Data actor: one encoder, loaded once, embedding whole shards."""
 
-    def __init__(self, encoder_name: str, threads: int) -> None:
+    def __init__(self, encoder_name: str, corpus_backend: str, threads: int, device: str = "cpu") -> None:
         import torch
 
         from retrievers.encoder import Encoder
 
         torch.set_num_threads(threads)
-        self.encoder = Encoder(encoder_name).load()
+        self.encoder = Encoder(encoder_name, corpus_backend=corpus_backend, device=device)
 
     def __call__(self, batch: dict) -> dict:
         out = {"shard": [], "rows": [], "vectors": [], "node": [], "seconds": []}
@@ -67,10 +67,12 @@ def connect(address: str) -> None:
                  log_to_driver=False)
 
 
-def ray_embedder(encoder_name: str, address: str = "local", actors: int = 0, threads: int = 1,
+def ray_embedder(encoder_name: str, corpus_backend: str, address: str = "local", actors: int = 0, threads: int = 1,
                  nodes_seen: dict | None = None) -> Embedder:
     """An Embedder running on Ray: `actors` encoder actors of `threads` cores each (0: as many as
-    the cluster's CPUs hold). `nodes_seen`, if given, counts the shards each node embedded."""
+    the cluster's CPUs hold), each embedding with `corpus_backend` as the driver resolved it (the
+    build records one backend, whatever CPUs the nodes have). `nodes_seen`, if given, counts the
+    shards each node embedded."""
     def embed(folder: Path, shards: Sequence[int]) -> Iterator[tuple[int, np.ndarray, float]]:
         import ray
 
@@ -78,13 +80,15 @@ def ray_embedder(encoder_name: str, address: str = "local", actors: int = 0, thr
         ctx = ray.data.DataContext.get_current()
         ctx.enable_progress_bars = False
         ctx.print_on_execution_start = False
-        n = actors or max(1, int(ray.cluster_resources().get("CPU", 1)) // threads)
+        gpus = int(ray.cluster_resources().get("GPU", 0))  # a GPU each where the cluster has them
+        n = actors or gpus or max(1, int(ray.cluster_resources().get("CPU", 1)) // threads)
         n = min(n, len(shards))
         ds = ray.data.from_items([{"folder": str(folder), "shard": int(s)} for s in shards],
                                  override_num_blocks=len(shards))
-        ds = ds.map_batches(ShardEncoder, fn_constructor_kwargs={"encoder_name": encoder_name, "threads": threads},
-                            batch_size=1, concurrency=n, num_cpus=threads,
-                            scheduling_strategy="SPREAD")
+        ds = ds.map_batches(ShardEncoder, batch_size=1, compute=ray.data.ActorPoolStrategy(size=n),
+                            fn_constructor_kwargs={"encoder_name": encoder_name, "corpus_backend": corpus_backend,
+                                                   "threads": threads, "device": "cuda" if gpus else "cpu"},
+                            num_cpus=threads, num_gpus=1 if gpus else None)
         for row in ds.iter_rows():
             if nodes_seen is not None:
                 nodes_seen[row["node"]] = nodes_seen.get(row["node"], 0) + 1

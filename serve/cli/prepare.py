@@ -81,7 +81,8 @@ def cmd_index(args) -> int:
     if args.ray_address:
         from serve.indexing import ray_embedder
 
-        embedder = ray_embedder(config.index.encoder, address=args.ray_address, actors=args.encoder_actors)
+        embedder = ray_embedder(config.index.encoder, Encoder(config.index.encoder).corpus_kind,
+                                address=args.ray_address, actors=args.encoder_actors)
     t = time.time()
     with Console(verbose=args.verbose and not args.json) as con:  # --json: stdout carries only the JSON
         info = build_indexes(corpus, config.index.name, Encoder(config.index.encoder), progress=con.out,

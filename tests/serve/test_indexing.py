@@ -62,7 +62,7 @@ def test_two_nodes_of_a_local_ray_cluster_build_one_index_with_the_vectors_of_on
         start_head(6389, temp, 58391)
         start_worker(6389, temp, 58392)
         nodes: dict = {}
-        embed = ray_embedder(encoder.name, address="127.0.0.1:6389", actors=2, nodes_seen=nodes)
+        embed = ray_embedder(encoder.name, encoder.corpus_kind, address="127.0.0.1:6389", actors=2, nodes_seen=nodes)
         meta = build_dense_index(docs, tmp_path / "two", encoder, settings=settings, corpus_id="embedded-120",
                                  embedder=embed)
         assert len(nodes) == 2 and sum(nodes.values()) == meta["shards"], nodes  # both nodes embedded shards
