@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 from dataclasses import asdict, dataclass, field, fields, is_dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterable
 
 import yaml
 
@@ -167,7 +167,7 @@ class ServiceConfig:
     ray_temp_dir: str = ""  # empty: $EOR_HOME/ray
     reader_memory_gib: float = 0.0  # Ray memory reservations (0: none; a multi-node cluster sets them)
     ray_address: str = ""  # a running Ray cluster ("HOST:PORT" or "auto") to deploy onto; empty: Ray on this machine
-    # deployment -> Ray custom resources it needs on its node (serve/app/placement.py: DEPLOYMENTS), e.g.
+    # deployment -> Ray custom resources it needs on its node (DEPLOYMENTS, below), e.g.
     # {"Reader": {"eor_reader": 1}, "Retrievers": {"eor_retrievers": 0.01}}: which node serves what
     placement: dict[str, dict[str, float]] = field(default_factory=dict)
 
@@ -196,6 +196,29 @@ class ServiceConfig:
             raise ValueError(f"service.retriever_actors must be one of {RETRIEVER_ACTOR_LAYOUTS} or a list of "
                              f"spec lists, got {self.retriever_actors!r}")
 
+
+# the deployments `service.placement` may name ("Retrievers": every retriever actor), besides one
+# Reader_<name> per configured reader other than the default and one Source_<name> per configured
+# knowledge source (`deployment_names`); serve/app/ builds them under these names
+DEPLOYMENTS = ("Reader", "Generator", "Retrievers", "Voter", "EorIngress")
+
+
+def reader_deployment(name: str) -> str:
+    """The deployment serving the reader `name`: "Reader" for the default one (""), Reader_<name>
+    for one of the config's `readers` (Reader_1.5B)."""
+    return f"Reader_{name}" if name else "Reader"
+
+
+def source_deployment(name: str) -> str:
+    """The deployment serving the knowledge source `name` (Source_Wiki, Source_SE, ...)."""
+    return f"Source_{name}"
+
+
+def deployment_names(sources: Iterable[str], readers: Iterable[str] = ()) -> tuple[str, ...]:
+    """Every deployment name `service.placement` may use, for the configured sources and readers
+    (the names besides the default reader)."""
+    return (DEPLOYMENTS[:1] + tuple(reader_deployment(r) for r in readers if r) + DEPLOYMENTS[1:2]
+            + tuple(source_deployment(s) for s in sources) + DEPLOYMENTS[2:])
 
 
 # The readers besides `reader` (the default one), by the name a pool member gives after `~`
@@ -256,8 +279,6 @@ class EorConfig:
             parse_pool(self.pool.specs, sources=self.index.sources, readers=reader_names(self))
         except SpecError as exc:
             raise ValueError(f"pool.specs: {exc}") from None
-        from serve.app.placement import deployment_names
-
         known = deployment_names(self.index.sources, self.readers)
         unknown = sorted(set(self.service.placement) - set(known))
         if unknown:

@@ -69,7 +69,8 @@ def build_app(settings: EorConfig, voter_config: dict | None = None):
     from retrievers.spec import DEFAULT_READER_NAME
     from serve.app.deployments import IndexShard, RetrieverGroup, Source, Voter, asked_readers
     from serve.app.ingress import EorIngress
-    from serve.app.placement import actor_options, reader_deployment, source_deployment
+    from serve.app.placement import actor_options
+    from serve.config import reader_deployment, source_deployment
     from serve.app.reader import Reader
     from serve.config_readers import generator_reader, reader_config, used_readers
 

@@ -26,11 +26,11 @@ from retrievers.reader import SamplingParams
 from serve.app import metrics
 from serve.app.handles import ServiceCrew, bounded
 from serve.app.health import HealthChecks
-from serve.app.placement import Placed, reader_deployment
+from serve.app.placement import Placed
 from serve.app.errors import (DeadlineExceeded, FailedPrecondition, NothingAnswered, Unauthenticated, Unimplemented,
                               status_of)
 from serve.builder import source_shapes
-from serve.config import config_from_dict
+from serve.config import config_from_dict, reader_deployment
 from serve.config_readers import reader_models
 from serve.app.wire import (AskSpec, ask_reply, parse_ask, parse_generate, parse_retrieve,
                         parse_weights, retrieve_reply)
