@@ -73,7 +73,9 @@ def test_the_config_checks_the_sources_and_what_reads_them(toy_backend):
         ({"pool": {"specs": ["Toy@2"]}}, "pool.specs: unknown knowledge source 'Toy' in retriever spec 'Toy@2'"),
         ({"index": {"sources": {"Toy": "toys"}}, "pool": {"specs": ["PK"]}}, "unknown knowledge-source backend 'toys'"),
         ({"index": {"sources": {"PK": "toy"}}}, "index.sources: a knowledge source's name must be letters only"),
-        ({"index": {"sources": {"Toy": {"backend": "toy", "k": 3}}}}, "index.sources.Toy must be a backend name"),
+        ({"index": {"sources": {"Toy": {"backend": "toy", "k": 3}}}},
+         "unknown key index.sources.Toy.k; known: backend, options"),
+        ({"index": {"sources": {"Toy": ["toy"]}}}, "index.sources.Toy must be a backend name"),
         ({"service": {"placement": {"Source_Toy": {"eor_worker": 1}}}}, "unknown deployments ['Source_Toy']"),
     ]:
         with pytest.raises(ValueError) as err:
