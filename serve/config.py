@@ -289,7 +289,7 @@ class EorConfig:
             raise ValueError(f"service.placement: unknown deployments {unknown}; known: {list(known)}")
 
     def to_dict(self) -> dict[str, Any]:
-        """Plain data (it travels to every actor); `config_from_dict` reads it back."""
+        """Plain data (a run's record, the app's version); `config_from_dict` reads it back."""
         return asdict(self)
 
 
@@ -309,7 +309,7 @@ def load_config(path: str | Path | None = None, overrides: dict[str, dict[str, A
 
 
 def config_from_dict(data: dict[str, Any] | None, overrides: dict[str, dict[str, Any]] | None = None) -> EorConfig:
-    """The config from a mapping of sections (`config_to_dict`'s output travels to every actor)."""
+    """The config from a mapping of sections (a YAML file's, or `EorConfig.to_dict()`'s), validated."""
     data = {k: v for k, v in (data or {}).items()}
     for section, values in data.items():
         if values is not None and not isinstance(values, dict):

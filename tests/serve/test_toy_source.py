@@ -147,12 +147,11 @@ def test_the_service_searches_the_toy_once_and_answers_its_spec(tmp_path, monkey
 
     monkeypatch.setenv("EOR_HOME", str(tmp_path))
     settings = _toy_settings()
-    d = settings.to_dict()
-    sources = {name: _Handle(Source.func_or_class(d, name)) for name in settings.index.sources}
+    sources = {name: _Handle(Source.func_or_class(settings, name)) for name in settings.index.sources}
     reader = _Handle(CachedReader(FakeEngine()))
-    group = _Handle(RetrieverGroup.func_or_class(d, SPECS, sources, reader))
-    voter = _Handle(Voter.func_or_class(d, reader))
-    ingress = EorIngress.func_or_class(d, [group], [SPECS], voter, reader, sources=sources)
+    group = _Handle(RetrieverGroup.func_or_class(settings, SPECS, sources, reader))
+    voter = _Handle(Voter.func_or_class(settings, reader))
+    ingress = EorIngress.func_or_class(settings, [group], [SPECS], voter, reader, sources=sources)
 
     reply, code, details = asyncio.run(ingress.call("Ask", eor_pb2.AskRequest(question=QUESTION)))
     assert code.name == "OK", details
