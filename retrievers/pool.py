@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field, replace
-from typing import Mapping, Sequence
+from typing import Annotated, Mapping, Sequence
+
+from pydantic import Field
 
 from retrievers.corpus import TRUNCATIONS, split_words, truncate_words
 from retrievers.encoder import Encoder
@@ -33,17 +35,19 @@ class PoolConfig:
     """Processing sizes follow the paper's Appendix C.1; token caps keep CPU runs affordable."""
 
     specs: tuple[str, ...] = PAPER_POOL
-    chunk_words: int = 100  # @RR chunks (and Wiki passages at index time)
-    se_pages: int = 10  # pages one search returns (a search API's first page)
-    se_top1_words: int = 1000  # SE@1: the top page truncated to 1000 words
-    se_page_words: int = 250  # SE@k, k>1: 250 words from the start of each page
-    hb_wiki_k: int = 20  # HB: the top-20 Wiki chunks join the rerank
-    default_k: int = 10  # @RR without @k
-    max_context_words: int = 1500  # guard so a prompt fits the reader's context window
-    answer_tokens: int = 32
-    pk_tokens: int = 200
-    cp_tokens: int = 200
-    long_form_repetition_penalty: float = 1.1  # PK/@CP: a 135M model loops under plain greedy
+    # the bounds (`Annotated`) are checked where a config is read (serve/config_schema.py)
+    chunk_words: Annotated[int, Field(ge=1)] = 100  # @RR chunks (and Wiki passages at index time)
+    se_pages: Annotated[int, Field(ge=1)] = 10  # pages one search returns (a search API's first page)
+    se_top1_words: Annotated[int, Field(ge=1)] = 1000  # SE@1: the top page truncated to 1000 words
+    se_page_words: Annotated[int, Field(ge=1)] = 250  # SE@k, k>1: 250 words from the start of each page
+    hb_wiki_k: Annotated[int, Field(ge=1)] = 20  # HB: the top-20 Wiki chunks join the rerank
+    default_k: Annotated[int, Field(ge=1)] = 10  # @RR without @k
+    max_context_words: Annotated[int, Field(ge=1)] = 1500  # guard so a prompt fits the reader's context window
+    answer_tokens: Annotated[int, Field(ge=1)] = 32
+    pk_tokens: Annotated[int, Field(ge=1)] = 200
+    cp_tokens: Annotated[int, Field(ge=1)] = 200
+    # PK/@CP: a 135M model loops under plain greedy
+    long_form_repetition_penalty: Annotated[float, Field(gt=0)] = 1.1
     prompt_layout: str = "shared-prefix"  # or "paper": see retrievers/prompts.py
     # a cut page or document keeps its own whitespace, so SE@1's page and SE@k's first page share a
     # prefix (retrievers/corpus.py: truncate_words); "collapse" reads as run logs before 2026-11-26 did

@@ -1,7 +1,8 @@
 """Typed configuration of eor, one loader for every command and the service.
 
 One YAML file, sections reader, readers, generator, pool, index, cache, voter, service and ask, maps onto
-`EorConfig` field by field (`load_config`); an unknown key anywhere is an error naming it.
+`EorConfig` field by field (`load_config`), checked by serve/config_schema.py: a wrong type, a value
+outside a field's bounds or an unknown key anywhere is a one-line error naming the key's path.
 `eor ask`, `eor fit`, `eor eval` and `eor serve` read the same file; the `service` section is
 used only by the service, and a command-line flag overrides its key. Secrets never live here:
 the service's bearer token is read from the environment variable named by `service.token_env`.
@@ -9,20 +10,24 @@ the service's bearer token is read from the environment variable named by `servi
 from __future__ import annotations
 
 import os
-from dataclasses import asdict, dataclass, field, fields, is_dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, Iterable
 
 import yaml
+from pydantic import Field, SkipValidation
 
 from retrievers.encoder import DEFAULT_ENCODER
 from retrievers.pool import PoolConfig
 from retrievers.registry import SOURCE_BACKENDS, is_reference
 from retrievers.spec import (PAPER_POOL, SpecError, check_reader_name, check_source_name, parse_pool, parse_spec,
                              with_reader)
+from serve.config_schema import validate
 from serve.engine.models import STRONG_READER
 from serve.engine.vllm_engine import VLLMConfig
 from voter.estimator import VoterConfig
+
+Port = Annotated[int, Field(ge=0, le=65535)]
 
 
 @dataclass(frozen=True)
@@ -41,16 +46,15 @@ class SourceConfig:
             return value
         if isinstance(value, str):
             value = {"backend": value}
-        well_formed = isinstance(value, dict) and set(value) <= {"backend", "options"} and isinstance(
-            value.get("backend"), str) and isinstance(value.get("options") or {}, dict)
-        if not well_formed:
+        if not isinstance(value, dict):
             raise ValueError(f"index.sources.{name} must be a backend name or {{backend: NAME, options: {{...}}}}, "
                              f"got {value!r}")
-        backend = value["backend"]
-        if backend not in SOURCE_BACKENDS.names() and not is_reference(backend):
-            raise ValueError(f"index.sources.{name}: unknown knowledge-source backend {backend!r}; "
+        line = validate(cls, {k: v for k, v in value.items() if not (k == "options" and v is None)},
+                        f"index.sources.{name}")
+        if line.backend not in SOURCE_BACKENDS.names() and not is_reference(line.backend):
+            raise ValueError(f"index.sources.{name}: unknown knowledge-source backend {line.backend!r}; "
                              f"known: {', '.join(SOURCE_BACKENDS.names())}, or module:Class")
-        return cls(backend, dict(value.get("options") or {}))
+        return line
 
 
 DEFAULT_SOURCES = {"Wiki": "dense", "SE": "lucene"}  # the paper's two: dense passages, BM25 pages
@@ -64,7 +68,8 @@ class IndexConfig:
     # lists them all; its order is the service's: the first source's deployment also serves the
     # @RR encoder). A line: `Toy: toy` (a registered backend), `Toy: mypkg.toy:ToySource`, or
     # `SE: {backend: http, options: {fetch_pages: true}}` (a Serper-style search API for SE).
-    sources: dict[str, SourceConfig] = field(default_factory=lambda: dict(DEFAULT_SOURCES))
+    # (a line may be a bare backend name: SourceConfig.read checks each)
+    sources: SkipValidation[dict[str, SourceConfig]] = field(default_factory=lambda: dict(DEFAULT_SOURCES))
 
     def __post_init__(self) -> None:
         if not isinstance(self.sources, dict):
@@ -115,7 +120,7 @@ class AskConfig:
     next question, in idle seconds (serve/cli/warm/); 0: none, each ask starts its own.
     `--keep-warm` and $EOR_KEEP_WARM override it."""
 
-    keep_warm_s: float = 300.0
+    keep_warm_s: Annotated[float, Field(ge=0)] = 300.0
 
 
 # The retriever actors (the design card, ../shared/ARCHITECTURE.md, "Serving"): thin actors doing only the processing ops;
@@ -134,40 +139,42 @@ PER_SPEC_MIN_CPUS = 8
 @dataclass(frozen=True)
 class ServiceConfig:
     host: str = "127.0.0.1"  # the gRPC front binds here (0.0.0.0 only on purpose)
-    port: int = 50051  # gRPC front (eor serve); 0 picks a free port
-    ray_grpc_port: int = 0  # >0: also enable Ray Serve's own gRPC proxy here (binds all interfaces, no TLS)
+    port: Port = 50051  # gRPC front (eor serve); 0 picks a free port
+    ray_grpc_port: Port = 0  # >0: also enable Ray Serve's own gRPC proxy here (binds all interfaces, no TLS)
     # Ray Serve's HTTP proxy: the JSON API, server-sent events and the web page (serve/app/http.py), on
     # `host`, with TLS when tls_cert/tls_key are set; 0: none
-    http_port: int = 8000
-    metrics_port: int = 8080  # Ray's Prometheus endpoint on this node (0: Ray picks)
+    http_port: Port = 8000
+    metrics_port: Port = 8080  # Ray's Prometheus endpoint on this node (0: Ray picks)
     # "auto", "per-spec", "one" (RETRIEVER_ACTOR_LAYOUTS, above) or [[spec, ...], ...]: the specs of each actor
-    retriever_actors: str | tuple[tuple[str, ...], ...] = "auto"
+    retriever_actors: str | tuple[tuple[str, ...] | str, ...] = "auto"
     # the whole Ask's default deadline (every round and its vote); a request's deadline_s or the
     # client's gRPC deadline shortens it (serve/deadline.py)
     ask_deadline_s: float = 120.0
-    vote_reserve_s: float = 30.0  # no new stage starts with less than this (or a quarter of the budget) left
+    # no new stage starts with less than this (or a quarter of the budget) left
+    vote_reserve_s: Annotated[float, Field(ge=0)] = 30.0
     # an Ask that sets no min_confidence abstains below this P(right) (0: always answer; voter/decision.py)
     min_confidence: float = 0.0
     max_batch: int = 64  # questions per AskBatch
-    max_prompts: int = 64  # prompts per Generate
-    max_prompt_chars: int = 20000
-    max_tokens: int = 512  # Generate's max_tokens cap
-    max_documents: int = 50  # grounding documents per question (Ask.documents)
-    max_document_chars: int = 20000  # characters per grounding document
+    max_prompts: Annotated[int, Field(ge=1)] = 64  # prompts per Generate
+    max_prompt_chars: Annotated[int, Field(ge=1)] = 20000
+    max_tokens: Annotated[int, Field(ge=1)] = 512  # Generate's max_tokens cap
+    max_documents: Annotated[int, Field(ge=0)] = 50  # grounding documents per question (Ask.documents; 0: none)
+    max_document_chars: Annotated[int, Field(ge=1)] = 20000  # characters per grounding document
     # for a batch-only engine (an engine_factory's with `continuous = False`: serve/app/batching.py) the
     # reader waits this long for concurrent calls to merge, up to this many prompts a call; vLLM, the
     # default, batches continuously and reads neither
-    reader_batch_wait_s: float = 0.02
-    reader_max_batch: int = 256
+    reader_batch_wait_s: Annotated[float, Field(ge=0)] = 0.02
+    reader_max_batch: Annotated[int, Field(ge=1)] = 256
     token_env: str = "EOR_SERVE_TOKEN"  # bearer token from this env var; unset/empty: no auth
     tls_cert: str = ""  # PEM paths; both set: the front serves TLS
     tls_key: str = ""
     engine_factory: str = ""  # "module:callable" -> ReaderEngine; empty: VLLMEngine(reader)
     sources_factory: str = ""  # "module:callable(EorConfig) -> (sources, encoder)"; empty: the index
     ray_temp_dir: str = ""  # empty: $EOR_HOME/ray
-    reader_memory_gib: float = 0.0  # Ray memory reservations (0: none; a multi-node cluster sets them)
+    # Ray memory reservations (0: none; a multi-node cluster sets them)
+    reader_memory_gib: Annotated[float, Field(ge=0)] = 0.0
     ray_address: str = ""  # a running Ray cluster ("HOST:PORT" or "auto") to deploy onto; empty: Ray on this machine
-    # deployment -> Ray custom resources it needs on its node (serve/app/placement.py: DEPLOYMENTS), e.g.
+    # deployment -> Ray custom resources it needs on its node (DEPLOYMENTS, below), e.g.
     # {"Reader": {"eor_reader": 1}, "Retrievers": {"eor_retrievers": 0.01}}: which node serves what
     placement: dict[str, dict[str, float]] = field(default_factory=dict)
 
@@ -196,6 +203,29 @@ class ServiceConfig:
             raise ValueError(f"service.retriever_actors must be one of {RETRIEVER_ACTOR_LAYOUTS} or a list of "
                              f"spec lists, got {self.retriever_actors!r}")
 
+
+# the deployments `service.placement` may name ("Retrievers": every retriever actor), besides one
+# Reader_<name> per configured reader other than the default and one Source_<name> per configured
+# knowledge source (`deployment_names`); serve/app/ builds them under these names
+DEPLOYMENTS = ("Reader", "Generator", "Retrievers", "Voter", "EorIngress")
+
+
+def reader_deployment(name: str) -> str:
+    """The deployment serving the reader `name`: "Reader" for the default one (""), Reader_<name>
+    for one of the config's `readers` (Reader_1.5B)."""
+    return f"Reader_{name}" if name else "Reader"
+
+
+def source_deployment(name: str) -> str:
+    """The deployment serving the knowledge source `name` (Source_Wiki, Source_SE, ...)."""
+    return f"Source_{name}"
+
+
+def deployment_names(sources: Iterable[str], readers: Iterable[str] = ()) -> tuple[str, ...]:
+    """Every deployment name `service.placement` may use, for the configured sources and readers
+    (the names besides the default reader)."""
+    return (DEPLOYMENTS[:1] + tuple(reader_deployment(r) for r in readers if r) + DEPLOYMENTS[1:2]
+            + tuple(source_deployment(s) for s in sources) + DEPLOYMENTS[2:])
 
 
 # The readers besides `reader` (the default one), by the name a pool member gives after `~`
@@ -235,7 +265,7 @@ class EorConfig:
     def __post_init__(self) -> None:
         """What crosses sections: the pool reads configured sources and readers; placement names
         deployments."""
-        from serve.config_readers import reader_config, reader_names  # questions over a config: they import it
+        from serve.config_readers import reader_names  # questions over a config: they import it
 
         if not isinstance(self.readers, dict):
             raise ValueError(f"readers must map reader names to models, got {self.readers!r}")
@@ -244,55 +274,23 @@ class EorConfig:
                 check_reader_name(name)
             except SpecError as exc:
                 raise ValueError(f"readers: {exc}") from None
-            known = {f.name for f in fields(VLLMConfig)}
-            if not (isinstance(value, str) and value or isinstance(value, dict) and set(value) <= known):
-                raise ValueError(f"readers.{name} must be a model name or {{model: ..., <reader settings>}} "
-                                 f"(settings: {', '.join(sorted(known))}), got {value!r}")
-            try:
-                reader_config(self, name)  # its settings, checked now (a bad niceness, block size)
-            except ValueError as exc:
-                raise ValueError(f"readers.{name}: {exc}") from None
+            if isinstance(value, dict):  # its settings over the reader section's, checked now (types, niceness)
+                validate(VLLMConfig, {**asdict(self.reader), **value}, f"readers.{name}")
+            elif not (isinstance(value, str) and value):
+                raise ValueError(f"readers.{name} must be a model name or {{model: ..., <reader settings>}}, "
+                                 f"got {value!r}")
         try:
             parse_pool(self.pool.specs, sources=self.index.sources, readers=reader_names(self))
         except SpecError as exc:
             raise ValueError(f"pool.specs: {exc}") from None
-        from serve.app.placement import deployment_names
-
         known = deployment_names(self.index.sources, self.readers)
         unknown = sorted(set(self.service.placement) - set(known))
         if unknown:
             raise ValueError(f"service.placement: unknown deployments {unknown}; known: {list(known)}")
 
     def to_dict(self) -> dict[str, Any]:
-        """Plain data (it travels to every actor); `config_from_dict` reads it back."""
+        """Plain data (a run's record, the app's version); `config_from_dict` reads it back."""
         return asdict(self)
-
-
-# keys that were renamed: the old name is an error that says the new one
-RENAMED = {"config.service.retriever_timeout_s": ("service.ask_deadline_s", "it is the whole Ask's default deadline")}
-
-
-def _build(cls: type, data: dict[str, Any], where: str) -> Any:
-    known = {f.name: f for f in fields(cls)}
-    unknown = set(data) - set(known)
-    for key in sorted(unknown):
-        if f"{where}.{key}" in RENAMED:
-            new, why = RENAMED[f"{where}.{key}"]
-            raise ValueError(f"config key {where.removeprefix('config.')}.{key} is now {new} ({why}); rename it")
-    if unknown:
-        raise ValueError(f"unknown config keys at {where}: {sorted(unknown)}; known: {sorted(known)}")
-    kwargs = {}
-    for name, value in data.items():
-        default = getattr(cls(), name)
-        if is_dataclass(default):
-            kwargs[name] = _build(type(default), value or {}, f"{where}.{name}")
-        elif isinstance(default, tuple):
-            if not isinstance(value, (list, tuple)):
-                raise ValueError(f"config key {where}.{name} must be a list, not {type(value).__name__}")
-            kwargs[name] = tuple(tuple(v) if isinstance(v, list) else v for v in value)
-        else:
-            kwargs[name] = value
-    return cls(**kwargs)
 
 
 def read_sections(path: str | Path | None) -> dict[str, Any]:
@@ -311,7 +309,7 @@ def load_config(path: str | Path | None = None, overrides: dict[str, dict[str, A
 
 
 def config_from_dict(data: dict[str, Any] | None, overrides: dict[str, dict[str, Any]] | None = None) -> EorConfig:
-    """The config from a mapping of sections (`config_to_dict`'s output travels to every actor)."""
+    """The config from a mapping of sections (a YAML file's, or `EorConfig.to_dict()`'s), validated."""
     data = {k: v for k, v in (data or {}).items()}
     for section, values in data.items():
         if values is not None and not isinstance(values, dict):
@@ -323,7 +321,7 @@ def config_from_dict(data: dict[str, Any] | None, overrides: dict[str, dict[str,
         data["readers"] = _with_default_readers(data["readers"])
     if "pool" in data and "specs" not in data["pool"]:  # a pool section that names no members: the default's
         data["pool"]["specs"] = list(DEFAULT_POOL)
-    return _build(EorConfig, data, "config")
+    return validate(EorConfig, data)
 
 
 def _with_default_readers(readers: dict[str, Any]) -> dict[str, Any]:

@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from retrievers.spec import DEFAULT_READER_NAME, by_reader
-from serve.config import GENERATOR_AUTO, EorConfig
+from serve.config import GENERATOR_AUTO, EorConfig, reader_deployment
 from serve.engine.models import STRONG_READER
 from serve.engine.vllm_engine import VLLMConfig
 
@@ -79,8 +79,6 @@ class GeneratorReader:
     @property
     def deployment(self) -> str:
         """The service's deployment that serves Generate (a reader's, or Generator)."""
-        from serve.app.placement import reader_deployment
-
         return reader_deployment(self.reader) if self.reader is not None else "Generator"
 
 

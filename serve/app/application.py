@@ -22,6 +22,7 @@ import os
 import shutil
 import tempfile
 import threading
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -69,12 +70,13 @@ def build_app(settings: EorConfig, voter_config: dict | None = None):
     from retrievers.spec import DEFAULT_READER_NAME
     from serve.app.deployments import IndexShard, RetrieverGroup, Source, Voter, asked_readers
     from serve.app.ingress import EorIngress
-    from serve.app.placement import actor_options, reader_deployment, source_deployment
+    from serve.app.placement import actor_options
+    from serve.config import reader_deployment, source_deployment
     from serve.app.reader import Reader
     from serve.config_readers import generator_reader, reader_config, used_readers
 
-    d = settings.to_dict()
-    version = hashlib.sha256(json.dumps(d, sort_keys=True).encode()).hexdigest()[:16]
+    # every deployment is handed the config as validated here, typed (it never re-reads plain data)
+    version = hashlib.sha256(json.dumps(settings.to_dict(), sort_keys=True).encode()).hexdigest()[:16]
     svc = settings.service
     reader_opts: dict[str, Any] = {"num_cpus": 0,
                                    "runtime_env": {"env_vars": {"OMP_NUM_THREADS": str(os.cpu_count() or 1)}}}
@@ -88,25 +90,26 @@ def build_app(settings: EorConfig, voter_config: dict | None = None):
     readers = {}  # every reader a pool member names, its own engine and deployment ("": the default)
     asked = asked_readers(settings)  # one the voter's rounds never ask starts on its first request
     for name in used_readers(settings):
-        own = _with_reader(d, reader_config(settings, name))
+        own = replace(settings, reader=reader_config(settings, name))  # its own engine settings as `reader`
         lazy = asked is not None and name not in asked
         readers[name] = pin(Reader, reader_deployment(name), reader_opts).bind(own, lazy=lazy)
     reader, others = readers[DEFAULT_READER_NAME], {n: h for n, h in readers.items() if n}
     gen = generator_reader(settings)  # a served reader of its model serves Generate, else its own engine
     generator = readers[gen.reader] if gen.reader is not None else \
-        pin(Reader, gen.deployment, reader_opts).bind(_with_reader(d, gen.settings), lazy=True)  # on first Generate
+        pin(Reader, gen.deployment, reader_opts).bind(replace(settings, reader=gen.settings),
+                                                      lazy=True)  # on first Generate
     sources = {}
     for name, n_shards in index_shards(settings).items():  # a dense index in several files: an actor each
-        shards = tuple(pin(IndexShard, f"{source_deployment(name)}_shard{k}").bind(d, name, k)
+        shards = tuple(pin(IndexShard, f"{source_deployment(name)}_shard{k}").bind(settings, name, k)
                        for k in range(n_shards)) if n_shards > 1 else ()
-        sources[name] = pin(Source, source_deployment(name)).bind(d, name, shards)
+        sources[name] = pin(Source, source_deployment(name)).bind(settings, name, shards)
     group_specs = actor_groups(settings)
-    groups = [pin(RetrieverGroup, f"Retrievers_{i}").bind(d, list(g), sources, reader, others)
+    groups = [pin(RetrieverGroup, f"Retrievers_{i}").bind(settings, list(g), sources, reader, others)
               for i, g in enumerate(group_specs)]
     if voter_config is None:
         voter_config = {"weights_file": settings.voter.weights} if settings.voter.weights else {}
-    voter = pin(Voter.options(user_config=voter_config), "Voter").bind(d, reader)  # NLI: the default reader
-    return pin(http_ingress(EorIngress), INGRESS).bind(d, groups, [list(g) for g in group_specs], voter, reader,
+    voter = pin(Voter.options(user_config=voter_config), "Voter").bind(settings, reader)  # NLI: the default reader
+    return pin(http_ingress(EorIngress), INGRESS).bind(settings, groups, [list(g) for g in group_specs], voter, reader,
                                                        sources, generator, others)
 
 
@@ -127,13 +130,6 @@ def index_shards(settings: EorConfig) -> dict[str, int]:
     root = index_path(settings.index.name)
     return {name: source_class(s.backend).index_shards(str(root / name.lower()))
             for name, s in settings.index.sources.items()}
-
-
-def _with_reader(settings: dict, engine: Any) -> dict:
-    """The settings a Reader deployment gets: its own engine settings (VLLMConfig) as `reader`."""
-    from dataclasses import asdict
-
-    return {**settings, "reader": asdict(engine)}
 
 
 def app_builder(args: dict[str, Any]):

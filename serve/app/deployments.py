@@ -10,7 +10,7 @@
   one `run(RoundInput) -> RoundRun` per round of an Ask.
 - `Voter`: the EoR voter; its weights come from `user_config` (live updates, no restart).
 
-Every deployment takes the application settings as a plain dict (EorConfig.to_dict()).
+Every deployment is handed the application's config as the builder validated it (EorConfig).
 """
 from __future__ import annotations
 
@@ -31,7 +31,7 @@ from serve.app.handles import (RemoteEncoder, RemoteIndexShards, RemoteReader, R
 from serve.app.placement import THIN, Placed
 from serve.builder import (current_generation, encoding_source, generation_of, make_service_sources, make_sources,
                            source_shapes)
-from serve.config import config_from_dict
+from serve.config import EorConfig
 from serve.config_readers import reader_models, used_readers
 from serve.deadline import Deadline
 from serve.ensemble import VoteDeadline
@@ -46,13 +46,12 @@ class IndexShard(Placed):
     """One faiss file of a dense index split into several (`index_shards`), placed by Ray: the
     Source encodes the query, asks every shard and merges (handles.py: RemoteIndexShards)."""
 
-    def __init__(self, settings: dict, name: str, shard: int):
+    def __init__(self, settings: EorConfig, name: str, shard: int):
         from pathlib import Path
 
         from retrievers.sources.dense import load_index_shards, read_meta
 
-        config = config_from_dict(settings)
-        source = make_service_sources(config)[0][name]
+        source = make_service_sources(settings)[0][name]
         path = Path(source.index_dir)
         (self.index,) = load_index_shards(path, read_meta(path, name), source.settings, only=[shard])
         self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"shard-{name}-{shard}")
@@ -66,18 +65,17 @@ class Source(Placed):
     """One knowledge source, loaded once; the encoding source (`encoding_source`) also serves @RR's
     encoder. A dense index split into shards is searched through their actors (`shards`)."""
 
-    def __init__(self, settings: dict, name: str, shards: tuple = ()):
-        config = config_from_dict(settings)
-        sources, encoder = make_service_sources(config)
+    def __init__(self, settings: EorConfig, name: str, shards: tuple = ()):
+        sources, encoder = make_service_sources(settings)
         self.name = name
-        self._config, self._encoder, self._shards = config, encoder, shards
+        self._config, self._encoder, self._shards = settings, encoder, shards
         self.source = self._ready(sources[name])
-        self.generation = generation_of(config)
+        self.generation = generation_of(settings)
         metrics.set_gauge("eor_index_generation", self.generation, source=name)
         self._moving = False
         self._checked = time.monotonic()
         self.encoder = None
-        if name == encoding_source(config.index.sources):  # the one RetrieverGroup asks to encode (RemoteEncoder)
+        if name == encoding_source(settings.index.sources):  # the one RetrieverGroup asks to encode (RemoteEncoder)
             self.encoder = encoder.load() if hasattr(encoder, "load") else encoder
         self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"source-{name}")
         self._mover = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"generation-{name}")
@@ -147,13 +145,13 @@ GROUP_CONCURRENCY = 32  # Asks one retriever actor runs at once (each a thread w
 class RetrieverGroup(Placed):
     """A few retriever specs in one thin actor, run by the ordinary staged RetrieverPool."""
 
-    def __init__(self, settings: dict, specs: list[str], handles: dict[str, Any], reader: Any,
+    def __init__(self, settings: EorConfig, specs: list[str], handles: dict[str, Any], reader: Any,
                  readers: dict[str, Any] | None = None):
         """`handles`: name -> Source deployment, in the configured order; `reader`: the default
         reader's deployment, `readers`: the other readers' (Reader_<name>) by the name specs give."""
         from retrievers.pool import RetrieverPool
 
-        s = config_from_dict(settings)
+        s = settings
         t = s.service.ask_deadline_s  # the longest a call waits; an Ask's Deadline is sooner
         shapes = source_shapes(s)
         sources = {name: RemoteSource(name, h, t, shapes[name]) for name, h in handles.items()}
@@ -239,8 +237,8 @@ class Voter(Placed):
     user_config {"weights_file": PATH} or `voter.weights` ("equal": equal weights), else the
     last pushed voter on disk, else the shipped voter."""
 
-    def __init__(self, settings: dict, reader: Any):
-        self.settings = config_from_dict(settings)
+    def __init__(self, settings: EorConfig, reader: Any):
+        self.settings = settings
         self.pool = list(self.settings.pool.specs)
         self.reader_client = RemoteReader(reader, timeout_s=self.settings.service.ask_deadline_s)
         self.readers = reader_models(self.settings)  # a voter naming another reader is refused (or its fallback runs)

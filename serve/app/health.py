@@ -8,7 +8,8 @@ from typing import Any
 
 from protos import eor_pb2
 from serve.app.handles import bounded
-from serve.app.placement import placements, source_deployment
+from serve.app.placement import placements
+from serve.config import source_deployment
 from serve.deadline import Deadline
 
 STATS_S = 10.0  # the longest Health waits for a reader's counters

@@ -26,11 +26,11 @@ from retrievers.reader import SamplingParams
 from serve.app import metrics
 from serve.app.handles import ServiceCrew, bounded
 from serve.app.health import HealthChecks
-from serve.app.placement import Placed, reader_deployment
+from serve.app.placement import Placed
 from serve.app.errors import (DeadlineExceeded, FailedPrecondition, NothingAnswered, Unauthenticated, Unimplemented,
                               status_of)
 from serve.builder import source_shapes
-from serve.config import config_from_dict
+from serve.config import EorConfig, reader_deployment
 from serve.config_readers import reader_models
 from serve.app.wire import (AskSpec, ask_reply, parse_ask, parse_generate, parse_retrieve,
                         parse_weights, retrieve_reply)
@@ -43,11 +43,11 @@ OK = grpc.StatusCode.OK
 
 @serve.deployment(ray_actor_options={"num_cpus": 0}, max_ongoing_requests=256)
 class EorIngress(Placed, HealthChecks):
-    def __init__(self, settings: dict, groups: list, group_specs: list, voter: Any, reader: Any,
+    def __init__(self, settings: EorConfig, groups: list, group_specs: list, voter: Any, reader: Any,
                  sources: dict | None = None, generator: Any = None, readers: dict | None = None):
         """`reader`: the default reader's deployment; `readers`: the other served readers' by name
         (Health); `generator`: the deployment behind Generate (default: the reader)."""
-        self.settings = config_from_dict(settings)
+        self.settings = settings
         self.sources = dict(sources or {})  # name -> source deployment (Retrieve)
         self.shapes = source_shapes(self.settings)  # what each source's hits are (search depths)
         self.limits = self.settings.service

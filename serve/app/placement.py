@@ -1,6 +1,7 @@
 """Where the deployments run: their Ray actor options (the thin default, and the custom
 resources `service.placement` asks of each, so a cluster's config says which node serves
-what) and, for Health, the node each deployment's replica answers from.
+what) and, for Health, the node each deployment's replica answers from. The deployments' names,
+which `service.placement` may use, are the config's (serve/config.py: DEPLOYMENTS, deployment_names).
 
     service:
       ray_address: 10.0.0.1:6379          # a running cluster (empty: Ray on this machine)
@@ -11,31 +12,9 @@ what) and, for Health, the node each deployment's replica answers from.
 """
 from __future__ import annotations
 
-from typing import Any, Iterable
+from typing import Any
 
 THIN = {"num_cpus": 0}  # every deployment but the engines' work: the reader's threads are its own
-# the deployments `service.placement` may name ("Retrievers": every retriever actor), besides one
-# Reader_<name> per configured reader other than the default and one Source_<name> per configured
-# knowledge source (`deployment_names`)
-DEPLOYMENTS = ("Reader", "Generator", "Retrievers", "Voter", "EorIngress")
-
-
-def reader_deployment(name: str) -> str:
-    """The deployment serving the reader `name`: "Reader" for the default one (""), Reader_<name>
-    for one of the config's `readers` (Reader_1.5B)."""
-    return f"Reader_{name}" if name else "Reader"
-
-
-def source_deployment(name: str) -> str:
-    """The deployment serving the knowledge source `name` (Source_Wiki, Source_SE, ...)."""
-    return f"Source_{name}"
-
-
-def deployment_names(sources: Iterable[str], readers: Iterable[str] = ()) -> tuple[str, ...]:
-    """Every deployment name `service.placement` may use, for the configured sources and readers
-    (the names besides the default reader)."""
-    return (DEPLOYMENTS[:1] + tuple(reader_deployment(r) for r in readers if r) + DEPLOYMENTS[1:2]
-            + tuple(source_deployment(s) for s in sources) + DEPLOYMENTS[2:])
 
 
 def actor_options(placement: dict[str, dict[str, float]], deployment: str, base: dict | None = None) -> dict:

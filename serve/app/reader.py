@@ -29,7 +29,7 @@ from serve.app import metrics
 from serve.app.errors import ReaderUnavailable, engine_died, engine_down, one_line
 from serve.app.placement import THIN, Placed
 from serve.builder import make_engine
-from serve.config import EorConfig, config_from_dict
+from serve.config import EorConfig
 from serve.engine.room import one_start_at_a_time, room_for
 from serve.engine.vllm_engine import VLLMConfig, service_stages
 
@@ -160,10 +160,10 @@ class Reader(Placed):
     it is up; the eager one finishes what it holds and stops. Both run at once meanwhile: twice
     the engine's memory, and the CPU shared."""
 
-    def __init__(self, settings: dict, lazy: bool = False):
+    def __init__(self, settings: EorConfig, lazy: bool = False):
         """`lazy`: the engine starts on the first request, not here (the Generator: an engine
         only the bench's Generate uses should not hold memory and start time in every service)."""
-        self.settings = config_from_dict(settings)
+        self.settings = settings  # its own engine's settings as `reader` (the builder's)
         from serve.builder import make_reader
 
         self.stages = service_stages(self.settings.reader)

@@ -62,8 +62,7 @@ def engines_line(settings) -> str:
     """Which model each engine runs: "readers: Reader qwen2.5-coder-0.5b, Reader_1.5B
     qwen2.5-coder-1.5b; Generate: qwen2.5-coder-1.5b (Reader_1.5B's engine)"; with generator.model
     "auto", why Generate got its model."""
-    from serve.app.placement import reader_deployment
-    from serve.config import GENERATOR_AUTO
+    from serve.config import GENERATOR_AUTO, reader_deployment
     from serve.config_readers import generator_reader, reader_config, used_readers
     from serve.engine.models import STRONG_READER
 

@@ -9,7 +9,9 @@ import logging
 import os
 import time
 from dataclasses import dataclass, replace
-from typing import Sequence
+from typing import Annotated, Literal, Sequence
+
+from pydantic import Field
 
 from retrievers.engine import ReaderEngine
 from retrievers.hardware import cpu_has_bf16
@@ -35,10 +37,10 @@ class VLLMConfig:
     """Engine settings; the CPU defaults are the measured ones from the design card (../shared/ARCHITECTURE.md, "Reader")."""
 
     model: str = DEFAULT_READER  # packaged model name or a HF folder
-    device: str = "auto"  # "cpu", "cuda" or "auto" (what the installed vLLM build targets)
+    device: Literal["auto", "cpu", "cuda"] = "auto"  # "auto": what the installed vLLM build targets
     dtype: str = "auto"  # auto: bfloat16 on GPU and on CPUs with AVX512-BF16/AMX, else float32 (AVX2: bf16 is 4x slower)
-    max_model_len: int = 4096
-    gpu_memory_utilization: float = 0.2  # on CPU: the share of RAM for the KV cache
+    max_model_len: Annotated[int, Field(ge=1)] = 4096
+    gpu_memory_utilization: Annotated[float, Field(gt=0, le=1)] = 0.2  # on CPU: the share of RAM for the KV cache
     enable_prefix_caching: bool = True
     # tokens per KV-cache block, the prefix cache's unit (a shared prefix is reused by whole blocks).
     # 0: 32 on CPU (the smallest its attention supports; vLLM's own default there is 128), vLLM's on GPU.
@@ -49,7 +51,7 @@ class VLLMConfig:
     # VLLM_CPU_KVCACHE_SPACE: 1 GiB holds ~87k tokens of the 0.5B in bf16 (12 KiB each; ~43k in fp32), several
     # whole-pool questions in flight, more than 2 cores batch. Measured in the service with both readers
     # (session-21 note): the 0.5B's worker 3.46 GiB PSS at 1 GiB against 4.41 at 2, the application 15.46 vs 16.31
-    cpu_kv_cache_gib: float = 1.0
+    cpu_kv_cache_gib: Annotated[float, Field(ge=0)] = 1.0
     # on CPU, the niceness of the engine's processes (0 to 19): a higher one yields the cores to a lower one's
     # engine whenever both have work (serve/engine/priority.py: the quick reader first)
     cpu_nice: int = 0

@@ -68,7 +68,7 @@ def serving(min_confidence: float = 0.0):
     group = _Handle(run=lambda r: RoundRun([QuestionResult(q, candidates(q, r.specs)) for q in r.questions],
                                            [Groundwork() for _ in r.questions]))
     settings = config_from_dict({"service": {"min_confidence": min_confidence}})
-    ingress = EorIngress.func_or_class(settings.to_dict(), [group], [list(POOL)], voter, _Handle())
+    ingress = EorIngress.func_or_class(settings, [group], [list(POOL)], voter, _Handle())
     loop = asyncio.new_event_loop()
     threading.Thread(target=loop.run_forever, daemon=True).start()
 

@@ -45,7 +45,7 @@ def test_a_reader_takes_the_default_readers_settings_unless_it_sets_its_own():
 @pytest.mark.parametrize("section, message", [
     ({"pool": {"specs": ["Wiki@10~3B"]}}, "names reader '3B', which is not configured"),
     ({"readers": {"x y": "m"}}, "bad reader name 'x y'"),
-    ({"readers": {"big": {"modle": "m"}}}, r"readers.big must be a model name"),
+    ({"readers": {"big": {"modle": "m"}}}, r"unknown key readers\.big\.modle \(did you mean readers\.big\.model\?\)"),
     ({"readers": {"big": ""}}, r"readers.big must be a model name"),
     ({"readers": ["m"]}, "section .readers. must be a mapping"),
 ])

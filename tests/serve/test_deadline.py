@@ -215,7 +215,7 @@ def _front(sources=None, generator=None):
     from serve.app.ingress import EorIngress
 
     settings = config_from_dict({"voter": {"weights": "equal"}})
-    return EorIngress.func_or_class(settings.to_dict(), [_Handle()], [list(settings.pool.specs)], _Handle(),
+    return EorIngress.func_or_class(settings, [_Handle()], [list(settings.pool.specs)], _Handle(),
                                     _Handle(), sources=sources, generator=generator)
 
 

@@ -28,7 +28,7 @@ def test_retriever_error_and_timeout_series_exist_at_zero_from_start(monkeypatch
     made: dict[str, RecordedMetric] = {}
     monkeypatch.setattr(metrics, "_get", lambda name: made.setdefault(name, RecordedMetric()))
     settings = config_from_dict({"pool": {"specs": ["Wiki@10", "SE@1", "ReFree"]}})
-    EorIngress.func_or_class(settings.to_dict(), [], [], None, None)
+    EorIngress.func_or_class(settings, [], [], None, None)
     for name in ("eor_retriever_errors", "eor_retriever_timeouts"):
         assert made[name].records == [("_record", 0.0, {"retriever": s}) for s in ("Wiki@10", "SE@1", "ReFree")]
     metrics.inc("eor_retriever_errors", retriever="SE@1")

@@ -60,7 +60,7 @@ def reader(tmp_path):
     SlowEngine.delay, SlowEngine.die = 0.05, False
     settings = config_from_dict({"cache": {"path": str(tmp_path / "cache.sqlite")}, "reader": ONE_ENGINE,
                                  "service": {"engine_factory": f"{__name__}:make_slow_engine"}})
-    return Reader.func_or_class(settings.to_dict())
+    return Reader.func_or_class(settings)
 
 
 PARAMS = SamplingParams(max_tokens=4)

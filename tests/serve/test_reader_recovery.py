@@ -62,7 +62,7 @@ def test_a_dead_engine_is_reported_and_restarted():
 
     settings = config_from_dict({"cache": {"enabled": False}, "reader": ONE_ENGINE, "service": {
         "engine_factory": f"{__name__}:make_dying_engine", "reader_batch_wait_s": 0.0}})
-    reader = Reader.func_or_class(settings.to_dict())
+    reader = Reader.func_or_class(settings)
     params = SamplingParams(max_tokens=4)
 
     async def scenario():
@@ -109,7 +109,7 @@ def test_an_engine_that_dies_while_idle_is_reported_by_stats_and_restarted():
 
     settings = config_from_dict({"cache": {"enabled": False}, "reader": ONE_ENGINE, "service": {
         "engine_factory": f"{__name__}:make_idle_death_engine", "reader_batch_wait_s": 0.0}})
-    reader = Reader.func_or_class(settings.to_dict())
+    reader = Reader.func_or_class(settings)
 
     async def scenario():
         assert (await reader.stats())["down"] is None
@@ -158,7 +158,7 @@ def _ingress(reader, group, voter):
 
     settings = config_from_dict({"voter": {"weights": "equal"}})
     specs = list(settings.pool.specs)
-    return EorIngress.func_or_class(settings.to_dict(), [group], [specs], voter, reader)
+    return EorIngress.func_or_class(settings, [group], [specs], voter, reader)
 
 
 def test_ask_while_the_reader_is_down_is_unavailable_and_health_says_why():

@@ -81,7 +81,7 @@ def _reader(**reader):
 
     settings = config_from_dict({"cache": {"enabled": False}, "reader": {"device": "cpu", **reader},
                                  "service": {"engine_factory": f"{__name__}:make_stage_engine"}})
-    return Reader.func_or_class(settings.to_dict())
+    return Reader.func_or_class(settings)
 
 
 async def _until(condition, timeout_s: float = 5.0) -> None:
@@ -234,7 +234,7 @@ def test_a_lazy_reader_starts_its_engine_on_the_first_request(stages):
 
     settings = config_from_dict({"cache": {"enabled": False}, "reader": {"device": "cpu", "enforce_eager": True},
                                  "service": {"engine_factory": f"{__name__}:make_stage_engine"}})
-    r = Reader.func_or_class(settings.to_dict(), lazy=True)
+    r = Reader.func_or_class(settings, lazy=True)
     assert len(stages) == 1 and not stages[0].loaded
     assert "not started" in asyncio.run(r.stats())["engine"]
     assert asyncio.run(r.generate([PromptText("q")], PARAMS)) == ["eager:q"]
@@ -249,7 +249,7 @@ def test_a_request_cancelled_while_a_lazy_engine_starts_leaves_one_start_running
 
     settings = config_from_dict({"cache": {"enabled": False}, "reader": {"device": "cpu", "enforce_eager": False},
                                  "service": {"engine_factory": f"{__name__}:make_stage_engine"}})
-    r = Reader.func_or_class(settings.to_dict(), lazy=True)
+    r = Reader.func_or_class(settings, lazy=True)
     loads = []
     real_load = stages[0].load
     stages[0].load = lambda: (loads.append(1), real_load())[1]

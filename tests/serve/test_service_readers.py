@@ -71,9 +71,9 @@ def test_each_served_reader_is_a_deployment_built_from_its_own_settings(tmp_path
         "service": {"retriever_actors": "one", "placement": {"Reader_1.5B": {"eor_big": 1}}}})
     deps = _deployments(settings)
     assert {"Reader", "Reader_1.5B"} <= set(deps) and not {"Reader_3B", "Generator"} & set(deps)
-    strong = deps["Reader_1.5B"].init_args[0]["reader"]
-    assert (strong["model"], strong["cpu_kv_cache_gib"]) == ("strong", 3)  # its own engine settings
-    assert deps["Reader"].init_args[0]["reader"]["model"] == DEFAULT_READER
+    strong = deps["Reader_1.5B"].init_args[0].reader
+    assert (strong.model, strong.cpu_kv_cache_gib) == ("strong", 3)  # its own engine settings
+    assert deps["Reader"].init_args[0].reader.model == DEFAULT_READER
     assert deps["Reader_1.5B"].ray_actor_options["resources"] == {"eor_big": 1.0}  # service.placement names it
     _, _, _, reader, others = deps["Retrievers_0"].init_args
     assert reader.deployment_name == "Reader" and {n: h.deployment_name for n, h in others.items()} == {
@@ -145,7 +145,7 @@ def _health(readers: dict, generator: str = "1.5B") -> eor_pb2.HealthReply:
 
     settings = config_from_dict({"pool": {"specs": PAIRED}, "voter": {"weights": "equal"}})
     voter = _Handle(weights_source=lambda: "equal weights", node=lambda: "n")
-    ingress = EorIngress.func_or_class(settings.to_dict(), [], [], voter, readers[""], generator=readers[generator],
+    ingress = EorIngress.func_or_class(settings, [], [], voter, readers[""], generator=readers[generator],
                                        readers={n: h for n, h in readers.items() if n})
     return asyncio.run(ingress._health(eor_pb2.HealthRequest()))
 

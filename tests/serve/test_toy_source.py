@@ -73,7 +73,9 @@ def test_the_config_checks_the_sources_and_what_reads_them(toy_backend):
         ({"pool": {"specs": ["Toy@2"]}}, "pool.specs: unknown knowledge source 'Toy' in retriever spec 'Toy@2'"),
         ({"index": {"sources": {"Toy": "toys"}}, "pool": {"specs": ["PK"]}}, "unknown knowledge-source backend 'toys'"),
         ({"index": {"sources": {"PK": "toy"}}}, "index.sources: a knowledge source's name must be letters only"),
-        ({"index": {"sources": {"Toy": {"backend": "toy", "k": 3}}}}, "index.sources.Toy must be a backend name"),
+        ({"index": {"sources": {"Toy": {"backend": "toy", "k": 3}}}},
+         "unknown key index.sources.Toy.k; known: backend, options"),
+        ({"index": {"sources": {"Toy": ["toy"]}}}, "index.sources.Toy must be a backend name"),
         ({"service": {"placement": {"Source_Toy": {"eor_worker": 1}}}}, "unknown deployments ['Source_Toy']"),
     ]:
         with pytest.raises(ValueError) as err:
@@ -145,12 +147,11 @@ def test_the_service_searches_the_toy_once_and_answers_its_spec(tmp_path, monkey
 
     monkeypatch.setenv("EOR_HOME", str(tmp_path))
     settings = _toy_settings()
-    d = settings.to_dict()
-    sources = {name: _Handle(Source.func_or_class(d, name)) for name in settings.index.sources}
+    sources = {name: _Handle(Source.func_or_class(settings, name)) for name in settings.index.sources}
     reader = _Handle(CachedReader(FakeEngine()))
-    group = _Handle(RetrieverGroup.func_or_class(d, SPECS, sources, reader))
-    voter = _Handle(Voter.func_or_class(d, reader))
-    ingress = EorIngress.func_or_class(d, [group], [SPECS], voter, reader, sources=sources)
+    group = _Handle(RetrieverGroup.func_or_class(settings, SPECS, sources, reader))
+    voter = _Handle(Voter.func_or_class(settings, reader))
+    ingress = EorIngress.func_or_class(settings, [group], [SPECS], voter, reader, sources=sources)
 
     reply, code, details = asyncio.run(ingress.call("Ask", eor_pb2.AskRequest(question=QUESTION)))
     assert code.name == "OK", details

@@ -80,16 +80,16 @@ def test_the_service_checks_the_configured_readers_and_runs_the_fallback(tmp_pat
     path = save_weights(tmp_path / "v.json", reader_voter(fallback=fallback))
     one = EorConfig(pool=PoolConfig(specs=ONE_READER_POOL), voter=VoterSelection(weights=str(path)))
     assert reader_models(one) == {"": "qwen2.5-coder-0.5b"}  # the pool names no other reader: none runs
-    v = Voter.func_or_class(one.to_dict(), None)
+    v = Voter.func_or_class(one, None)
     assert v.choice.saved == fallback and v.choice.source == f"{path}, single-reader fallback"
     two = EorConfig(pool=PoolConfig(specs=TWO_READER_POOL), readers={"1.5B": "qwen2.5-coder-3b"},
                     voter=VoterSelection(weights=str(save_weights(tmp_path / "plain.json", reader_voter()))))
     assert reader_models(two) == {"": "qwen2.5-coder-0.5b", "1.5B": "qwen2.5-coder-3b"}
     with pytest.raises(ValueError, match="reader 1.5B is qwen2.5-coder-3b here, the voter was fitted with "
                                          "qwen2.5-coder-1.5b"):
-        Voter.func_or_class(two.to_dict(), None)
+        Voter.func_or_class(two, None)
     right = EorConfig(pool=PoolConfig(specs=TWO_READER_POOL), voter=VoterSelection(weights=str(path)))
-    assert Voter.func_or_class(right.to_dict(), None).choice.saved == reader_voter(fallback=fallback)
+    assert Voter.func_or_class(right, None).choice.saved == reader_voter(fallback=fallback)
 
 
 def test_a_pushed_voter_is_checked_against_the_services_readers(tmp_path, eor_home):
@@ -106,7 +106,7 @@ def test_a_pushed_voter_is_checked_against_the_services_readers(tmp_path, eor_ho
     plain = eor_pb2.SetVoterWeightsRequest(weights_json=json.dumps(reader_voter().to_dict()))
     with pytest.raises(InvalidArgument, match="this system does not run reader 1.5B"):
         parse_weights(plain, ONE_READER_POOL, reader_models(one))
-    v = Voter.func_or_class(one.to_dict(), None)
+    v = Voter.func_or_class(one, None)
     v.reconfigure({"weights": pushed.to_dict()})
     assert v.choice.saved == fallback and v.choice.source == "pushed, single-reader fallback"
     assert load_weights(pushed_voter_path()) == pushed  # what was pushed is kept, fallback and all
