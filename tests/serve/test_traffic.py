@@ -310,3 +310,21 @@ def test_the_voter_deployment_plans_the_shipped_voters_own_fallback_without_the_
     assert plan.degraded and all("~" not in s for s in plan.cascade.asked)
     assert plan.key != asyncio.run(v.plan()).key and not asyncio.run(v.plan()).degraded
     assert asyncio.run(v.plan(("2B",))).degraded == ""  # a reader the voter never asks changes nothing
+
+
+def test_reader_autoscaling_and_bounded_queues_reach_the_deployments(monkeypatch, tmp_path):
+    from ray.serve._private.build_app import build_app as flatten
+
+    from serve.app.application import build_app
+
+    monkeypatch.setenv("EOR_HOME", str(tmp_path))
+    settings = config_from_dict({"voter": {"weights": "equal"}, "service": {
+        "max_queued_requests": 100, "reader_autoscaling": {"min_replicas": 1, "max_replicas": 3,
+                                                           "target_ongoing_requests": 8}}})
+    deps = {d.name: d._deployment_config for d in flatten(build_app(settings), name="eor").deployments}
+    assert all(c.max_queued_requests == 100 for c in deps.values())
+    readers = [name for name in deps if name.startswith("Reader")]
+    assert readers and all(deps[n].autoscaling_config.max_replicas == 3 for n in readers)
+    assert all(c.autoscaling_config is None for n, c in deps.items() if n not in readers)
+    with pytest.raises(ValueError, match="max_asks_running"):
+        config_from_dict({"service": {"max_asks_running": -1}})
