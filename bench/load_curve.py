@@ -36,8 +36,8 @@ import grpc
 
 from answers import match
 from protos import eor_pb2
-from serve.app.errors import PUSHBACK_KEY
 
+PUSHBACK_KEY = "grpc-retry-pushback-ms"  # gRPC A6: how long a refused caller should wait
 SYSTEMS = {"cascade": (), "Wiki@10": ("Wiki@10",)}  # the service's voter; one retriever through the 0.5B
 
 
