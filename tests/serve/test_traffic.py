@@ -12,7 +12,6 @@ import pytest
 from starlette.testclient import TestClient
 
 from protos import eor_pb2, eor_pb2_grpc
-from retrievers.groundwork import Groundwork, RoundRun
 from retrievers.types import Candidate, Context, QuestionResult
 from serve.app.admission import Admission
 from serve.app.deployments import VoterPlan
@@ -237,19 +236,9 @@ def two_reader_voter(has_fallback=True):
 
 def reading_group(down_1_5b: bool):
     """Answers every spec; the 1.5B's members raise ReaderUnavailable while it is down."""
-    async def run(round_):
-        if down_1_5b and any(s.endswith("~1.5B") for s in round_.specs):
-            raise RayTaskError(ReaderUnavailable("reader engine down (EngineDeadError: its engine process "
-                                                 "stopped); restarting, try again shortly"))
-        return RoundRun([QuestionResult(q, tuple(Candidate(s, f"answer of {s}", Context(s)) for s in round_.specs))
-                         for q in round_.questions], [Groundwork() for _ in round_.questions])
-
-    class Run:
-        def remote(self, *args):
-            return run(*args)
-    handle = _Handle()
-    handle.run = Run()
-    return handle
+    down = RayTaskError(ReaderUnavailable("reader engine down (EngineDeadError: its engine process stopped); "
+                                          "restarting, try again shortly"))
+    return group(fail=lambda specs: down if down_1_5b and any(s.endswith("~1.5B") for s in specs) else None)
 
 
 def strong(down: str | None):
