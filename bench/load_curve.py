@@ -198,6 +198,7 @@ def curve(client, questions: list, rates: Sequence[float], seconds: float, syste
             delta = reader_delta(before, reader_counters(client))
             row = summarize(rows, rate, seconds, reader_rates(delta, seconds, models, speeds))
             row["settled_before_s"] = settled
+            row["asks"] = rows  # per question: code, answer, Match, latency (to pair with another run)
             out[name].append(row)
             print(f"{name} at {rate:g}/s: goodput {row['goodput_per_s']:g}/s, p95 {row['p95_s']} s, "
                   f"not OK {row['not_ok']}", file=sys.stderr)

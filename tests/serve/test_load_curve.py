@@ -99,6 +99,7 @@ def test_the_curve_runs_both_systems_on_fresh_questions_and_plots(server, tmp_pa
     assert {spec for _, spec in servicer.asked} == {(), ("Wiki@10",)}
     cascade, single = report["systems"]["cascade"], report["systems"]["Wiki@10"]
     assert [r["offered_rate"] for r in cascade] == [20.0, 60.0] and len(single) == 2
+    assert [a["question"] for a in cascade[0]["asks"]] == asked[:len(cascade[0]["asks"])]
     assert cascade[0]["rounds_mean"] == 2 and single[0]["rounds_mean"] == 1 and cascade[0]["under_load_share"] == 1
     reader = cascade[-1]["reader"]["Reader"]
     assert reader["model"] == "fake-model" and reader["measured"] == {"prefill_tok_s": 1000.0, "decode_tok_s": 100.0}
