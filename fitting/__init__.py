@@ -10,6 +10,7 @@ on the serving path imports it (tests/test_house.py).
   the layouts compared and chosen, the search that ties them together
 - `thresholds`: the stop thresholds (confidence rounds and the margin cascade)
 - `held_out`: a fitted model on questions it never saw, and its calibration fitted again
+- `load_bar`: the lower P(right) bar of depth that follows the load, by cross-validation
 - `weights`: the EoR weights and margin cascade (`eor fit`'s first part)
 - `replay`, `evaluation`: the voter's ensembles replayed on a run, and the tables of `eor eval`
 - `measures`, `paired`: calibration measures and proper scores; the paired sign test

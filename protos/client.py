@@ -129,4 +129,6 @@ def reply_to_dict(r: eor_pb2.AskReply) -> dict:
         "ran": list(r.ran),
         "stopped_at_stage": r.stopped_at_stage,
         "stages": r.stages,
+        "under_load": r.under_load,  # stopped early under load (the lower bar)
+        "degraded": r.degraded or None,  # a reader down: the voter's single-reader fallback answered
     }

@@ -78,7 +78,7 @@ class Candidate(_message.Message):
     def __init__(self, retriever: _Optional[str] = ..., answer: _Optional[str] = ..., score: _Optional[float] = ..., error: _Optional[str] = ..., token_logprobs: _Optional[_Iterable[float]] = ..., confidence: _Optional[float] = ..., error_kind: _Optional[str] = ...) -> None: ...
 
 class AskReply(_message.Message):
-    __slots__ = ("question", "answer", "retriever", "score", "margin", "candidates", "passages", "document", "missing", "latency_s", "reader_s", "voter", "ran", "stopped_at_stage", "stages", "final", "prompt_tokens", "cached_prompt_tokens", "generated_tokens", "confidence", "confidence_kind", "abstained", "guess")
+    __slots__ = ("question", "answer", "retriever", "score", "margin", "candidates", "passages", "document", "missing", "latency_s", "reader_s", "voter", "ran", "stopped_at_stage", "stages", "final", "prompt_tokens", "cached_prompt_tokens", "generated_tokens", "confidence", "confidence_kind", "abstained", "guess", "under_load", "degraded")
     QUESTION_FIELD_NUMBER: _ClassVar[int]
     ANSWER_FIELD_NUMBER: _ClassVar[int]
     RETRIEVER_FIELD_NUMBER: _ClassVar[int]
@@ -102,6 +102,8 @@ class AskReply(_message.Message):
     CONFIDENCE_KIND_FIELD_NUMBER: _ClassVar[int]
     ABSTAINED_FIELD_NUMBER: _ClassVar[int]
     GUESS_FIELD_NUMBER: _ClassVar[int]
+    UNDER_LOAD_FIELD_NUMBER: _ClassVar[int]
+    DEGRADED_FIELD_NUMBER: _ClassVar[int]
     question: str
     answer: str
     retriever: str
@@ -125,7 +127,9 @@ class AskReply(_message.Message):
     confidence_kind: str
     abstained: bool
     guess: str
-    def __init__(self, question: _Optional[str] = ..., answer: _Optional[str] = ..., retriever: _Optional[str] = ..., score: _Optional[float] = ..., margin: _Optional[float] = ..., candidates: _Optional[_Iterable[_Union[Candidate, _Mapping]]] = ..., passages: _Optional[_Iterable[_Union[Passage, _Mapping]]] = ..., document: _Optional[str] = ..., missing: _Optional[_Iterable[str]] = ..., latency_s: _Optional[float] = ..., reader_s: _Optional[float] = ..., voter: _Optional[str] = ..., ran: _Optional[_Iterable[str]] = ..., stopped_at_stage: _Optional[int] = ..., stages: _Optional[int] = ..., final: _Optional[bool] = ..., prompt_tokens: _Optional[int] = ..., cached_prompt_tokens: _Optional[int] = ..., generated_tokens: _Optional[int] = ..., confidence: _Optional[float] = ..., confidence_kind: _Optional[str] = ..., abstained: _Optional[bool] = ..., guess: _Optional[str] = ...) -> None: ...
+    under_load: bool
+    degraded: str
+    def __init__(self, question: _Optional[str] = ..., answer: _Optional[str] = ..., retriever: _Optional[str] = ..., score: _Optional[float] = ..., margin: _Optional[float] = ..., candidates: _Optional[_Iterable[_Union[Candidate, _Mapping]]] = ..., passages: _Optional[_Iterable[_Union[Passage, _Mapping]]] = ..., document: _Optional[str] = ..., missing: _Optional[_Iterable[str]] = ..., latency_s: _Optional[float] = ..., reader_s: _Optional[float] = ..., voter: _Optional[str] = ..., ran: _Optional[_Iterable[str]] = ..., stopped_at_stage: _Optional[int] = ..., stages: _Optional[int] = ..., final: _Optional[bool] = ..., prompt_tokens: _Optional[int] = ..., cached_prompt_tokens: _Optional[int] = ..., generated_tokens: _Optional[int] = ..., confidence: _Optional[float] = ..., confidence_kind: _Optional[str] = ..., abstained: _Optional[bool] = ..., guess: _Optional[str] = ..., under_load: _Optional[bool] = ..., degraded: _Optional[str] = ...) -> None: ...
 
 class AskBatchReply(_message.Message):
     __slots__ = ("replies",)

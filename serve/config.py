@@ -177,6 +177,20 @@ class ServiceConfig:
     # deployment -> Ray custom resources it needs on its node (DEPLOYMENTS, below), e.g.
     # {"Reader": {"eor_reader": 1}, "Retrievers": {"eor_retrievers": 0.01}}: which node serves what
     placement: dict[str, dict[str, float]] = field(default_factory=dict)
+    # traffic beyond capacity (issue 57; docs/operations.md): Asks an ingress replica runs at once (0: no
+    # limit, no admission control), and how many wait in order beyond them; an Ask past that queue, or
+    # whose wait would miss its deadline, is refused at once (RESOURCE_EXHAUSTED + retry pushback)
+    max_asks_running: int = 16
+    max_asks_queued: int = 64
+    # Ray Serve's bound on every deployment's queue of requests (max_queued_requests; -1: unbounded)
+    max_queued_requests: int = 512
+    # depth that follows the load (voter/cascade.py: LoadRule): while the readers hold at least this many
+    # requests, running + waiting (0: never), a question stops after a round whose P(right) >= under_load_bar
+    under_load_in_flight: int = 0
+    under_load_bar: float = 0.35
+    # Ray Serve autoscaling_config of each reader deployment ({}: one replica), e.g. {min_replicas: 1,
+    # max_replicas: 2, target_ongoing_requests: 8}
+    reader_autoscaling: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if not self.ask_deadline_s > 0 or self.max_batch < 1:
@@ -202,6 +216,10 @@ class ServiceConfig:
         elif self.retriever_actors not in RETRIEVER_ACTOR_LAYOUTS:
             raise ValueError(f"service.retriever_actors must be one of {RETRIEVER_ACTOR_LAYOUTS} or a list of "
                              f"spec lists, got {self.retriever_actors!r}")
+        if min(self.max_asks_running, self.max_asks_queued, self.under_load_in_flight) < 0 or not \
+                0.0 <= self.under_load_bar <= 1.0 or not isinstance(self.reader_autoscaling, dict):
+            raise ValueError("service: max_asks_running, max_asks_queued and under_load_in_flight must be >= 0, "
+                             "under_load_bar in [0, 1], reader_autoscaling a mapping")
 
 
 # the deployments `service.placement` may name ("Retrievers": every retriever actor), besides one

@@ -17,7 +17,7 @@ from typing import Awaitable, Callable, Sequence
 from retrievers.types import QuestionResult
 from voter.decision import Confidence, Decision
 from voter.question_vote import Vote
-from voter.cascade import Cascade
+from voter.cascade import Cascade, LoadRule
 
 
 @dataclass(frozen=True)
@@ -31,11 +31,13 @@ class EnsembleAnswer:
     settle: float  # the stop statistic at the stop
     out_of_time: bool = False  # the deadline ended the cascade before the vote was settled
     confidence: Confidence | None = None  # P(right) of the answer (voter/decision.py)
+    under_load: bool = False  # stopped early: the readers were busy and P(right) cleared the lower bar
 
     @classmethod
     def of(cls, result: QuestionResult, decision: Decision, rounds_run: int, n_rounds: int,
-           out_of_time: bool = False) -> "EnsembleAnswer":
-        return cls(result, decision.vote, rounds_run, n_rounds, decision.stat, out_of_time, decision.confidence)
+           out_of_time: bool = False, under_load: bool = False) -> "EnsembleAnswer":
+        return cls(result, decision.vote, rounds_run, n_rounds, decision.stat, out_of_time, decision.confidence,
+                   under_load)
 
     @property
     def ran(self) -> list[str]:
@@ -56,6 +58,8 @@ class VoteDeadline(Exception):
 AsyncRunRound = Callable[[list[int], list[str]], Awaitable[list[QuestionResult]]]
 # (results so far, 0-based round k) -> the voter's decisions (voter/decision.py: decide)
 AsyncVote = Callable[[list[QuestionResult], int], Awaitable[list[Decision]]]
+# the readers' load now: requests running + waiting in their engines (the service's; LoadRule reads it)
+ReadLoad = Callable[[], Awaitable[float]]
 # after a vote, the questions it did not settle: their provisional answers (progressive replies)
 OnProvisional = Callable[[list["EnsembleAnswer"], list[int]], Awaitable[None]]
 
@@ -63,14 +67,18 @@ OnProvisional = Callable[[list["EnsembleAnswer"], list[int]], Awaitable[None]]
 async def answer_async(questions: Sequence[str], cascade: Cascade, run_round: AsyncRunRound,
                        vote: AsyncVote, on_round: Callable[[int, int, list[str]], None] | None = None,
                        time_left: Callable[[], float] | None = None,
-                       on_provisional: OnProvisional | None = None) -> list[EnsembleAnswer]:
+                       on_provisional: OnProvisional | None = None, under_load: LoadRule | None = None,
+                       load: ReadLoad | None = None) -> list[EnsembleAnswer]:
     """The orchestration: every question through the cascade; each round is one `run_round`
     call for the questions still open (so the reader batches their prompts together), then
     one vote over everything each open question has so far. When `time_left()` is <= 0 before
     a round, or a vote raises VoteDeadline after one, the open questions end with the vote they
     have (`out_of_time`; their result also lists the last round's answers, which did not vote);
     a first vote that misses the deadline raises. `on_provisional` hears, after each vote, the
-    answers of the questions it left open (with their positions), before the next round runs."""
+    answers of the questions it left open (with their positions), before the next round runs.
+    `under_load` with `load`: a question the vote left open whose P(right) clears the rule's lower
+    bar stops too when the readers are busy (read once per round, only when such a question is
+    there), and its answer says so (`under_load`)."""
     qs = list(questions)
     merged: list[QuestionResult | None] = [None] * len(qs)
     last: dict[int, Decision] = {}
@@ -103,6 +111,11 @@ async def answer_async(questions: Sequence[str], cascade: Cascade, run_round: As
             last[i] = d
             if d.settled:
                 done[i] = EnsembleAnswer.of(merged[i], d, k + 1, n_rounds)
+        early = [i for i, d in zip(todo, decisions) if i not in done and d.confidence is not None
+                 and under_load is not None and under_load.settled(k, d.stat, cascade.thresholds)]
+        if early and load is not None and under_load.loaded(await load()):
+            for i in early:
+                done[i] = EnsembleAnswer.of(merged[i], last[i], k + 1, n_rounds, under_load=True)
         still = [i for i in todo if i not in done]
         if on_provisional is not None and still:
             await on_provisional([EnsembleAnswer.of(merged[i], last[i], k + 1, n_rounds) for i in still], still)

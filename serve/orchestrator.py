@@ -25,8 +25,8 @@ from retrievers.groundwork import Groundwork, RoundRun, pending_searches, search
 from retrievers.spec import parse_spec
 from retrievers.types import Failure, Passage, QuestionResult
 from serve.deadline import Deadline
-from serve.ensemble import EnsembleAnswer, OnProvisional, VoteDeadline, answer_async, cascade_for
-from voter.cascade import Cascade, early_answer, early_cascade
+from serve.ensemble import EnsembleAnswer, OnProvisional, ReadLoad, VoteDeadline, answer_async, cascade_for
+from voter.cascade import Cascade, LoadRule, early_answer, early_cascade
 from voter.decision import Decision, decide
 from voter.question_vote import VoterChoice
 from voter.similarity import PairSimilarity
@@ -102,11 +102,13 @@ class AskRounds:
     preview that fails costs the round nothing), else round 1's quick members (voter/cascade.py:
     early_members: the default reader's one-step reads beside a slower reader's, or the one-step
     reads beside two-step ones), read and voted on their own first while the rest of round 1 reads
-    beside them, give the first provisional answer (`rounds_run = 0`)."""
+    beside them, give the first provisional answer (`rounds_run = 0`). `under_load` with `load` (the
+    readers' requests in flight): depth that follows the load (serve/ensemble.py, voter/cascade.py)."""
 
     def __init__(self, questions: Sequence[str], cascade: Cascade, crew: Crew, config: PoolConfig,
                  deadline: Deadline | None = None, documents: Sequence[Sequence[Passage] | None] | None = None,
-                 top_k: int = 0, vote_reserve_s: float = 30.0, early_answer: bool = False):
+                 top_k: int = 0, vote_reserve_s: float = 30.0, early_answer: bool = False,
+                 under_load: LoadRule | None = None, load: ReadLoad | None = None):
         self.questions = list(questions)
         self.cascade, self.crew, self.deadline, self.top_k = cascade, crew, deadline, top_k
         self.documents = None if documents is None else [tuple(d) if d else None for d in documents]
@@ -117,6 +119,7 @@ class AskRounds:
         self.work = [Groundwork() for _ in self.questions]  # per question: what its rounds found so far
         self.reserve = min(vote_reserve_s, deadline.seconds / 4) if deadline is not None else 0.0
         self.early_answer = early_answer
+        self.under_load, self.load = under_load, load
         self.reader_s = 0.0  # seconds the groups waited on the reader, over every round
         self._on_provisional: OnProvisional | None = None
 
@@ -125,7 +128,7 @@ class AskRounds:
         self._on_provisional = on_provisional
         time_left = None if self.deadline is None else (lambda: self.deadline.left() - self.reserve)
         return await answer_async(self.questions, self.cascade, self._round, self._vote, on_round, time_left,
-                                  on_provisional)
+                                  on_provisional, self.under_load, self.load)
 
     async def _vote(self, results: list[QuestionResult], k: int, cascade: Cascade | None = None) -> list[Decision]:
         if cascade is None and self.preview:  # a round's vote: without the preview (its own vote is early_cascade's)

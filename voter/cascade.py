@@ -113,6 +113,39 @@ def settled(k: int, stat: float | np.ndarray, thresholds: Sequence[float]) -> bo
     return np.isfinite(t) & (stat >= t) if isinstance(stat, np.ndarray) else (math.isfinite(t) and stat >= t)
 
 
+@dataclass(frozen=True)
+class LoadRule:
+    """Depth that follows the load (issue 57; Cocktail, NSDI'22: the ensemble's size follows the
+    load). While the readers hold at least `in_flight` requests (running + waiting: the cheap signal
+    the service reads per round), a question stops after any round whose P(right) clears `bar`, a
+    bar below the round's own threshold: the same rule, `settled`, over `lowered` thresholds. The
+    last round ends a question as always and a +inf threshold (never stop there) stays. Only a
+    P(right) meets the bar (the caller passes confidence-aware decisions alone): a margin is no
+    probability. Under load a question spends fewer rounds at a small cost in Match (the bar is
+    fitted for that: fitting/load_bar.py)."""
+
+    bar: float
+    in_flight: int
+
+    def __post_init__(self) -> None:
+        if not 0.0 <= self.bar <= 1.0 or self.in_flight < 0:
+            raise ValueError(f"the under-load bar must lie in [0, 1] and the in-flight threshold be >= 0, "
+                             f"got {self.bar:g} and {self.in_flight}")
+
+    def loaded(self, in_flight: float) -> bool:
+        """Whether the readers are under load (a threshold of 0: never)."""
+        return self.in_flight > 0 and in_flight >= self.in_flight
+
+    def settled(self, k: int, p: float, thresholds: Sequence[float]) -> bool:
+        """Would P(right) `p` stop the question after 0-based round `k` under load?"""
+        return bool(settled(k, p, lowered(thresholds, self.bar)))
+
+
+def lowered(thresholds: Sequence[float], bar: float) -> tuple[float, ...]:
+    """The stop thresholds under load: each at most `bar`; +inf (never stop there) stays."""
+    return tuple(t if math.isinf(t) else min(t, bar) for t in thresholds)
+
+
 def early_members(first_round: Sequence[str]) -> tuple[str, ...]:
     """What a stream answers first, voted on its own while the rest of round 1 reads beside it:
     round 1's one-step members on the default reader (the smallest, fastest) when the round also

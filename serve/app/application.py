@@ -5,7 +5,8 @@
     LocalService(settings)     -> `eor serve`: a local Ray (127.0.0.1), the app, the gRPC front, and
                                   Ray Serve's HTTP proxy for the HTTP front (serve/app/http.py)
 
-Deployments (one replica each here; KubeRay scales them): Reader (vLLM, the default reader), one
+Deployments (one replica each here, each queue bounded by `service.max_queued_requests`; the readers
+autoscale with `service.reader_autoscaling`, KubeRay adds the nodes): Reader (vLLM, the default reader), one
 Reader_<name> per other reader a pool member names (`Wiki@10~1.5B`: Reader_1.5B, its own engine),
 Generator (only when no served reader runs the generator's model), one Source_<name> per
 configured knowledge source (index.sources: Source_Wiki, encoder + faiss, also the @RR encoder;
@@ -84,15 +85,17 @@ def build_app(settings: EorConfig, voter_config: dict | None = None):
         reader_opts["memory"] = int(svc.reader_memory_gib * 2**30)
     placed = svc.placement
 
-    def pin(dep: Any, name: str, base: dict | None = None) -> Any:  # named, placed, versioned
-        return _pin_version(dep.options(name=name, ray_actor_options=actor_options(placed, name, base)), version)
+    def pin(dep: Any, name: str, base: dict | None = None, **more: Any) -> Any:  # named, placed, bounded, versioned
+        return _pin_version(dep.options(name=name, ray_actor_options=actor_options(placed, name, base),
+                                        max_queued_requests=svc.max_queued_requests, **more), version)
 
     readers = {}  # every reader a pool member names, its own engine and deployment ("": the default)
     asked = asked_readers(settings)  # one the voter's rounds never ask starts on its first request
+    scaling = {"autoscaling_config": dict(svc.reader_autoscaling)} if svc.reader_autoscaling else {}
     for name in used_readers(settings):
         own = replace(settings, reader=reader_config(settings, name))  # its own engine settings as `reader`
         lazy = asked is not None and name not in asked
-        readers[name] = pin(Reader, reader_deployment(name), reader_opts).bind(own, lazy=lazy)
+        readers[name] = pin(Reader, reader_deployment(name), reader_opts, **scaling).bind(own, lazy=lazy)
     reader, others = readers[DEFAULT_READER_NAME], {n: h for n, h in readers.items() if n}
     gen = generator_reader(settings)  # a served reader of its model serves Generate, else its own engine
     generator = readers[gen.reader] if gen.reader is not None else \

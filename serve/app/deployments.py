@@ -136,6 +136,7 @@ class VoterPlan:
     key: str
     cascade: Any  # voter.cascade.Cascade
     label: str
+    degraded: str = ""  # the single-reader fallback of the voter, run while a reader is down: why
 
 
 GROUP_CONCURRENCY = 32  # Asks one retriever actor runs at once (each a thread waiting on remote calls)
@@ -244,6 +245,7 @@ class Voter(Placed):
         self.readers = reader_models(self.settings)  # a voter naming another reader is refused (or its fallback runs)
         self.choice = None
         self._recent: dict[str, Any] = {}  # voter key -> (choice, its metrics): Asks under way keep theirs
+        self._fallbacks: dict[tuple, Any] = {}  # (voter key, readers down) -> its fallback's (choice, metrics)
         self._set_weights(None, self.settings.voter.weights)
 
     def _set_weights(self, weights: dict | None, path: str) -> None:
@@ -295,7 +297,8 @@ class Voter(Placed):
                 deadline: Deadline | None):
         from voter.decision import decide
 
-        choice, sims = self._recent.get(key) or self._recent[self._key(self.choice)]
+        fallbacks = {self._key(c): (c, m) for c, m in self._fallbacks.values() if m is not None}
+        choice, sims = self._recent.get(key) or fallbacks.get(key) or self._recent[self._key(self.choice)]
         with working_for(deadline):  # the judge's reader calls (NLI) end with the Ask's deadline
             try:
                 return decide(results, choice.saved, sims, cascade, k)
@@ -304,11 +307,42 @@ class Voter(Placed):
                     raise VoteDeadline from None
                 raise
 
-    async def plan(self) -> VoterPlan:
+    async def plan(self, down: tuple[str, ...] = ()) -> VoterPlan | None:
         """What one Ask needs of the voter, in one call: its cascade, its label, and the key its
-        votes name, so a voter pushed while the Ask runs does not change the Ask's voter."""
+        votes name, so a voter pushed while the Ask runs does not change the Ask's voter. `down`:
+        readers down or restarting; a voter that names one runs its single-reader fallback, chosen
+        as for a reader the system lacks (voter/question_vote.py: for_readers), and the plan says
+        why (`degraded`); None when it has no fallback that does without them."""
         choice = self.choice
-        return VoterPlan(self._key(choice), choice.saved.cascade_to_run, choice.describe())
+        if not down:
+            return VoterPlan(self._key(choice), choice.saved.cascade_to_run, choice.describe())
+        key = (self._key(choice), tuple(sorted(down)))
+        if key not in self._fallbacks:
+            self._fallbacks[key] = await asyncio.to_thread(self._fallback, choice, down)
+            while len(self._fallbacks) > RECENT_VOTERS:
+                self._fallbacks.pop(next(iter(self._fallbacks)))
+        fallback = self._fallbacks[key][0]
+        if fallback is None:
+            return None
+        if fallback.saved is choice.saved:  # the voter names none of them
+            return VoterPlan(self._key(choice), choice.saved.cascade_to_run, choice.describe())
+        why = f"degraded: reader {', '.join(sorted(down))} down or starting; answered by the voter's single-reader " \
+              f"fallback {fallback.saved.digest}"
+        return VoterPlan(self._key(fallback), fallback.saved.cascade_to_run, fallback.describe(), why)
+
+    def _fallback(self, choice: Any, down: tuple[str, ...]) -> tuple[Any, Any]:
+        """(the voter to run without the readers `down`, its metrics), or (None, None)."""
+        from voter.question_vote import VoterChoice, for_readers, metric_options
+
+        up = {name: model for name, model in self.readers.items() if name not in down}
+        try:
+            saved, warnings = for_readers(choice.saved, up, f"voter {choice.saved.digest}")
+        except ValueError:
+            return None, None
+        if saved is choice.saved:
+            return choice, None
+        fallback = VoterChoice(saved, metric_options(saved), f"{choice.source}, single-reader fallback", warnings)
+        return fallback, self._built_metrics(fallback)
 
     async def decide(self, results: list[QuestionResult], key: str | None = None, cascade: Any = None,
                      k: int = 0, deadline: Deadline | None = None):

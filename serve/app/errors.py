@@ -3,8 +3,11 @@ to HTTP statuses, for the HTTP front); what a caller is told is one line, never 
 log keeps the traceback)."""
 from __future__ import annotations
 
+import math
 import re
 import sys
+from dataclasses import dataclass
+from typing import Any
 
 import grpc
 
@@ -64,6 +67,23 @@ class TooLarge(ServiceError):
     http_status = 413
 
 
+class Overloaded(ServiceError):
+    """Refused before it ran (admission control, serve/app/admission.py): the queue is full, or the
+    Ask could not finish before its deadline behind the Asks already waiting. RESOURCE_EXHAUSTED
+    with a retry pushback (gRPC A6: trailing metadata `grpc-retry-pushback-ms`; HTTP 429 with
+    `Retry-After`), so a client waits instead of retrying blindly. `reason`: the metric's label."""
+
+    code = grpc.StatusCode.RESOURCE_EXHAUSTED  # HTTP 429 by the table below, with Pushback.headers
+
+    def __init__(self, details: str, retry_after_s: float, reason: str = "queue_full"):
+        super().__init__(details)
+        self.retry_after_s = float(retry_after_s)
+        self.reason = reason
+
+    def __reduce__(self):  # raised in another actor: kept whole across the pickle
+        return type(self), (self.details, self.retry_after_s, self.reason)
+
+
 class NotJson(InvalidArgument):
     """A body that does not say it is JSON: 415 over HTTP. Requiring `Content-Type:
     application/json` also keeps another site's plain form post from running an Ask (a
@@ -81,8 +101,60 @@ HTTP_STATUS = {S.OK: 200, S.CANCELLED: 499, S.UNKNOWN: 500, S.INVALID_ARGUMENT: 
                S.INTERNAL: 500, S.UNAVAILABLE: 503, S.DATA_LOSS: 500, S.UNAUTHENTICATED: 401}
 
 
+PUSHBACK_KEY = "grpc-retry-pushback-ms"  # gRPC A6: the client waits this long before it retries
+
+
+@dataclass(frozen=True)
+class Pushback:
+    """How long a refused caller should wait before it asks again: what the ingress hands the fronts
+    beside an error status (in the reply's place), each front in its own protocol's words."""
+
+    seconds: float
+
+    @property
+    def metadata(self) -> tuple[tuple[str, str], ...]:
+        """gRPC trailing metadata (A6: milliseconds, a decimal integer)."""
+        return ((PUSHBACK_KEY, str(max(0, int(math.ceil(self.seconds * 1000))))),)
+
+    @property
+    def headers(self) -> dict[str, str]:
+        """HTTP: `Retry-After` in whole seconds (RFC 9110), at least 1."""
+        return {"Retry-After": str(max(1, int(math.ceil(self.seconds))))}
+
+
+def pushback_of(exc: BaseException) -> Pushback | None:
+    """The retry pushback an error carries: an Overloaded refusal's, or Ray Serve's own back-pressure
+    (a deployment's `max_queued_requests` reached: BackPressureError, retry_after_s when it says)."""
+    err = unwrapped(exc)
+    if isinstance(err, Overloaded):
+        return Pushback(err.retry_after_s)
+    if _back_pressure(err):
+        return Pushback(float(getattr(err, "_retry_after_s", None) or BACK_PRESSURE_RETRY_S))
+    return None
+
+
+BACK_PRESSURE_RETRY_S = 1.0  # Ray Serve's back-pressure names no wait: ask again after this
+
+
+def _back_pressure(err: BaseException) -> bool:
+    """Ray Serve's BackPressureError, told by its class name: importing Ray here would load it into
+    every process that maps an error."""
+    return any(c.__name__ == "BackPressureError" for c in type(err).__mro__)
+
+
 def http_status(code: grpc.StatusCode) -> int:
     return HTTP_STATUS.get(code, 500)
+
+
+def http_headers(refusal: Any) -> dict[str, str]:
+    """The headers an error reply carries: `Retry-After` where the ingress handed a Pushback in the
+    reply's place (a refused Ask, 429), none otherwise."""
+    return refusal.headers if isinstance(refusal, Pushback) else {}
+
+
+def grpc_trailers(refusal: Any) -> tuple[tuple[str, str], ...]:
+    """The trailing metadata an error status carries: `grpc-retry-pushback-ms` for a Pushback."""
+    return refusal.metadata if isinstance(refusal, Pushback) else ()
 
 
 def http_error(exc: BaseException) -> tuple[int, grpc.StatusCode, str]:
@@ -113,6 +185,9 @@ def status_of(exc: BaseException) -> tuple[grpc.StatusCode, str]:
         return err.code, err.details
     if isinstance(exc, ServiceError):
         return exc.code, exc.details
+    if _back_pressure(err):  # a deployment's bounded queue (max_queued_requests) is full
+        return grpc.StatusCode.RESOURCE_EXHAUSTED, "the service is at capacity (a deployment's queue is full); " \
+            "try again after the retry pushback"
     if _dead(err, pipes=False) is not None:  # an engine death no Reader turned into ReaderUnavailable
         return grpc.StatusCode.UNAVAILABLE, engine_down(err)
     return grpc.StatusCode.INTERNAL, one_line(err)

@@ -21,6 +21,7 @@ from typing import Any, Awaitable, Callable
 import grpc
 
 from protos import eor_pb2
+from serve.app.errors import grpc_trailers
 from serve.app.wire import MAX_REQUEST_BYTES, BadRequest
 from serve.deadline import MAX_DEADLINE_S, Deadline
 
@@ -76,7 +77,7 @@ class _Forward:
             try:
                 async for reply, code, details in stream:
                     if code != grpc.StatusCode.OK:
-                        await context.abort(code, details)
+                        await context.abort(code, details, trailing_metadata=grpc_trailers(reply))
                     yield reply
             except (grpc.aio.AbortError, asyncio.CancelledError):
                 raise
@@ -97,8 +98,8 @@ class _Forward:
             except Exception as exc:  # the ingress itself is down
                 log.exception("ingress call failed")
                 await context.abort(grpc.StatusCode.UNAVAILABLE, f"ingress unavailable: {type(exc).__name__}")
-            if code != grpc.StatusCode.OK:
-                await context.abort(code, details)
+            if code != grpc.StatusCode.OK:  # a refusal's retry pushback rides in the trailers (gRPC A6)
+                await context.abort(code, details, trailing_metadata=grpc_trailers(reply))
             if name == "SetVoterWeights":
                 reply.source = await self._apply(request, context)
             return reply

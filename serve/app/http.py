@@ -25,7 +25,8 @@ from starlette.exceptions import HTTPException
 
 from protos import eor_pb2
 from serve.app import openapi
-from serve.app.errors import InvalidArgument, NotJson, TooLarge, http_error, http_status, one_line
+from serve.app.errors import (InvalidArgument, NotJson, TooLarge, http_error, http_headers, http_status, one_line,
+                              pushback_of)
 from serve.app.wire import MAX_REQUEST_BYTES, json_request, reply_json
 
 log = logging.getLogger(__name__)
@@ -41,9 +42,11 @@ UNARY = {"/v1/ask": "Ask", "/v1/ask/batch": "AskBatch", "/v1/retrieve": "Retriev
 RPCS = {m.name: (m.input_type, m.output_type) for m in eor_pb2.DESCRIPTOR.services_by_name["Eor"].methods}
 
 
-def error_response(status: int, code: grpc.StatusCode, details: str) -> JSONResponse:
-    """The one shape of every error: one line of JSON, the gRPC status's name beside the text."""
-    return JSONResponse({"error": " ".join(str(details).split()), "status": code.name}, status_code=status)
+def error_response(status: int, code: grpc.StatusCode, details: str, refusal: Any = None) -> JSONResponse:
+    """The one shape of every error: one line of JSON, the gRPC status's name beside the text; a
+    refused Ask's pushback (`refusal`, in the reply's place) as `Retry-After`."""
+    return JSONResponse({"error": " ".join(str(details).split()), "status": code.name}, status_code=status,
+                        headers=http_headers(refusal))
 
 
 def event_kind(reply: eor_pb2.AskReply) -> str:
@@ -118,7 +121,7 @@ def build_http_app(ingress: Any) -> FastAPI:
         except Exception as exc:  # the front's own refusals (size, type, timeout header); anything else: one line
             return _refused(exc)
         if code != OK:
-            return error_response(http_status(code), code, details)
+            return error_response(http_status(code), code, details, reply)
         return JSONResponse(reply if isinstance(reply, dict) else reply_json(reply))
 
     for path, rpc in UNARY.items():
@@ -149,7 +152,7 @@ def build_http_app(ingress: Any) -> FastAPI:
             return _refused(exc)
         if first[1] != OK:
             await replies.aclose()
-            return error_response(http_status(first[1]), first[1], first[2])
+            return error_response(http_status(first[1]), first[1], first[2], first[0])
         return StreamingResponse(events(first, replies), media_type="text/event-stream",
                                  headers={"cache-control": "no-cache", "x-accel-buffering": "no"})
 
@@ -259,7 +262,7 @@ def _refused(exc: BaseException) -> JSONResponse:
     status, code, details = http_error(exc)
     if status >= 500:
         log.exception("HTTP front: %s", details, exc_info=exc)
-    return error_response(status, code, details)
+    return error_response(status, code, details, pushback_of(exc))
 
 
 def _missing() -> JSONResponse:

@@ -27,14 +27,17 @@ from serve.app import metrics
 from serve.app.handles import ServiceCrew, bounded
 from serve.app.health import HealthChecks
 from serve.app.placement import Placed
+from serve.app.admission import Admission
 from serve.app.errors import (DeadlineExceeded, FailedPrecondition, NothingAnswered, Unauthenticated, Unimplemented,
-                              status_of)
+                              grpc_trailers, pushback_of, reader_unavailable, status_of)
+from serve.app.reader_watch import ReaderWatch
 from serve.builder import source_shapes
 from serve.config import EorConfig, reader_deployment
 from serve.config_readers import reader_models
 from serve.app.wire import (AskSpec, ask_reply, parse_ask, parse_generate, parse_retrieve,
                         parse_weights, retrieve_reply)
 from serve.deadline import Deadline, ask_deadline
+from voter.cascade import LoadRule
 
 log = logging.getLogger(__name__)
 
@@ -58,6 +61,10 @@ class EorIngress(Placed, HealthChecks):
         self.readers = {reader_deployment(""): reader, **{reader_deployment(n): h for n, h in (readers or {}).items()}}
         self.generator = generator if generator is not None else reader  # Generate's model
         self.token = os.environ.get(self.limits.token_env, "") if self.limits.token_env else ""
+        self.admission = Admission(self.limits.max_asks_running, self.limits.max_asks_queued)  # bounded queue
+        self.watch = ReaderWatch({"": reader, **(readers or {})})  # readers' load, and which are down
+        self.under_load = LoadRule(self.limits.under_load_bar, self.limits.under_load_in_flight) \
+            if self.limits.under_load_in_flight else None
         metrics.start_retriever_counters(self.pool)  # errors and timeouts read 0 before the first
 
     # ---- Ray Serve gRPC proxy entry points ------------------------------------------
@@ -68,6 +75,8 @@ class EorIngress(Placed, HealthChecks):
             if grpc_context is not None:
                 grpc_context.set_code(code)
                 grpc_context.set_details(details)
+                if grpc_trailers(reply):  # a refusal's retry pushback (gRPC A6)
+                    grpc_context.set_trailing_metadata(list(grpc_trailers(reply)))
             return empty
         return reply
 
@@ -84,6 +93,8 @@ class EorIngress(Placed, HealthChecks):
                 if grpc_context is not None:
                     grpc_context.set_code(code)
                     grpc_context.set_details(details)
+                    if grpc_trailers(reply):
+                        grpc_context.set_trailing_metadata(list(grpc_trailers(reply)))
                 yield eor_pb2.AskReply()
                 return
             yield reply
@@ -106,8 +117,10 @@ class EorIngress(Placed, HealthChecks):
     # ---- one code path for both fronts ---------------------------------------------
     async def call(self, method: str, request: Any, metadata: Sequence[tuple[str, Any]] = (),
                    transport: Deadline | None = None) -> tuple[Any, grpc.StatusCode, str]:
-        """(reply or None, status code, details): the one code path of both fronts. `transport`:
-        the client's gRPC deadline, as the front saw it (Ray Serve's proxy does not tell)."""
+        """(reply, status code, details): the one code path of both fronts; on an error the reply is
+        None, or the `Pushback` a refused caller should wait (errors.py: each front says it in its
+        protocol). `transport`: the client's gRPC deadline, as the front saw it (Ray Serve's proxy
+        does not tell)."""
         try:
             self._check_token(metadata)
             handler = {"Ask": lambda r: self._ask_one(r, transport), "AskBatch": lambda r: self._ask_batch(r, transport),
@@ -123,7 +136,7 @@ class EorIngress(Placed, HealthChecks):
             code, details = status_of(exc)
             if code == grpc.StatusCode.INTERNAL:
                 log.exception("%s failed", method)
-            reply = None
+            reply = pushback_of(exc)
         metrics.inc("eor_requests", rpc=method, code=code.name)
         return reply, code, details
 
@@ -165,14 +178,14 @@ class EorIngress(Placed, HealthChecks):
         except Exception as exc:
             code, details = status_of(exc)
             metrics.inc("eor_requests", rpc="AskStream", code=code.name)
-            yield None, code, details
+            yield pushback_of(exc), code, details
             return
         queue: asyncio.Queue = asyncio.Queue()
 
         async def provisional(replies: list[eor_pb2.AskReply]) -> None:
             await queue.put(replies[0])
 
-        task = asyncio.ensure_future(self._ask(spec, provisional))
+        task = asyncio.ensure_future(self._admitted(spec, provisional))
         try:
             while True:
                 getter = asyncio.ensure_future(queue.get())
@@ -191,7 +204,7 @@ class EorIngress(Placed, HealthChecks):
                 if code == grpc.StatusCode.INTERNAL:
                     log.exception("AskStream failed")
                 metrics.inc("eor_requests", rpc="AskStream", code=code.name)
-                yield None, code, details
+                yield pushback_of(exc), code, details
                 return
             metrics.inc("eor_requests", rpc="AskStream", code=OK.name)
             yield final, OK, ""
@@ -202,32 +215,72 @@ class EorIngress(Placed, HealthChecks):
     async def _ask_one(self, request, transport: Deadline | None = None) -> eor_pb2.AskReply:
         spec = parse_ask(request, self.pool, self.limits, batch=False,
                          max_question_chars=self.settings.pool.max_question_chars, transport=transport)
-        return (await self._ask(spec))[0]
+        return (await self._admitted(spec))[0]
 
     async def _ask_batch(self, request, transport: Deadline | None = None) -> eor_pb2.AskBatchReply:
         spec = parse_ask(request, self.pool, self.limits, batch=True,
                          max_question_chars=self.settings.pool.max_question_chars, transport=transport)
-        return eor_pb2.AskBatchReply(replies=await self._ask(spec))
+        return eor_pb2.AskBatchReply(replies=await self._admitted(spec))
+
+    async def _admitted(self, spec: AskSpec, on_provisional: Any = None) -> list[eor_pb2.AskReply]:
+        """`_ask` once admission control gives it a running slot (serve/app/admission.py): a full
+        queue, or a wait its deadline cannot afford, is refused at once (Overloaded)."""
+        async with self.admission.slot(spec.deadline):
+            return await self._ask(spec, on_provisional)
 
     async def _ask(self, spec: AskSpec, on_provisional: Any = None) -> list[eor_pb2.AskReply]:
         """The voter's rounds (serve/orchestrator.py) over the retriever actors; explicitly named
         retrievers run as one round. `on_provisional(replies)`: awaited after each round that
-        left questions open, with their provisional replies (final = false)."""
+        left questions open, with their provisional replies (final = false). While a reader the
+        voter asks is down or starting (known before, or its rounds fail UNAVAILABLE), the voter's
+        single-reader fallback answers and each reply says it is degraded."""
+        t0 = time.perf_counter()
+        plan = await self.voter.plan.remote()  # one voter for the whole Ask, even if another is pushed meanwhile
+        if not spec.explicit:
+            plan = await self._without_down(plan)
+        try:
+            return await self._rounds(spec, plan, t0, on_provisional)
+        except Exception as exc:
+            if spec.explicit or plan.degraded or not reader_unavailable(exc):
+                raise
+            fallback = await self._without_down(plan, failed=True)
+            if fallback is plan:
+                raise
+            log.warning("a reader went down during an Ask: %s", fallback.degraded)
+            return await self._rounds(spec, fallback, t0, on_provisional)
+
+    async def _without_down(self, plan: Any, failed: bool = False) -> Any:
+        """The plan, or its voter's single-reader fallback while a reader it asks besides the default one
+        is down (`failed`: a round just failed UNAVAILABLE; read the readers afresh, and if none says
+        so yet, take those readers as the ones down)."""
+        from retrievers.spec import by_reader
+
+        asks = {name for name in by_reader(plan.cascade.asked) if name}  # the fallback reads the default reader
+        down = await self.watch.down(asks, fresh=failed)
+        if not down and failed:
+            down = {name: "" for name in asks}
+        if not down:
+            return plan
+        fallback = await self.voter.plan.remote(tuple(sorted(down)))
+        return plan if fallback is None else fallback
+
+    async def _rounds(self, spec: AskSpec, plan: Any, t0: float, on_provisional: Any = None) -> list[eor_pb2.AskReply]:
+        from retrievers.spec import by_reader
         from serve.ensemble import VoteDeadline, cascade_for
         from serve.orchestrator import AskRounds
 
-        t0 = time.perf_counter()
         min_confidence = self.limits.min_confidence if spec.min_confidence is None else spec.min_confidence
-        plan = await self.voter.plan.remote()  # one voter for the whole Ask, even if another is pushed meanwhile
+        readers = set(by_reader(plan.cascade.asked))
         rounds = AskRounds(spec.questions, cascade_for(plan.cascade, spec.retrievers if spec.explicit else None),
                            ServiceCrew(self.groups, self.sources, self.shapes, self.voter, plan.key), self.settings.pool,
                            spec.deadline, spec.documents, spec.top_k, self.limits.vote_reserve_s,
-                           early_answer=on_provisional is not None)
+                           early_answer=on_provisional is not None, under_load=self.under_load,
+                           load=lambda: self.watch.in_flight(readers))
 
         def reply(a: Any, latency_s: float, final: bool = True) -> eor_pb2.AskReply:
             return ask_reply(a.result, a.vote, a.result.failed, latency_s, rounds.reader_s / len(spec.questions),
                              plan.label, a.rounds_run, a.n_rounds, final=final, confidence=a.confidence,
-                             min_confidence=min_confidence)
+                             min_confidence=min_confidence, under_load=a.under_load, degraded=plan.degraded)
 
         async def provisional(answers: list, positions: list[int]) -> None:
             now = time.perf_counter()
@@ -252,6 +305,8 @@ class EorIngress(Placed, HealthChecks):
             if a.vote.margin is not None:
                 metrics.observe("eor_vote_margin", a.vote.margin)
             metrics.inc("eor_stop_stage", stage=str(a.rounds_run))
+            metrics.inc("eor_under_load_stops", float(a.under_load))
+            metrics.inc("eor_degraded_answers", float(bool(plan.degraded)))
             replies.append(reply(a, now - t0))
             if a.confidence is not None:
                 metrics.observe("eor_confidence", a.confidence.p)

@@ -374,6 +374,13 @@ class Reader(Placed):
                 "in_flight": c.in_flight, "upgrades": self.upgrades,
                 "engine": _kind(self.serving) if self.started else "not started (starts on the first request)"}
 
+    async def queue(self) -> dict:
+        """What the ingress reads each round, cheaply: requests in the engine (running + waiting: the
+        load signal) and why it is down or restarting (None: up); serve/app/reader_watch.py."""
+        dead = self.counting.dead_error
+        down = self._mark_down(dead) if dead is not None and self.down is None else self.down
+        return {"in_flight": self.counting.in_flight, "down": down}
+
     async def model_id(self) -> str:
         return self.reader.model_id
 

@@ -250,10 +250,12 @@ def parse_generate(request: Any, limits: ServiceConfig) -> eor_pb2.GenerateReque
 
 def ask_reply(result: QuestionResult, vote: Any, missing: Sequence[str], latency_s: float,
               reader_s: float = 0.0, voter: str = "", stopped_at: int = 0, stages: int = 0,
-              final: bool = True, confidence: Any = None, min_confidence: float = 0.0) -> eor_pb2.AskReply:
+              final: bool = True, confidence: Any = None, min_confidence: float = 0.0, under_load: bool = False,
+              degraded: str = "") -> eor_pb2.AskReply:
     """One question's reply: the vote, its confidence (voter/decision.py: Confidence), every
     candidate with its score, the winner's evidence, the voter, what ran and where the cascade
-    stopped; below `min_confidence` an abstention, the voted answer in `guess`."""
+    stopped; below `min_confidence` an abstention, the voted answer in `guess`; whether it stopped
+    early under load, and why it is degraded (a reader down: the voter's fallback answered)."""
     from voter.decision import abstains
 
     answer = vote.answer if vote else ""
@@ -262,7 +264,8 @@ def ask_reply(result: QuestionResult, vote: Any, missing: Sequence[str], latency
                              retriever=(vote.retriever or "") if vote else "", latency_s=latency_s,
                              reader_s=reader_s, voter=voter, stopped_at_stage=stopped_at, stages=stages,
                              final=final, abstained=unsure, guess=answer if unsure else "",
-                             confidence_kind=confidence.kind if confidence is not None else "none")
+                             confidence_kind=confidence.kind if confidence is not None else "none",
+                             under_load=under_load, degraded=degraded)
     if confidence is not None:
         reply.confidence = confidence.p
     reply.ran.extend(c.retriever for c in result.candidates)

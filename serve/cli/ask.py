@@ -40,10 +40,12 @@ def answer_lines(d: dict, min_confidence: float | None, how: str) -> list[str]:
     if d["retriever"] is None and not d["abstained"]:
         return ["A: (no retriever answered)"]
     sure = confidence_words(d["confidence"], d["confidence_kind"])
+    notes = ([f"   {d['degraded']}"] if d.get("degraded") else []) + \
+        (["   answered early: the service is under load"] if d.get("under_load") else [])
     if d["abstained"]:
         bar = "the server's min_confidence" if min_confidence is None else f"{min_confidence:g}"
-        return [f"A: not sure ({sure}, below {bar}); best guess: {d['guess']}", how]
-    return [f"A: {d['answer']}", how, f"   {sure}"]
+        return [f"A: not sure ({sure}, below {bar}); best guess: {d['guess']}", how, *notes]
+    return [f"A: {d['answer']}", how, f"   {sure}", *notes]
 
 
 def check_min_confidence_arg(args) -> float | None:

@@ -19,12 +19,15 @@ from voter.question_vote import Vote
 STAGES = (("SE@1",), ("Wiki@10",), ("ReFree",))
 
 
-def group(delay=0.0, started: list | None = None, cancelled: list | None = None):
-    """A retriever group; `delay`: seconds per call, or a function of the call's specs."""
+def group(delay=0.0, started: list | None = None, cancelled: list | None = None, fail=None):
+    """A retriever group; `delay`: seconds per call, or a function of the call's specs; `fail`: a
+    function of the call's specs giving the error the call raises (None: it answers)."""
     async def run(round_):
         questions, specs = round_.questions, list(round_.specs)
         if started is not None:
             started.append(list(specs))
+        if fail is not None and fail(specs) is not None:
+            raise fail(specs)
         try:
             await asyncio.sleep(delay(specs) if callable(delay) else delay)
         except asyncio.CancelledError:

@@ -1,0 +1,137 @@
+"""Admission control at the ingress (issue 57; the design card's "Traffic beyond capacity"): a
+bounded queue in front of the Asks an ingress replica runs, and a refusal at once, with a retry
+pushback, for an Ask that finds the queue full or could not be answered before its deadline.
+
+Why here and not only in Ray Serve's queues (`max_queued_requests`, also set: a backstop): only
+the ingress knows an Ask's Deadline, and a refusal must come before any reader time is spent.
+
+The estimate, kept simple: `running` Asks run at once (`service.max_asks_running`); the others wait
+in order, at most `service.max_asks_queued`. S is the mean service time (slot taken to slot given
+back) of the last RECENT Asks that ended without an error. With the slots all taken and `q` Asks
+waiting, a new Ask starts after about (q + 1) * S / running seconds (a slot frees every
+S / running seconds) and is answered S later. It is refused at once (RESOURCE_EXHAUSTED, reason
+"deadline") when it would wait and that wait plus S is over its time left; an Ask that starts at
+once always runs (its Deadline bounds it as before). One that waits past its deadline all the same
+(the estimate was short) is refused then ("expired"), never started. The pushback a refusal
+carries is the wait a new Ask would have, within [MIN_PUSHBACK_S, MAX_PUSHBACK_S]. Limits are per
+ingress replica. Core-safe: asyncio only.
+"""
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections import deque
+from typing import AsyncIterator
+
+from serve.app import metrics
+from serve.app.errors import Overloaded
+from serve.deadline import Deadline
+
+RECENT = 32  # service times the estimate averages
+MIN_PUSHBACK_S = 0.5
+MAX_PUSHBACK_S = 60.0
+UNKNOWN_PUSHBACK_S = 1.0  # before any Ask has finished: no service time to go by
+REASONS = ("queue_full", "deadline", "expired")  # the refusal metric's label values
+
+
+class Admission:
+    """One ingress replica's bounded queue. `running` 0: no limit (admission off); `queued` 0: no
+    queue (an Ask that finds every slot taken is refused)."""
+
+    def __init__(self, running: int, queued: int, recent: int = RECENT):
+        if running < 0 or queued < 0:
+            raise ValueError("service.max_asks_running and max_asks_queued must be >= 0 (0 running: no limit)")
+        self.limit, self.queue_limit = running, queued
+        self.running = 0
+        self._waiting: deque[asyncio.Future] = deque()
+        self._times: deque[float] = deque(maxlen=recent)
+
+    @property
+    def waiting(self) -> int:
+        return len(self._waiting)
+
+    def service_s(self) -> float | None:
+        """The mean service time of the last Asks that ended well (None: none yet)."""
+        return sum(self._times) / len(self._times) if self._times else None
+
+    def wait_s(self, ahead: int | None = None) -> float:
+        """Seconds until a new Ask (behind `ahead` waiting ones; default: those waiting now) gets a
+        slot: 0 while one is free."""
+        if not self.limit or (self.running < self.limit and not self._waiting):
+            return 0.0
+        s = self.service_s()
+        if s is None:
+            return UNKNOWN_PUSHBACK_S
+        return ((self.waiting if ahead is None else ahead) + 1) * s / self.limit
+
+    def pushback_s(self) -> float:
+        return min(MAX_PUSHBACK_S, max(MIN_PUSHBACK_S, self.wait_s()))
+
+    def _refuse(self, reason: str, why: str) -> Overloaded:
+        metrics.inc("eor_refusals", reason=reason)
+        return Overloaded(f"{why}; try again in {self.pushback_s():.1f} s (the retry pushback)", self.pushback_s(),
+                          reason)
+
+    def check(self, deadline: Deadline | None) -> None:
+        """Refuse now (Overloaded) what cannot be served: a full queue, or an Ask that would wait and
+        then not be answered before its deadline."""
+        if not self.limit or (self.running < self.limit and not self._waiting):
+            return
+        if self.waiting >= self.queue_limit:
+            raise self._refuse("queue_full", f"the service is at capacity: {self.running} Asks running and "
+                                             f"{self.waiting} waiting (service.max_asks_queued {self.queue_limit})")
+        s, wait = self.service_s(), self.wait_s()
+        if deadline is not None and s is not None and wait + s > deadline.left():
+            raise self._refuse("deadline", f"the service is busy: this Ask would wait about {wait:.1f} s and take "
+                                           f"{s:.1f} s more, past its {deadline.left():.1f} s deadline")
+
+    @contextlib.asynccontextmanager
+    async def slot(self, deadline: Deadline | None) -> AsyncIterator[None]:
+        """Hold one of the running slots for an Ask: at once, after waiting in order, or not at all
+        (Overloaded). The Ask's service time counts toward the estimate when it ends without an error."""
+        self.check(deadline)
+        if self.limit and (self.running >= self.limit or self._waiting):
+            await self._wait(deadline)
+        else:
+            self.running += 1
+        t = time.monotonic()
+        ok = False
+        try:
+            yield
+            ok = True
+        finally:
+            if ok:
+                self._times.append(time.monotonic() - t)
+            self._release()
+
+    async def _wait(self, deadline: Deadline | None) -> None:
+        turn = asyncio.get_running_loop().create_future()
+        self._waiting.append(turn)
+        metrics.set_gauge("eor_asks_waiting", self.waiting)
+        try:
+            await asyncio.wait_for(asyncio.shield(turn), None if deadline is None else deadline.left())
+        except asyncio.TimeoutError:
+            if turn.done() and not turn.cancelled():  # given a slot as the time ran out: hand it on
+                self._release()
+            raise self._refuse("expired", "the Ask waited in the service's queue until its deadline passed; "
+                                          "it was not started") from None
+        except BaseException:  # the caller went away while waiting
+            if turn.done() and not turn.cancelled():
+                self._release()
+            raise
+        finally:
+            if turn in self._waiting:
+                self._waiting.remove(turn)
+            if not turn.done():
+                turn.cancel()
+            metrics.set_gauge("eor_asks_waiting", self.waiting)
+
+    def _release(self) -> None:
+        """Give the slot to the first Ask still waiting (it stays taken), else free it."""
+        while self._waiting:
+            turn = self._waiting.popleft()
+            if not turn.done():
+                turn.set_result(None)
+                return
+        self.running -= 1
