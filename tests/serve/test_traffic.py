@@ -32,7 +32,7 @@ def ingress(group_handle, voter, service=None, readers=None, reader=None):
     from serve.app.ingress import EorIngress
 
     settings = config_from_dict({"voter": {"weights": "equal"}, "service": service or {}})
-    return EorIngress.func_or_class(settings.to_dict(), [group_handle], [list(settings.pool.specs)], voter,
+    return EorIngress.func_or_class(settings, [group_handle], [list(settings.pool.specs)], voter,
                                     reader or _Handle(queue=lambda: {"in_flight": 0, "down": None}),
                                     readers=readers)
 
