@@ -119,9 +119,10 @@ class LuceneSource(KnowledgeSource):
         if not (path / LUCENE_DIR).exists():
             raise MissingIndexError(f"no {self.name} (Lucene) index at {path}: build it with `eor index`")
         self._searcher = autoclass("io.anserini.search.SimpleSearcher")(str(path / LUCENE_DIR))
-        if self._hidden:
-            self._hidden_pages = frozenset(pid for pid, members in page_members(path).items()
-                                           if self._hidden.intersection(members))
+        if self._hidden:  # the pages listing read as a stream: only the pages to hide are kept
+            with open(path / PAGES_FILE, encoding="utf-8") as f:
+                self._hidden_pages = frozenset(r["id"] for r in map(json.loads, f)
+                                               if self._hidden.intersection(r["members"]))
         if self._delta_dir and (Path(self._delta_dir) / LUCENE_DIR).exists():
             self._delta = LuceneSource(self._delta_dir, self.name).load()
         return self
