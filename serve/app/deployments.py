@@ -115,6 +115,7 @@ class Source(Placed):
         return await asyncio.get_running_loop().run_in_executor(self._thread, source.search, queries, k)
 
     async def generation_served(self) -> int:
+        self._watch()  # Health's poll moves an idle source too
         return self.generation
 
     async def encode(self, texts: list[str]):
