@@ -58,6 +58,8 @@ def test_two_nodes_of_a_local_ray_cluster_build_one_index_with_the_vectors_of_on
     encoder = Encoder(corpus_backend="torch")  # fp32 on every class of CPU: the same vectors wherever they run
     build_dense_index(docs, tmp_path / "one", encoder, settings=settings, corpus_id="embedded-120")
     temp = f"/tmp/eor-idx-{tmp_path.name[-8:]}"
+    if ray.is_initialized():  # an earlier test's Ray in this process: this build joins its own cluster
+        ray.shutdown()
     try:
         start_head(6389, temp, 58391)
         start_worker(6389, temp, 58392)
