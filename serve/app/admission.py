@@ -95,6 +95,7 @@ class Admission:
             await self._wait(deadline)
         else:
             self.running += 1
+            metrics.set_gauge("eor_asks_waiting", self.waiting)  # 0 waiting is a reading too (the dashboard's)
         t = time.monotonic()
         ok = False
         try:

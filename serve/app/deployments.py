@@ -71,9 +71,8 @@ class Source(Placed):
         self._config, self._encoder, self._shards = settings, encoder, shards
         self.source = self._ready(sources[name])
         self.generation = generation_of(settings)
-        metrics.set_gauge("eor_index_generation", self.generation, source=name)
         self._moving = False
-        self._checked = time.monotonic()
+        self._checked = 0.0
         self.encoder = None
         if name == encoding_source(settings.index.sources):  # the one RetrieverGroup asks to encode (RemoteEncoder)
             self.encoder = encoder.load() if hasattr(encoder, "load") else encoder
@@ -89,9 +88,12 @@ class Source(Placed):
         """At most once a second: a newer published generation is loaded beside the one serving
         (which answers meanwhile), then swapped in: no request fails across the move."""
         now = time.monotonic()
-        if self._moving or now - self._checked < 1.0 or self._config.service.sources_factory:
+        if self._moving or now - self._checked < 1.0:
             return
         self._checked = now
+        metrics.set_gauge("eor_index_generation", self.generation, source=self.name)  # from the request path
+        if self._config.service.sources_factory:  # sources of a factory's own: no generations
+            return
         if generation_of(self._config) != self.generation:
             self._moving = True
             self._mover.submit(self._move)
