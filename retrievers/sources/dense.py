@@ -109,13 +109,18 @@ class DenseSource(KnowledgeSource):
             return []
         vectors = self.encoder.encode(list(queries))
         if not len(self._hidden_rows) and self._delta is None:
-            return self.passages(*search_all(self._indexes, vectors, k))
+            return self.search_vectors(vectors, k)
         # a generation: the base without its hidden rows (asked for that many more), then the delta
         scores, ids = search_all(self._indexes, vectors, k + min(len(self._hidden_rows), MAX_OVERFETCH))
         ids = np.where(np.isin(ids, self._hidden_rows), -1, ids)
         base = self.passages(scores, ids)
-        delta = self._delta.passages(*search_all(self._delta._indexes, vectors, k)) if self._delta else [[]] * len(base)
+        delta = self._delta.search_vectors(vectors, k) if self._delta else [[]] * len(base)
         return [sorted(b + d, key=lambda p: -p.score)[:k] for b, d in zip(base, delta)]
+
+    def search_vectors(self, vectors: np.ndarray, k: int) -> list[list[Passage]]:
+        """The top k of query vectors over this index alone (no generation applied)."""
+        self.load()
+        return self.passages(*search_all(self._indexes, vectors, k))
 
     def passages(self, scores: np.ndarray, ids: np.ndarray) -> list[list[Passage]]:
         """Rows found (faiss ids, -1 for none) as passages read from the store."""
