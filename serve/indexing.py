@@ -21,6 +21,10 @@ import numpy as np
 from retrievers.sources.dense_build import Embedder, embed_shard
 
 
+ACTORS_READY_S = 300  # how long the pool may take to load every encoder before the build gives up
+ACTOR_INIT_DEATHS = 2  # actors lost while loading (a node dying) that are replaced before the build fails
+
+
 class ShardEncoder:
     """A Ray Data actor: one encoder, loaded once, embedding whole shards."""
 
@@ -80,8 +84,14 @@ def ray_embedder(encoder_name: str, corpus_backend: str, address: str = "local",
         ctx = ray.data.DataContext.get_current()
         ctx.enable_progress_bars = False
         ctx.print_on_execution_start = False
+        # Every actor loaded before shards are handed out, so they spread over all of them (else the
+        # first actor up can take every shard, and the pool cancels the others still starting, which
+        # Ray Data 2.60 counts as a death during initialization and fails the job for).
+        ctx.wait_for_min_actors_s = ACTORS_READY_S
+        ctx.max_consecutive_actor_init_deaths = ACTOR_INIT_DEATHS
         gpus = int(ray.cluster_resources().get("GPU", 0))  # a GPU each where the cluster has them
-        n = actors or gpus or max(1, int(ray.cluster_resources().get("CPU", 1)) // threads)
+        free = int(ray.available_resources().get("CPU", 1))  # what the cluster can place now, not its total
+        n = actors or gpus or max(1, free // threads)
         n = min(n, len(shards))
         ds = ray.data.from_items([{"folder": str(folder), "shard": int(s)} for s in shards],
                                  override_num_blocks=len(shards))
