@@ -16,7 +16,7 @@ from retrievers.registry import source_class
 from retrievers.sources import generations
 from retrievers.sources.base import KnowledgeSource, SourceSetting
 from retrievers.sources.generations import Generation
-from serve.config import EorConfig, IndexConfig, SourceConfig
+from serve.config import MERGE_ABOVE, EorConfig, IndexConfig, SourceConfig
 from serve.config_readers import reader_config, used_readers
 from serve.paths import cache_path, indexes_dir
 
@@ -64,7 +64,8 @@ def make_sources(config: EorConfig, encoder: Encoder, generation: Generation | N
     gen = generation if generation is not None else generations.current(root)
     out = {}
     for name, s in config.index.sources.items():
-        source = source_class(s.backend).from_setting(SourceSetting(name, str(root / name.lower()), encoder, s.options))
+        source = source_class(s.backend).from_setting(SourceSetting(name, str(gen.source_dir(root, name)), encoder,
+                                                                    s.options))
         delta = gen.delta_dir(name)
         out[name] = source.use_generation(str(delta) if delta else None, gen.hidden) if gen.number else source
     return out
@@ -80,24 +81,54 @@ def generation_of(config: EorConfig) -> int:
 
 
 def update_index(name: str, encoder: Encoder, added: Iterable[Document] = (), deleted: Iterable[str] = (),
-                 sources: Mapping[str, SourceConfig] | None = None) -> dict:
+                 sources: Mapping[str, SourceConfig] | None = None, merge_above: int = MERGE_ABOVE) -> dict:
     """`eor index add/delete`: a new generation (every added document since the base, the ids hidden
-    from it, each source's delta), then published as the one that serves."""
+    from it, each source's delta), published as the one that serves; then, once `merge_above`
+    documents were added or deleted since the base, merged into a new base (`merge_index`)."""
     root = index_path(name)
     if not (root / "index.json").exists():
         raise ValueError(f"no index {name!r} at {root} to change: build it with `eor index` first")
+    sources = sources or IndexConfig().sources
     gen = generations.current(root)
     docs, hidden = generations.next_changes(gen, added, deleted)
     n = gen.number + 1
-    folder = generations.write(root, n, docs, hidden, {"documents": len(docs)})
+    folder = generations.write(root, n, docs, hidden, {"documents": len(docs)}, base=gen.base)
     built = {}
-    for source, conf in (sources or IndexConfig().sources).items():
-        setting = SourceSetting(source, str(root / source.lower()), encoder, conf.options)
-        summary = source_class(conf.backend).build_delta(docs, setting, str(folder / source.lower()))
+    for source, conf in sources.items():
+        setting = SourceSetting(source, str(gen.source_dir(root, source)), encoder, conf.options)
+        previous = gen.delta_dir(source)
+        summary = source_class(conf.backend).build_delta(docs, setting, str(folder / source.lower()),
+                                                         str(previous) if previous else None)
         if summary is not None:
             built[source] = {k: v for k, v in summary.items() if isinstance(v, (int, float, str))}
     generations.publish(root, n)
-    return {"generation": n, "documents_added": len(docs), "ids_hidden": len(hidden), "sources": built}
+    info = {"generation": n, "documents_added": len(docs), "ids_hidden": len(hidden), "sources": built}
+    if len(hidden) >= merge_above:  # every added id is hidden too (replacing any base version): the changes made
+        info["merged"] = merge_index(name, encoder, sources)
+    return info
+
+
+def merge_index(name: str, encoder: Encoder, sources: Mapping[str, SourceConfig] | None = None) -> dict:
+    """`eor index merge`: the serving generation folded into a new base (each source's
+    `merge_generation`: the dense vectors copied, the pages indexed again), published as the next
+    generation, with no delta and nothing hidden. Nothing to merge: the generation as it is."""
+    root = index_path(name)
+    gen = generations.current(root)
+    if not gen.hidden:
+        return {"generation": gen.number, "sources": {}}
+    n = gen.number + 1
+    base = generations.merged_base(n)
+    generations.write(root, n, [], set(), {"documents": 0, "merged_from": gen.number}, base=base)
+    built = {}
+    for source, conf in (sources or IndexConfig().sources).items():
+        setting = SourceSetting(source, str(gen.source_dir(root, source)), encoder, conf.options)
+        delta = gen.delta_dir(source)
+        summary = source_class(conf.backend).merge_generation(setting, str(delta) if delta else None, gen.hidden,
+                                                              str(root / base / source.lower()))
+        if summary is not None:
+            built[source] = {k: v for k, v in summary.items() if isinstance(v, (int, float, str))}
+    generations.publish(root, n)
+    return {"generation": n, "sources": built}
 
 
 def source_shapes(config: EorConfig) -> dict[str, str]:

@@ -57,7 +57,8 @@ class SourceConfig:
         return line
 
 
-DEFAULT_SOURCES = {"Wiki": "dense", "SE": "lucene"}  # the paper's two: dense passages, BM25 pages
+DEFAULT_SOURCES = {"Wiki": "dense", "SE": "lucene"}
+MERGE_ABOVE = 5000  # index.merge_above's default  # the paper's two: dense passages, BM25 pages
 
 
 @dataclass(frozen=True)
@@ -70,6 +71,9 @@ class IndexConfig:
     # `SE: {backend: http, options: {fetch_pages: true}}` (a Serper-style search API for SE).
     # (a line may be a bare backend name: SourceConfig.read checks each)
     sources: SkipValidation[dict[str, SourceConfig]] = field(default_factory=lambda: dict(DEFAULT_SOURCES))
+    # `eor index add/delete` merge the generation into a new base once this many documents were
+    # added or deleted since the base (docs/operations.md: what an add costs as the delta grows)
+    merge_above: Annotated[int, Field(ge=1)] = MERGE_ABOVE
 
     def __post_init__(self) -> None:
         if not isinstance(self.sources, dict):

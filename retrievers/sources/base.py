@@ -57,9 +57,19 @@ class KnowledgeSource(Protocol):
         return None
 
     @classmethod
-    def build_delta(cls, docs: list[Document], setting: SourceSetting, delta_dir: str) -> dict | None:
+    def build_delta(cls, docs: list[Document], setting: SourceSetting, delta_dir: str,
+                    previous: str | None = None) -> dict | None:
         """Index a generation's added documents at `delta_dir` (retrievers/sources/generations.py),
-        searched beside the base; the default, for a source with no index of its own: nothing."""
+        searched beside the base; `previous`: the previous generation's delta, what it may reuse.
+        The default, for a source with no index of its own: nothing."""
+        return None
+
+    @classmethod
+    def merge_generation(cls, setting: SourceSetting, delta_dir: str | None, hidden: frozenset[str],
+                         out_dir: str) -> dict | None:
+        """Write a new base at `out_dir`: the base at `setting.index_dir` without the `hidden`
+        document ids, plus the delta at `delta_dir` (None: none), as a full build of the same
+        documents would be. The old base stays (a service may still read it). Default: nothing."""
         return None
 
     def use_generation(self, delta_dir: str | None, hidden: frozenset[str]) -> "KnowledgeSource":

@@ -50,13 +50,26 @@ class DenseSource(KnowledgeSource):
         return index_shard_count(index_dir)
 
     @classmethod
-    def build_delta(cls, docs: list[Document], setting: SourceSetting, delta_dir: str) -> dict | None:
-        """A generation's added documents as a small exact index (embedded with the base's encoder)."""
+    def build_delta(cls, docs: list[Document], setting: SourceSetting, delta_dir: str,
+                    previous: str | None = None) -> dict | None:
+        """A generation's added documents as a small exact index (embedded with the base's encoder;
+        those the previous delta holds take its vectors)."""
+        from retrievers.sources.dense_merge import reusing_embedder
+
         if not docs:
             return None
         source = cls.from_setting(setting)
         flat = replace(source.settings, factory="Flat", index_shards=1)
-        return build_dense_index(docs, delta_dir, source.encoder, settings=flat, corpus_id="generation delta")
+        return build_dense_index(docs, delta_dir, source.encoder, settings=flat, corpus_id="generation delta",
+                                 embedder=reusing_embedder(source.encoder, previous))
+
+    @classmethod
+    def merge_generation(cls, setting: SourceSetting, delta_dir: str | None, hidden: frozenset[str],
+                         out_dir: str) -> dict | None:
+        """The vectors the base and the delta hold, copied (nothing embedded again), indexed anew."""
+        from retrievers.sources.dense_merge import merge_dense_index
+
+        return merge_dense_index(setting.index_dir, delta_dir, hidden, out_dir, cls.from_setting(setting).settings)
 
     def __post_init__(self) -> None:
         self._indexes: list = []

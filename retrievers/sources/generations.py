@@ -7,7 +7,10 @@ from the base (deleted, or replaced by an added document of the same id), and ea
 delta index over the added documents (the source class's `build_delta`). `CURRENT` names the
 generation that serves, written by rename last: a reader sees the old generation or the new one,
 never half of one. A source searches its base, leaving out what is hidden, and its delta, and
-merges the two by score. Old generations stay until removed (a service may still read one).
+merges the two by score. When the delta grows past `index.merge_above` documents, a *merged*
+generation follows: a new base (the old less what is hidden, plus the delta; each source's
+`merge_generation`) in `generations/NNNNN/base/`, no delta, nothing hidden; later generations
+build on it. Old generations stay until removed (a service may still read one).
 """
 from __future__ import annotations
 
@@ -32,6 +35,11 @@ class Generation:
     number: int
     folder: Path | None  # None: generation 0, the base alone
     hidden: frozenset[str]  # base document ids not served (deleted, or replaced by an added one)
+    base: str = ""  # the folder under the index holding the base ("": the one `eor index` built)
+
+    def source_dir(self, root: str | Path, source: str) -> Path:
+        """Where this generation's base index of `source` is."""
+        return Path(root) / self.base / source.lower()
 
     def docs(self) -> list[Document]:
         return [] if self.folder is None else list(read_jsonl(self.folder / DOCS_FILE))
@@ -56,7 +64,7 @@ def load(root: str | Path, n: int) -> Generation:
         return Generation(0, None, frozenset())
     folder = Path(root) / GENERATIONS_DIR / f"{n:05d}"
     changes = json.loads((folder / CHANGES_FILE).read_text(encoding="utf-8"))
-    return Generation(n, folder, frozenset(changes["hidden"]))
+    return Generation(n, folder, frozenset(changes["hidden"]), changes.get("base", ""))
 
 
 def next_changes(gen: Generation, added: Iterable[Document], deleted: Iterable[str]) -> tuple[list[Document], set[str]]:
@@ -73,14 +81,20 @@ def next_changes(gen: Generation, added: Iterable[Document], deleted: Iterable[s
     return list(docs.values()), hidden
 
 
-def write(root: str | Path, n: int, docs: list[Document], hidden: set[str], summary: dict) -> Path:
-    """The generation's own files (its sources' deltas are built into the folder by the caller)."""
+def merged_base(n: int) -> str:
+    """The base folder (under the index) a merged generation `n` writes."""
+    return f"{GENERATIONS_DIR}/{n:05d}/base"
+
+
+def write(root: str | Path, n: int, docs: list[Document], hidden: set[str], summary: dict, base: str = "") -> Path:
+    """The generation's own files (its sources' deltas are built into the folder by the caller);
+    `base`: the base it builds on (the previous generation's)."""
     folder = Path(root) / GENERATIONS_DIR / f"{n:05d}"
     folder.mkdir(parents=True, exist_ok=True)
     with open(folder / DOCS_FILE, "w", encoding="utf-8") as f:
         for d in docs:
             f.write(json.dumps({"id": d.doc_id, "title": d.title, "text": d.text}) + "\n")
-    (folder / CHANGES_FILE).write_text(json.dumps({"n": n, "hidden": sorted(hidden), **summary}, indent=1),
+    (folder / CHANGES_FILE).write_text(json.dumps({"n": n, "base": base, "hidden": sorted(hidden), **summary}, indent=1),
                                        encoding="utf-8")
     return folder
 

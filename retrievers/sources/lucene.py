@@ -5,6 +5,7 @@ Wiki's 100-word passages, as Google and DPR did in the paper.
 """
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import shutil
@@ -22,6 +23,7 @@ from retrievers.types import Passage
 LUCENE_DIR = "lucene"
 PAGES_FILE = "pages.jsonl"
 DONE_FILE = "lucene.json"
+RECORDS_FILE = "records.sqlite"  # the corpus records by page, kept: what a merge rebuilds pages from
 FILE_PAGES = 50_000  # pages per input file: Anserini's indexer gives each thread a file
 
 
@@ -29,18 +31,22 @@ def build_lucene_index(docs: Iterable[Document], out_dir: str | Path, threads: i
                        page_prefix: str = "") -> int:
     """Write pages (streamed: records grouped by title on disk) and index them with Anserini's
     multi-threaded IndexCollection (BM25 defaults, each page's raw JSON stored: pages are served
-    from the index, not held in memory). A finished index over the same corpus is kept as it is."""
+    from the index, not held in memory). The records stay grouped in `records.sqlite` (a page
+    does not keep its records apart: a merge needs them). A finished index over the same corpus
+    is kept as it is."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     done = out / DONE_FILE
     if corpus_id and done.exists() and json.loads(done.read_text()).get("corpus") == corpus_id:
         return int(json.loads(done.read_text())["pages"])
     done.unlink(missing_ok=True)
+    records = out / (RECORDS_FILE + ".tmp")
+    records.unlink(missing_ok=True)
     pages = 0
     with tempfile.TemporaryDirectory(dir=out) as tmp:
         with open(out / (PAGES_FILE + ".tmp"), "w", encoding="utf-8") as listing:
             part = None
-            for n, p in enumerate(iter_pages(docs, Path(tmp) / "group.sqlite")):
+            for n, p in enumerate(iter_pages(docs, records)):
                 if n % FILE_PAGES == 0:
                     if part is not None:
                         part.close()
@@ -52,7 +58,6 @@ def build_lucene_index(docs: Iterable[Document], out_dir: str | Path, threads: i
                 pages = n + 1
             if part is not None:
                 part.close()
-        (Path(tmp) / "group.sqlite").unlink()
         target = out / LUCENE_DIR
         shutil.rmtree(target, ignore_errors=True)
         cmd = [java_binary(), "-Xmx1g", "-cp", anserini_jar(), "io.anserini.index.IndexCollection",
@@ -63,8 +68,26 @@ def build_lucene_index(docs: Iterable[Document], out_dir: str | Path, threads: i
         if proc.returncode != 0:
             raise RuntimeError(f"Lucene indexing failed:\n{proc.stdout[-2000:]}\n{proc.stderr[-2000:]}")
     (out / (PAGES_FILE + ".tmp")).replace(out / PAGES_FILE)
+    records.replace(out / RECORDS_FILE)
     done.write_text(json.dumps({"corpus": corpus_id, "pages": pages}))
     return pages
+
+
+def stored_records(index_dir: str | Path) -> Iterator[Document]:
+    """The records an index was built from, in corpus order (`records.sqlite`)."""
+    import sqlite3
+
+    path = Path(index_dir) / RECORDS_FILE
+    if not path.exists():
+        raise MissingIndexError(f"the Lucene index at {index_dir} keeps no records (built before merges): "
+                                "rebuild it with `eor index --fresh` to merge its generations")
+    db = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    try:  # the title kept is the page's key: the record's title, or its id where it had none
+        for doc_id, title, text in db.execute("SELECT r.id, t.title, r.text FROM records r "
+                                              "JOIN titles t ON t.n = r.title_n ORDER BY r.seq"):
+            yield Document(doc_id, title if title != doc_id else "", text)
+    finally:
+        db.close()
 
 
 def page_members(index_dir: str | Path) -> dict[str, tuple[str, ...]]:
@@ -93,11 +116,26 @@ class LuceneSource(KnowledgeSource):
                                             corpus_id=corpus_id)}
 
     @classmethod
-    def build_delta(cls, docs: list[Document], setting: SourceSetting, delta_dir: str) -> dict | None:
+    def build_delta(cls, docs: list[Document], setting: SourceSetting, delta_dir: str,
+                    previous: str | None = None) -> dict | None:
         """A generation's added documents as pages of their own (grouped by title among themselves)."""
         if not docs:
             return None
         return {"pages": build_lucene_index(docs, delta_dir, threads=1, page_prefix=f"{Path(delta_dir).parent.name}-")}
+
+    @classmethod
+    def merge_generation(cls, setting: SourceSetting, delta_dir: str | None, hidden: frozenset[str],
+                         out_dir: str) -> dict | None:
+        """The pages indexed again from the kept records: the base's less the hidden, then the delta's
+        (a page regrouped whole, its BM25 statistics the whole corpus's again)."""
+        base = (d for d in stored_records(setting.index_dir) if d.doc_id not in hidden)
+        added = stored_records(delta_dir) if delta_dir and (Path(delta_dir) / RECORDS_FILE).exists() else ()
+        tmp = Path(out_dir).with_name(Path(out_dir).name + ".merging")
+        shutil.rmtree(tmp, ignore_errors=True)
+        pages = build_lucene_index(itertools.chain(base, added), tmp, threads=min(4, os.cpu_count() or 1))
+        shutil.rmtree(out_dir, ignore_errors=True)
+        tmp.replace(out_dir)
+        return {"pages": pages}
 
     def __post_init__(self) -> None:
         self._searcher = None

@@ -44,20 +44,43 @@ log = logging.getLogger(__name__)
 @serve.deployment(ray_actor_options=THIN, max_ongoing_requests=64)
 class IndexShard(Placed):
     """One faiss file of a dense index split into several (`index_shards`), placed by Ray: the
-    Source encodes the query, asks every shard and merges (handles.py: RemoteIndexShards)."""
+    Source encodes the query, asks every shard and merges (handles.py: RemoteIndexShards). A
+    merged generation's new base is loaded beside the one serving (`load_base`) before the Source
+    asks for it; each search names the base it means."""
+
+    KEPT_BASES = 2  # the base serving and the one coming
 
     def __init__(self, settings: EorConfig, name: str, shard: int):
+        self._settings, self._name, self._shard = settings, name, shard
+        source = make_service_sources(settings)[0][name]
+        self._bases: dict[str, Any] = {}
+        self._load(source.index_dir)
+        self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"shard-{name}-{shard}")
+
+    def _load(self, index_dir: str):
         from pathlib import Path
 
         from retrievers.sources.dense import load_index_shards, read_meta
 
-        source = make_service_sources(settings)[0][name]
-        path = Path(source.index_dir)
-        (self.index,) = load_index_shards(path, read_meta(path, name), source.settings, only=[shard])
-        self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"shard-{name}-{shard}")
+        if index_dir not in self._bases:
+            settings = make_service_sources(self._settings)[0][self._name].settings
+            path = Path(index_dir)
+            (self._bases[index_dir],) = load_index_shards(path, read_meta(path, self._name), settings,
+                                                          only=[self._shard])
+            for old in list(self._bases)[:-self.KEPT_BASES]:
+                del self._bases[old]
+        return self._bases[index_dir]
 
-    async def search(self, vectors, k: int):
-        return await asyncio.get_running_loop().run_in_executor(self._thread, self.index.search, vectors, k)
+    async def load_base(self, index_dir: str) -> None:
+        await asyncio.get_running_loop().run_in_executor(self._thread, self._load, index_dir)
+
+    async def search(self, vectors, k: int, index_dir: str = ""):
+        index_dir = index_dir or next(iter(self._bases))
+        index = self._bases.get(index_dir)
+        if index is None:  # a base not announced by load_base: loaded now (the search waits)
+            return await asyncio.get_running_loop().run_in_executor(
+                self._thread, lambda: self._load(index_dir).search(vectors, k))
+        return await asyncio.get_running_loop().run_in_executor(self._thread, index.search, vectors, k)
 
 
 @serve.deployment(ray_actor_options=THIN, max_ongoing_requests=64)
@@ -79,10 +102,13 @@ class Source(Placed):
         self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"source-{name}")
         self._mover = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"generation-{name}")
 
-    def _ready(self, source):
-        if self._shards:
-            source.use_indexes([RemoteIndexShards(self._shards)])
-        return source.load()
+    def _ready(self, source, moving: bool = False):
+        if self._shards and source.index_shards(source.index_dir) == len(self._shards):
+            if moving:  # every shard holds the new base before a search asks for it (at start they load it)
+                for pending in [h.load_base.remote(source.index_dir) for h in self._shards]:
+                    pending.result()
+            source.use_indexes([RemoteIndexShards(self._shards, source.index_dir)])
+        return source.load()  # shards of another count than the deployments' (a merge): searched here
 
     def _watch(self) -> None:
         """At most once a second: a newer published generation is loaded beside the one serving
@@ -101,7 +127,7 @@ class Source(Placed):
     def _move(self) -> None:
         try:
             gen = current_generation(self._config)
-            source = self._ready(make_sources(self._config, self._encoder, generation=gen)[self.name])
+            source = self._ready(make_sources(self._config, self._encoder, generation=gen)[self.name], moving=True)
             self.source, self.generation = source, gen.number  # one assignment each: a search sees old or new
             metrics.set_gauge("eor_index_generation", gen.number, source=self.name)
             log.info("eor: source %s serves index generation %d", self.name, gen.number)

@@ -69,9 +69,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     i = sub.add_parser("index", help="build (or resume) every configured source's index: Wiki (faiss), SE (Lucene); "
                        "`index add FILE.jsonl` / `index delete ID ...` change it as a new generation")
-    i.add_argument("action", nargs="?", choices=("build", "add", "delete"), default="build",
+    i.add_argument("action", nargs="?", choices=("build", "add", "delete", "merge"), default="build",
                    help="build (default); add: the documents of a JSONL file (an id already there is replaced); "
-                        "delete: documents by id. A running `eor serve` moves to the new generation by itself")
+                        "delete: documents by id; merge: the changes folded into a new base (add/delete do it past "
+                        "index.merge_above). A running `eor serve` moves to the new generation by itself")
     i.add_argument("items", nargs="*", help="add: JSONL file(s); delete: document ids")
     i.add_argument("--corpus", help='JSONL corpus of {"id","title","text"}, .gz too (default: embedded corpus)')
     i.add_argument("--ray-address", help="embed on this Ray cluster's nodes (a Ray Data job); 'local': a Ray "

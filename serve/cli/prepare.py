@@ -97,24 +97,37 @@ def cmd_index(args) -> int:
 
 
 def cmd_index_change(args, config) -> int:
-    """`eor index add FILE...` / `eor index delete ID...`: a new generation of the index."""
+    """`eor index add FILE...` / `eor index delete ID...`: a new generation of the index;
+    `eor index merge`: the serving generation folded into a new base."""
     from retrievers.corpus import read_jsonl
     from retrievers.encoder import Encoder
     from serve.builder import update_index
     from serve.cli.console import Console
 
+    if args.action == "merge":
+        from serve.builder import merge_index
+
+        t = time.time()
+        info = merge_index(config.index.name, Encoder(config.index.encoder), config.index.sources)
+        info["seconds"] = round(time.time() - t, 1)
+        print(json.dumps({"index": config.index.name, **info}) if args.json else
+              f"index {config.index.name!r}: generation {info['generation']} serves"
+              + (f" (merged into a new base; {info['seconds']:.0f} s)" if info["sources"] else " (nothing to merge)"))
+        return 0
     if not args.items:
         raise ValueError(f"eor index {args.action} needs {'a JSONL file' if args.action == 'add' else 'document ids'}")
     t = time.time()
     added = [d for path in args.items for d in read_jsonl(path)] if args.action == "add" else []
     deleted = args.items if args.action == "delete" else []
     with Console(verbose=args.verbose and not args.json):
-        info = update_index(config.index.name, Encoder(config.index.encoder), added, deleted, config.index.sources)
+        info = update_index(config.index.name, Encoder(config.index.encoder), added, deleted, config.index.sources,
+                            merge_above=config.index.merge_above)
     info["seconds"] = round(time.time() - t, 1)
     if args.json:
         print(json.dumps({"index": config.index.name, **info}))
     else:
         print(f"index {config.index.name!r}: generation {info['generation']} serves "
               f"({len(added) or len(deleted)} {'added' if added else 'deleted'}; {info['documents_added']} documents "
-              f"added and {info['ids_hidden']} ids hidden since the base; {info['seconds']:.0f} s)")
+              f"added and {info['ids_hidden']} ids hidden since the base; {info['seconds']:.0f} s)"
+              + (f"; merged into a new base as generation {info['merged']['generation']}" if "merged" in info else ""))
     return 0

@@ -1,6 +1,7 @@
-"""An index that lives: `eor index add/delete` on a built index, and a running service moving to
-the new generation while clients ask, without a failed request (real Ray Serve, Lucene, faiss;
-a SmolLM2 reader reading two retrievers)."""
+"""An index that lives: `eor index add/merge/delete` on a built index, and a running service moving
+to each new generation while clients ask, without a failed request (real Ray Serve, Lucene, faiss
+with Wiki in two index-shard actors that load the merged base; a SmolLM2 reader reading two
+retrievers)."""
 from __future__ import annotations
 
 import json
@@ -34,12 +35,13 @@ def test_index_add_and_delete_move_a_running_service_without_a_failed_ask(tmp_pa
         pytest.fail("reader model not prepared: run ./setup.sh --tests (eor models prepare smollm2-135m)")
     monkeypatch.setenv("EOR_HOME", str(tmp_path / "home"))
     docs = list(islice(read_embedded(), 200))
-    build_indexes(docs, "t", Encoder(), show_progress=False)
+    sources = {"Wiki": {"backend": "dense", "options": {"shard_passages": 64, "index_shards": 2}}, "SE": "lucene"}
     settings = config_from_dict({
-        "reader": {"model": str(model)}, "generator": {"model": ""}, "index": {"name": "t"},
+        "reader": {"model": str(model)}, "generator": {"model": ""}, "index": {"name": "t", "sources": sources},
         "pool": {"specs": ["Wiki@1", "SE@1"]}, "cache": {"enabled": False},
         "voter": {"weights": "equal", "metrics": ["em"]},
         "service": {"port": 0, "metrics_port": 0, "http_port": 0, "ask_deadline_s": 600}})
+    build_indexes(docs, "t", Encoder(), show_progress=False, sources=settings.index.sources)  # Wiki in 2 actors
     svc = LocalService(settings).start()
     try:
         with grpc.insecure_channel(svc.address) as ch:
@@ -63,18 +65,24 @@ def test_index_add_and_delete_move_a_running_service_without_a_failed_ask(tmp_pa
                 t.start()
             added = tmp_path / "add.jsonl"
             added.write_text(json.dumps(NEW) + "\n")
-            assert main(["index", "add", str(added), "--index", "t", "--json"]) == 0
+            config = tmp_path / "eor.yaml"
+            config.write_text(json.dumps({"index": {"name": "t", "sources": sources}}))  # YAML reads JSON
+            assert main(["index", "add", str(added), "--config", str(config), "--json"]) == 0
             moved = _wait_for(stub, ["Wiki: 1", "SE: 1"])
             r = stub.Ask(eor_pb2.AskRequest(question=q), timeout=600)
             assert NEW["id"] in {p.id for p in r.passages} or any("Zorblat" in p.title for p in r.passages)
-            assert main(["index", "delete", NEW["id"], "--index", "t", "--json"]) == 0
+            assert main(["index", "merge", "--config", str(config), "--json"]) == 0  # a new base: shards reload
             _wait_for(stub, ["Wiki: 2", "SE: 2"])
+            r = stub.Ask(eor_pb2.AskRequest(question=q), timeout=600)
+            assert NEW["id"] in {p.id for p in r.passages} or any("Zorblat" in p.title for p in r.passages)
+            assert main(["index", "delete", NEW["id"], "--config", str(config), "--json"]) == 0
+            _wait_for(stub, ["Wiki: 3", "SE: 3"])
             stop.set()
             for t in threads:
                 t.join(timeout=600)
             r = stub.Ask(eor_pb2.AskRequest(question=q), timeout=600)
             assert all(p.id != NEW["id"] and "Zorblat" not in p.title for p in r.passages)
-            print(f"moved to generation 1 in {moved:.1f} s; {len(codes)} Asks across the swaps")
+            print(f"moved to generation 1 in {moved:.1f} s; {len(codes)} Asks across the three swaps")
             assert codes and set(codes) == {"OK"}, codes  # no failed Ask across either swap
     finally:
         svc.stop()
