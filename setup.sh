@@ -91,15 +91,18 @@ if [ "$reader15" = 1 ]; then models+=(qwen2.5-coder-1.5b); fi
 prepare_models() { .venv/bin/eor models prepare "${models[@]}"; }
 # index.json is written when every source is built (an older eor's lacks "sources": built again)
 if [ "$build_index" = 1 ] && ! grep -qs '"sources"' "$home/indexes/default/index.json"; then
-  # The reader's conversion (most of a core) runs beside the indexing (the encoder's two threads):
-  # measured on a fresh clone, 44 s of model and 84 s of index one after the other (bf16; the index
-  # 3x as long in fp32). eor index draws its own progress bar and logs the libraries' output.
+  # SE (Lucene) first, in seconds: the shipped voter's first round reads only it. The Wiki (dense)
+  # index is then embedded in the background (resumable; its log in var/logs), beside the readers'
+  # conversion and then the reader engine's start in `eor ask`, which answers from SE meanwhile:
+  # a round that reads Wiki waits for it (retrievers/sources/build_lock.py).
   t0=$(date +%s)
   prepare_models >>"$log" 2>&1 &
   prep=$!
-  echo "preparing the reader model${models[1]:+s} beside the indexing; indexing the embedded corpus (Wiki + SE):"
-  if [ "$verbose" = 1 ]; then .venv/bin/eor index --verbose; else .venv/bin/eor index; fi
-  echo "indexing: $(( $(date +%s) - t0 )) s"
+  echo "preparing the reader model${models[1]:+s} beside the indexing; indexing the embedded corpus, SE first:"
+  if [ "$verbose" = 1 ]; then .venv/bin/eor index --sources SE --verbose; else .venv/bin/eor index --sources SE; fi
+  index_log="$(dirname "$log")/index-wiki.log"
+  nohup setsid .venv/bin/eor index >>"$index_log" 2>&1 </dev/null &
+  echo "indexing SE: $(( $(date +%s) - t0 )) s; Wiki is being built in the background (log: $index_log)"
   step "preparing the reader model${models[1]:+s} (finishing)" wait "$prep"
 else
   step "preparing the reader model${models[1]:+s}" prepare_models

@@ -1,7 +1,7 @@
 """The scale benchmark's figures for one built index: what the build took and what search costs.
 
     python -m bench.scale_index --index scale-100k --time-log var/bench/scale/build-100k.err \
-        [--questions 200] [--out var/bench/scale/scale-100k.json]
+        [--questions 200] [--generation N ...] [--out var/bench/scale/scale-100k.json]
 
 Build (from the index's own records, dense_build.py's meta.json, and `/usr/bin/time -v`'s log of
 the `eor index` run when given): passages, the index kind and its recall@10 against exact, the
@@ -27,6 +27,7 @@ import numpy as np
 from bench.common import DEFAULT_QUESTIONS, read_questions
 from retrievers.corpus import base_id
 from retrievers.encoder import Encoder
+from retrievers.sources import generations
 from retrievers.sources.lucene import page_members
 from serve.builder import index_path, make_sources
 from serve.config import EorConfig, IndexConfig
@@ -98,6 +99,28 @@ def ann_figures(root: Path, factory: str, queries: np.ndarray) -> dict:
             "batch_32": latencies_vec(search, queries, 32)}
 
 
+def search_figures(sources: dict, gen, root: Path, rows: list[dict]) -> dict:
+    """Each source's gold recall@10 and latency at batch 1 and 32, at generation `gen`."""
+    queries = [r["question"] for r in rows]
+    members = page_members(gen.source_dir(root, "SE"))
+    delta = gen.delta_dir("SE")
+    if delta is not None and (delta / "pages.jsonl").exists():
+        members.update(page_members(delta))
+    out = {}
+    for name, src in sources.items():
+        src.load()
+        src.search(queries[:2], 10)  # warm: the first call loads and compiles
+        hits = src.search(queries, 10)
+        if name == "SE":
+            found = [{m for p in row for m in members[p.pid]} for row in hits]
+        else:
+            found = [{base_id(p.pid) for p in row} for row in hits]
+        recall = float(np.mean([bool(f & set(r["gold_pids"])) for f, r in zip(found, rows)]))
+        out[name] = {"gold_recall_at_10": round(recall, 4), "batch_1": latencies(src.search, queries, 1, 10),
+                     "batch_32": latencies(src.search, queries, 32, 10)}
+    return out
+
+
 def latencies_vec(search, vectors: np.ndarray, batch: int) -> dict:
     return latencies(lambda q, k: search(np.ascontiguousarray(q), k), vectors, batch, 10)
 
@@ -109,27 +132,25 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--questions", type=int, default=200, help="NQ questions searched (the first N)")
     ap.add_argument("--ann", action="append", default=[], metavar="FACTORY",
                     help="also an ANN index of this faiss factory over the same vectors (recall, latency)")
+    ap.add_argument("--generation", type=int, action="append", default=[], metavar="N",
+                    help="search at index generation N (0: the base; repeat it to set them side by side in one "
+                         "run); default: the one published")
     ap.add_argument("--out", type=Path)
     args = ap.parse_args(argv)
     root = index_path(args.index)
     report = {"index": args.index, "cores": os.cpu_count(), "build": build_figures(root, args.time_log)}
     rows = read_questions(DEFAULT_QUESTIONS, "nq-open-oracle", args.questions)
     queries = [r["question"] for r in rows]
-    sources = make_sources(EorConfig(index=IndexConfig(name=args.index)), Encoder())
-    members = page_members(root / "se")
+    config = EorConfig(index=IndexConfig(name=args.index))
     report["search"] = {}
-    for name, src in sources.items():
-        src.load()
-        src.search(queries[:2], 10)  # warm: the first call loads and compiles
-        hits = src.search(queries, 10)
-        if name == "SE":
-            found = [{m for p in row for m in members[p.pid]} for row in hits]
+    for n in args.generation or [generations.current_number(root)]:
+        gen = generations.load(root, n)
+        figures = search_figures(make_sources(config, Encoder(), generation=gen), gen, root, rows)
+        if args.generation:
+            figures = {"generation": n, "documents_added": len(gen.docs()), "ids_hidden": len(gen.hidden), **figures}
+            report["search"].setdefault("generations", []).append(figures)
         else:
-            found = [{base_id(p.pid) for p in row} for row in hits]
-        recall = float(np.mean([bool(f & set(r["gold_pids"])) for f, r in zip(found, rows)]))
-        report["search"][name] = {"gold_recall_at_10": round(recall, 4),
-                                  "batch_1": latencies(src.search, queries, 1, 10),
-                                  "batch_32": latencies(src.search, queries, 32, 10)}
+            report["search"] = figures
     vectors = Encoder().encode(queries)
     report["ann"] = [ann_figures(root, f, vectors) for f in args.ann]
     print(json.dumps(report, indent=1))

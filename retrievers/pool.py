@@ -143,8 +143,11 @@ class RetrieverPool:
         return list(self.plans)
 
     def load(self) -> "RetrieverPool":
+        """Every source ready now, and the reranker; a source whose index is still being built
+        (`building()`) loads on its first search, which waits for the build."""
         for src in self.sources.values():
-            src.load()
+            if not getattr(src, "building", lambda: False)():
+                src.load()
         self.reranker.load()
         return self
 

@@ -27,10 +27,11 @@ def index_path(name: str) -> Path:
 
 def build_indexes(docs: Iterable[Document], name: str, encoder: Encoder, show_progress: bool = True,
                   progress: TextIO | None = None, sources: Mapping[str, SourceConfig] | None = None,
-                  corpus_id: str = "", embedder: Any = None) -> dict:
+                  corpus_id: str = "", embedder: Any = None, complete: bool = True) -> dict:
     """Every source `sources` lists (default: Wiki and SE), each built by its own class over one
     corpus (`docs` is read once per source: a list, or retrievers.corpus.Corpus for a file of any
-    size). Resumable: a source already built from the same corpus is kept."""
+    size). Resumable: a source already built from the same corpus is kept. `complete`: these are
+    all the index's sources (index.json, the finished index's summary, is written then only)."""
     root = index_path(name)
     built = {}
     for source, conf in (sources or IndexConfig().sources).items():
@@ -41,7 +42,8 @@ def build_indexes(docs: Iterable[Document], name: str, encoder: Encoder, show_pr
         if summary is not None:
             built[source] = summary
     info = {"sources": built}
-    (root / "index.json").write_text(json.dumps(info, indent=2))
+    if complete:
+        (root / "index.json").write_text(json.dumps(info, indent=2))
     return info
 
 

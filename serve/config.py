@@ -57,8 +57,8 @@ class SourceConfig:
         return line
 
 
-DEFAULT_SOURCES = {"Wiki": "dense", "SE": "lucene"}
-MERGE_ABOVE = 5000  # index.merge_above's default  # the paper's two: dense passages, BM25 pages
+DEFAULT_SOURCES = {"Wiki": "dense", "SE": "lucene"}  # the paper's two: dense passages, BM25 pages
+MERGE_ABOVE = 3000  # index.merge_above's default: measured at 100k (docs/benchmarks.md, "An index that lives")
 
 
 @dataclass(frozen=True)

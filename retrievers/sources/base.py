@@ -83,6 +83,11 @@ class KnowledgeSource(Protocol):
         its own (0 or 1: the source serves it whole); the default: none."""
         return 0
 
+    def building(self) -> bool:
+        """Whether its index is being built now by another process: the pool then loads it on the
+        first search, which waits (retrievers/sources/build_lock.py). Default: never."""
+        return False
+
     def load(self) -> "KnowledgeSource":
         """Open indexes / models (cheap constructors, explicit warm-up)."""
 

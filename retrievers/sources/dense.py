@@ -11,6 +11,7 @@ import numpy as np
 from retrievers.corpus import Document
 from retrievers.encoder import Encoder
 from retrievers.sources.base import PASSAGES, KnowledgeSource, MissingIndexError, SourceSetting
+from retrievers.sources.build_lock import builder_pid, wait_for_build
 from retrievers.sources.dense_build import (BUILD_FILE, FORMAT, META_FILE, SHARDS_DIR, DenseIndexSettings,
                                             build_dense_index, index_file, search_all, set_knob)
 from retrievers.sources.passage_store import PassageStore
@@ -80,6 +81,10 @@ class DenseSource(KnowledgeSource):
         self._delta: DenseSource | None = None
         self._hidden_rows = np.zeros(0, dtype=np.int64)
 
+    def building(self) -> bool:
+        """Whether `eor index` is building this index now (the first search waits for it)."""
+        return not (Path(self.index_dir) / META_FILE).exists() and builder_pid(self.index_dir) is not None
+
     def use_generation(self, delta_dir: str | None, hidden: frozenset[str]) -> "DenseSource":
         self._delta_dir, self._hidden = delta_dir, frozenset(hidden)
         return self
@@ -94,6 +99,7 @@ class DenseSource(KnowledgeSource):
         if self._store is not None:
             return self
         path = Path(self.index_dir)
+        wait_for_build(path, path / META_FILE, self.name)  # an index `eor index` is still building
         self.meta = read_meta(path, self.name)
         self._check_encoder(path)
         self._indexes = self._indexes or load_index_shards(path, self.meta, self.settings)
@@ -125,8 +131,7 @@ class DenseSource(KnowledgeSource):
             return self.search_vectors(vectors, k)
         # a generation: the base without its hidden rows (asked for that many more), then the delta
         scores, ids = search_all(self._indexes, vectors, k + min(len(self._hidden_rows), MAX_OVERFETCH))
-        ids = np.where(np.isin(ids, self._hidden_rows), -1, ids)
-        base = self.passages(scores, ids)
+        base = self.passages(*first_k(scores, np.where(np.isin(ids, self._hidden_rows), -1, ids), k))
         delta = self._delta.search_vectors(vectors, k) if self._delta else [[]] * len(base)
         return [sorted(b + d, key=lambda p: -p.score)[:k] for b, d in zip(base, delta)]
 
@@ -144,6 +149,15 @@ class DenseSource(KnowledgeSource):
             docs = self._store.get([i for _, i in hits])
             out.append([Passage(d.doc_id, d.title, d.text, self.name, float(s)) for (s, _), d in zip(hits, docs)])
         return out
+
+
+def first_k(scores: np.ndarray, ids: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """Each row's first k found (id >= 0), in order: only those are read from the store."""
+    out_s, out_i = np.zeros((len(ids), k), dtype=np.float32), np.full((len(ids), k), -1, dtype=np.int64)
+    for r, (s, i) in enumerate(zip(scores, ids)):
+        keep = np.flatnonzero(i >= 0)[:k]
+        out_s[r, : len(keep)], out_i[r, : len(keep)] = s[keep], i[keep]
+    return out_s, out_i
 
 
 def read_meta(path: Path, name: str = "Wiki") -> dict:

@@ -26,6 +26,7 @@ from typing import Callable, Iterable, Iterator, Sequence, TextIO
 import numpy as np
 
 from retrievers.corpus import Document, to_passages
+from retrievers.sources import build_lock
 from retrievers.sources.passage_store import read_shard, shard_done, shard_stem, write_shard
 
 SHARDS_DIR = "shards"
@@ -176,9 +177,11 @@ def build_dense_index(docs: Iterable[Document], out_dir: str | Path, encoder, pa
                    "shard_passages": settings.shard_passages, "corpus_backend": _backend(encoder)}
     meta_path = out / META_FILE
     state = _start(out, fingerprint)
+    build_lock.hold(out)  # a source asked to load meanwhile waits for this build (build_lock.py)
     if meta_path.exists():
         meta = json.loads(meta_path.read_text(encoding="utf-8"))
         if meta.get("format") == FORMAT and meta.get("settings") == asdict(settings):
+            build_lock.release(out)
             return meta  # finished with these settings: nothing to do
         meta_path.unlink()
     t0 = time.time()
@@ -197,6 +200,7 @@ def build_dense_index(docs: Iterable[Document], out_dir: str | Path, encoder, pa
     tmp = out / (META_FILE + ".tmp")
     tmp.write_text(json.dumps(meta, indent=1), encoding="utf-8")
     tmp.replace(meta_path)
+    build_lock.release(out)
     return meta
 
 

@@ -24,6 +24,7 @@ LUCENE_DIR = "lucene"
 PAGES_FILE = "pages.jsonl"
 DONE_FILE = "lucene.json"
 RECORDS_FILE = "records.sqlite"  # the corpus records by page, kept: what a merge rebuilds pages from
+MAX_OVERFETCH = 1000  # hidden pages a generation's base search asks beyond k (more: merge the generation)
 FILE_PAGES = 50_000  # pages per input file: Anserini's indexer gives each thread a file
 
 
@@ -171,19 +172,28 @@ class LuceneSource(KnowledgeSource):
             return self._search(queries, k)
         # a generation: the base without its hidden pages, then the delta's, by BM25 score (each
         # index's own statistics: close, not equal, until the generation is merged)
-        base = [[p for p in row if p.pid not in self._hidden_pages]
-                for row in self._search(queries, k + min(len(self._hidden_pages), 1000))]
+        base = self._search(queries, k, skip=self._hidden_pages)
         delta = self._delta.search(queries, k) if self._delta is not None else [[]] * len(base)
         return [sorted(b + d, key=lambda p: -p.score)[:k] for b, d in zip(base, delta)]
 
-    def _search(self, queries: Sequence[str], k: int) -> list[list[Passage]]:
+    def _search(self, queries: Sequence[str], k: int, skip: frozenset[str] = frozenset()) -> list[list[Passage]]:
+        """The top k pages of each query, those in `skip` left out: searched k + k deep first (the
+        searcher reads every hit's document, so depth costs), then as deep as the pages skipped
+        (at most MAX_OVERFETCH) where that left fewer than k."""
         out = []
+        deepest = k + min(len(skip), MAX_OVERFETCH)
         for q in queries:
-            hits = self._searcher.search(q, k)
+            depth = min(deepest, 2 * k)
+            while True:
+                hits = self._searcher.search(q, depth)
+                kept = [hits[i] for i in range(len(hits)) if hits[i].docid not in skip][:k]
+                if len(kept) == k or len(hits) < depth or depth >= deepest:
+                    break
+                depth = deepest
             row = []
-            for i in range(len(hits)):
-                raw = hits[i].lucene_document.get("raw")  # the page as indexed (-storeRaw)
+            for hit in kept:
+                raw = hit.lucene_document.get("raw")  # the page as indexed (-storeRaw)
                 title, _, text = json.loads(raw)["contents"].partition("\n")
-                row.append(Passage(hits[i].docid, title, text, self.name, float(hits[i].score)))
+                row.append(Passage(hit.docid, title, text, self.name, float(hit.score)))
             out.append(row)
         return out

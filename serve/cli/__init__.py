@@ -80,6 +80,8 @@ def build_parser() -> argparse.ArgumentParser:
     i.add_argument("--encoder-actors", type=int, default=0,
                    help="encoder actors of the Ray Data job (default: one per node's cores / 2, at least 1)")
     i.add_argument("--fresh", action="store_true", help="start over: remove this index's earlier or unfinished build")
+    i.add_argument("--sources", help="build only these configured sources (comma-separated, e.g. SE: Lucene in "
+                   "seconds, then `eor index` for the rest while eor ask answers from SE)")
     i.add_argument("--verbose", action="store_true", help="library logs on the terminal, not in $EOR_HOME/logs")
     i.add_argument("--json", action="store_true", help="print a JSON summary")
     common(i, reader=False)

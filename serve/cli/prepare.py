@@ -84,9 +84,17 @@ def cmd_index(args) -> int:
         embedder = ray_embedder(config.index.encoder, Encoder(config.index.encoder).corpus_kind,
                                 address=args.ray_address, actors=args.encoder_actors)
     t = time.time()
+    sources = config.index.sources
+    if args.sources:
+        only = [s.strip() for s in args.sources.split(",") if s.strip()]
+        unknown = [s for s in only if s not in sources]
+        if unknown:
+            raise ValueError(f"--sources: {', '.join(unknown)} not configured; index.sources: {', '.join(sources)}")
+        sources = {name: conf for name, conf in sources.items() if name in only}
     with Console(verbose=args.verbose and not args.json) as con:  # --json: stdout carries only the JSON
         info = build_indexes(corpus, config.index.name, Encoder(config.index.encoder), progress=con.out,
-                             sources=config.index.sources, corpus_id=corpus.identity(), embedder=embedder)
+                             sources=sources, corpus_id=corpus.identity(), embedder=embedder,
+                             complete=sources == config.index.sources)
     if args.json:
         print(json.dumps({"index": config.index.name, "path": str(index_path(config.index.name)), **info,
                           "seconds": round(time.time() - t, 1)}))

@@ -203,6 +203,24 @@ def test_index_json_is_alone_on_stdout(tmp_path, eor_home, capfd):
     assert json.loads(capfd.readouterr().out)["index"] == "tiny2"
 
 
+@pytest.mark.slow
+def test_index_sources_builds_se_first_and_the_rest_after(tmp_path, eor_home, capfd):
+    """What setup does: `eor index --sources SE` (Lucene, seconds), then `eor index` for the rest;
+    the index is whole (index.json) after the second only."""
+    corpus = tmp_path / "c.jsonl"
+    corpus.write_text("".join(json.dumps({"id": f"d{i}", "title": f"T{i}", "text": f"text number {i} " * 30}) + "\n"
+                              for i in range(3)))
+    assert main(["index", "--corpus", str(corpus), "--index", "t", "--sources", "SE", "--json"]) == 0
+    doc = json.loads(capfd.readouterr().out)
+    root = eor_home / "indexes" / "t"
+    assert list(doc["sources"]) == ["SE"] and not (root / "index.json").exists() and not (root / "wiki").exists()
+    assert main(["index", "--corpus", str(corpus), "--index", "t", "--json"]) == 0
+    doc = json.loads(capfd.readouterr().out)
+    assert set(doc["sources"]) == {"Wiki", "SE"} and (root / "index.json").exists()
+    assert main(["index", "--corpus", str(corpus), "--index", "t", "--sources", "Wikki"]) == 2
+    assert "--sources: Wikki not configured; index.sources: Wiki, SE" in capfd.readouterr().err
+
+
 # ---- how sure EoR is: a calibrated voter on answers whose log-probabilities are known -------------
 # P(right) = sigmoid(5 * mean log-prob + 2.5) (the scorer; a Platt calibrator with a = 1, b = 0
 # leaves it as it is); the scorer answers with the most confident retriever:
