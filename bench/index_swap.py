@@ -2,7 +2,7 @@
 
     eor serve --index scale-100k &            # any built index; the benchmark changes it
     python -m bench.index_swap --index scale-100k --add var/corpora/add-1000c.jsonl \
-        [--clients 4] [--before 60] [--after 60] [--offset 400] [--nice 19] [--out var/bench/index-swap.json]
+        [--clients 4] [--before 60] [--after 60] [--offset 400] [--nice 19] [--deadline 600] [--out var/bench/index-swap.json]
 
 `--clients` threads ask never-asked eval-split questions (past `--offset`) back to back the whole
 time. After `--before` s, `eor index add` adds the file's documents and one probe document (a lake
@@ -84,6 +84,8 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--after", type=float, default=60.0, help="seconds of asking after the delete is served")
     ap.add_argument("--offset", type=int, default=400, help="skip this many eval-split questions (asked before)")
     ap.add_argument("--questions", default=DEFAULT_QUESTIONS)
+    ap.add_argument("--deadline", type=float, default=0.0,
+                    help="each Ask's deadline_s (0: the service's ask_deadline_s, 120 s)")
     ap.add_argument("--nice", type=int, default=0, help="the index commands' CPU niceness (19: after the service)")
     ap.add_argument("--out", type=Path, default=Path("var/bench/index-swap.json"))
     args = ap.parse_args(argv)
@@ -111,7 +113,7 @@ def _run(client, args, questions: list[str]) -> dict:
             q = questions[next(asked) % len(questions)]
             t = time.time()
             try:
-                client.ask(q)
+                client.ask(q, deadline_s=args.deadline)
                 code = "OK"
             except grpc.RpcError as exc:
                 code = exc.code().name
@@ -141,7 +143,7 @@ def _run(client, args, questions: list[str]) -> dict:
     codes: dict[str, int] = {}
     for e in asks:
         codes[e["code"]] = codes.get(e["code"], 0) + 1
-    return {"index": args.index, "clients": args.clients, "nice": args.nice, "generations_before": first,
+    return {"index": args.index, "clients": args.clients, "nice": args.nice, "deadline_s": args.deadline, "generations_before": first,
             "add": {k: v for k, v in added.items() if k != "sources"}, "add_served_after_s": round(add_served_s, 1),
             "delete": {k: v for k, v in deleted.items() if k != "sources"},
             "delete_served_after_s": round(delete_served_s, 1),

@@ -202,3 +202,42 @@ class KeywordSource(KnowledgeSource):
             out.append([Passage(self.rows[i].pid, self.rows[i].title, self.rows[i].text, self.name, float(shared[i]))
                         for i in order])
         return out
+
+
+class IndexedKeywordSource(KeywordSource):
+    """The toy with an index of its own: `eor index` writes the corpus's records to its folder
+    (`build_index`), and it searches them. One class and a config line, like the in-memory toy."""
+
+    def __init__(self, index_dir: str, name: str = "Toy"):
+        super().__init__(name, ())
+        self.index_dir = index_dir
+
+    @classmethod
+    def from_setting(cls, setting) -> "IndexedKeywordSource":
+        return cls(setting.index_dir, setting.name)
+
+    @classmethod
+    def build_index(cls, docs, setting, corpus_id: str = "", embedder=None, progress=None) -> dict:
+        import json
+        from pathlib import Path
+
+        out = Path(setting.index_dir)
+        out.mkdir(parents=True, exist_ok=True)
+        with open(out / "records.jsonl", "w", encoding="utf-8") as f:
+            n = sum(f.write(json.dumps([d.title, d.text]) + "\n") > 0 for d in docs)
+        return {"records": n}
+
+    def load(self) -> "IndexedKeywordSource":
+        import json
+        from pathlib import Path
+
+        with open(Path(self.index_dir) / "records.jsonl", encoding="utf-8") as f:
+            rows = [json.loads(line) for line in f]
+        self.rows = [Passage(f"{self.name.lower()}-{i}", t, x, self.name) for i, (t, x) in enumerate(rows)]
+        self.loaded = True
+        return self
+
+    def search(self, queries: Sequence[str], k: int) -> list[list[Passage]]:
+        if not self.loaded:  # as the real sources: loaded on the first search where not before
+            self.load()
+        return super().search(queries, k)

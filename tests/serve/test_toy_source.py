@@ -258,3 +258,32 @@ def test_eor_index_builds_a_source_that_is_one_class_and_a_config_line(tmp_path,
     assert info == {"sources": {"Toy": {"documents": 2}}}
     (row,) = make_sources(config, encoder=None)["Toy"].load().search(["who makes honey"], 1)
     assert (row[0].title, row[0].source) == ("Bees", "Toy")
+
+
+def test_a_source_with_its_own_index_is_one_class_and_a_config_line_and_eor_index_builds_it(tmp_path, monkeypatch):
+    import json
+
+    from serve.builder import make_pool
+    from serve.cli import main
+
+    monkeypatch.setenv("EOR_HOME", str(tmp_path / "home"))
+    corpus = tmp_path / "c.jsonl"
+    corpus.write_text("".join(json.dumps({"id": f"d{i}", "title": t, "text": x}) + "\n"
+                              for i, (t, x) in enumerate(TOY_PASSAGES)))
+    config = tmp_path / "eor.yaml"
+    config.write_text(textwrap.dedent("""\
+        index:
+          name: mine
+          sources:
+            Toy: tests.retrievers.fakes:IndexedKeywordSource
+        pool:
+          specs: [Toy@2, ReFree]
+        cache:
+          enabled: false
+        """))
+    assert main(["index", "--config", str(config), "--corpus", str(corpus)]) == 0
+    assert (tmp_path / "home" / "indexes" / "mine" / "toy" / "records.jsonl").exists()
+    pool = make_pool(load_config(config), FakeEngine())
+    (result,) = pool.run([QUESTION])
+    toy = next(c for c in result.candidates if c.retriever == "Toy@2")
+    assert [p.text for p in toy.context.passages] == [TOY_PASSAGES[0][1], TOY_PASSAGES[1][1]]
