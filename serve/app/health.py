@@ -22,14 +22,18 @@ class HealthChecks:
     async def _health(self, request, pings: bool = True) -> eor_pb2.HealthReply:
         """`pings`: also ping every retriever actor and source (up to 2 s when one hangs);
         grpc.health.v1 probes skip them (a probe has ~1 s, and a degraded part is no reason
-        to take the pod out). Any reader down or silent: NOT_SERVING, its own line in `detail`."""
+        to take the pod out). The default reader down or silent: NOT_SERVING; another reader down:
+        SERVING, "degraded: " and its line in `detail` (its Asks answer from the fallback)."""
         reply = eor_pb2.HealthReply(retrievers=self.pool)
         stats = await self._reader_stats()
         reply.readers.extend(stats.values())
         default = next(iter(stats.values()))
         down = [(name, r.down) for name, r in stats.items() if r.down]
-        reply.status = eor_pb2.HealthReply.NOT_SERVING if down else eor_pb2.HealthReply.SERVING
-        reply.detail = "; ".join(why if name == default.deployment else f"{name}: {why}" for name, why in down)
+        # Ready while the default reader answers: with another reader down, Asks get the voter's
+        # single-reader fallback (degraded answers), so a probe must not take the pod out
+        reply.status = eor_pb2.HealthReply.NOT_SERVING if default.down else eor_pb2.HealthReply.SERVING
+        reply.detail = ("" if default.down else "degraded: " if down else "") + "; ".join(
+            why if name == default.deployment else f"{name}: {why}" for name, why in down)
         reply.model = default.model
         reply.reader_prompts = default.prompts
         reply.reader_cache_hits = default.cache_hits
@@ -47,7 +51,7 @@ class HealthChecks:
             reply.placement.extend(await placements(self._parts()))
             reply.index_generations.extend(await self._generations())
         if reply.unavailable and reply.status == eor_pb2.HealthReply.SERVING:
-            reply.detail = "degraded: not answering: " + ", ".join(reply.unavailable)
+            reply.detail = "; ".join(filter(None, [reply.detail, "degraded: not answering: " + ", ".join(reply.unavailable)]))
         try:
             reply.voter = await asyncio.wait_for(self.voter.weights_source.remote(), STATS_S)
             shared = next((name for name, h in self.readers.items() if h is self.generator), None)

@@ -150,7 +150,7 @@ def _health(readers: dict, generator: str = "1.5B") -> eor_pb2.HealthReply:
     return asyncio.run(ingress._health(eor_pb2.HealthRequest()))
 
 
-def test_health_lists_every_reader_and_a_dead_second_reader_is_not_serving():
+def test_health_lists_every_reader_and_a_dead_second_reader_is_serving_degraded():
     ok = _health({"": _reader("small", prompts=5), "1.5B": _reader("strong", prompts=2)})
     assert ok.status == eor_pb2.HealthReply.SERVING and not ok.detail
     assert [(r.deployment, r.model, r.prompts) for r in ok.readers] == [("Reader", "small", 5),
@@ -158,11 +158,13 @@ def test_health_lists_every_reader_and_a_dead_second_reader_is_not_serving():
     assert (ok.model, ok.reader_prompts, ok.generator_model) == ("small", 5, "strong")  # top level: the default
     down = "reader engine down (EngineDeadError: boom); restarting"
     dead = _health({"": _reader("small"), "1.5B": _reader("strong", down=down)}, generator="")
-    assert dead.status == eor_pb2.HealthReply.NOT_SERVING and dead.detail == f"Reader_1.5B: {down}"
+    assert dead.status == eor_pb2.HealthReply.SERVING and dead.detail == f"degraded: Reader_1.5B: {down}"
     assert [r.down for r in dead.readers] == ["", down] and dead.generator_model == "small"
     silent = _health({"": _reader("small"), "1.5B": _Handle()}, generator="")  # no stats(): not answering
-    assert silent.status == eor_pb2.HealthReply.NOT_SERVING
-    assert silent.detail == "Reader_1.5B: reader not answering: AttributeError"
+    assert silent.status == eor_pb2.HealthReply.SERVING  # Asks answer from the 0.5B's fallback meanwhile
+    assert silent.detail == "degraded: Reader_1.5B: reader not answering: AttributeError"
+    first = _health({"": _reader("small", down=down), "1.5B": _reader("strong")}, generator="")
+    assert first.status == eor_pb2.HealthReply.NOT_SERVING and first.detail == down  # the default reader: not ready
 
 
 def test_status_names_each_reader_of_the_running_service():
