@@ -18,7 +18,7 @@ class FakeShardHandle:
         self.index = index
         self.search = self
 
-    def remote(self, vectors, k):
+    def remote(self, vectors, k, index_dir=""):
         result = self.index.search(vectors, k)
 
         class Response:
@@ -44,35 +44,50 @@ def test_index_shards_searched_through_their_handles_return_what_one_index_retur
         [[(p.pid, p.score) for p in r] for r in local.search(qs, 6)]
 
 
+# The Ray Data job runs in a driver process of its own, as `eor index --ray-address` does: in the
+# suite's process an earlier test's Ray leaves Ray Data state behind that cancels the job's actors.
+TWO_NODE_BUILD = """
+import itertools, json, sys
+from retrievers.corpus import read_embedded
+from retrievers.encoder import Encoder
+from retrievers.sources.dense_build import DenseIndexSettings, build_dense_index
+from serve.indexing import ray_embedder
+docs = list(itertools.islice(read_embedded(), 120))
+encoder = Encoder(corpus_backend="torch")
+nodes = {}
+embed = ray_embedder(encoder.name, encoder.corpus_kind, address=sys.argv[2], actors=2, nodes_seen=nodes)
+meta = build_dense_index(docs, sys.argv[1], encoder, settings=DenseIndexSettings(shard_passages=16, recall_queries=20),
+                         corpus_id="embedded-120", embedder=embed)
+print(json.dumps({"nodes": nodes, "shards": meta["shards"]}))
+"""
+
+
 @pytest.mark.slow
 def test_two_nodes_of_a_local_ray_cluster_build_one_index_with_the_vectors_of_one_process(tmp_path):
-    import ray
+    import json
+    import subprocess
+    import sys
 
-    from bench.cluster import start_head, start_worker, stop_cluster
+    from bench.cluster import _ray_env, start_head, start_worker, stop_cluster
     from retrievers.corpus import read_embedded
     from retrievers.encoder import Encoder
-    from serve.indexing import ray_embedder
 
     docs = list(itertools.islice(read_embedded(), 120))
     settings = DenseIndexSettings(shard_passages=16, recall_queries=20)
     encoder = Encoder(corpus_backend="torch")  # fp32 on every class of CPU: the same vectors wherever they run
     build_dense_index(docs, tmp_path / "one", encoder, settings=settings, corpus_id="embedded-120")
     temp = f"/tmp/eor-idx-{tmp_path.name[-8:]}"
-    if ray.is_initialized():  # an earlier test's Ray in this process: this build joins its own cluster
-        ray.shutdown()
     try:
         start_head(6389, temp, 58391)
         start_worker(6389, temp, 58392)
-        nodes: dict = {}
-        embed = ray_embedder(encoder.name, encoder.corpus_kind, address="127.0.0.1:6389", actors=2, nodes_seen=nodes)
-        meta = build_dense_index(docs, tmp_path / "two", encoder, settings=settings, corpus_id="embedded-120",
-                                 embedder=embed)
-        assert len(nodes) == 2 and sum(nodes.values()) == meta["shards"], nodes  # both nodes embedded shards
+        proc = subprocess.run([sys.executable, "-c", TWO_NODE_BUILD, str(tmp_path / "two"), "127.0.0.1:6389"],
+                              env=_ray_env(), capture_output=True, text=True, timeout=900)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        got = json.loads(proc.stdout.strip().splitlines()[-1])
+        assert len(got["nodes"]) == 2 and sum(got["nodes"].values()) == got["shards"], got  # both nodes embedded
     finally:
-        if ray.is_initialized():
-            ray.shutdown()
         stop_cluster(temp)
-    one = load_vectors(tmp_path / "one" / SHARDS_DIR, meta["shards"])
-    two = load_vectors(tmp_path / "two" / SHARDS_DIR, meta["shards"])
+    one = load_vectors(tmp_path / "one" / SHARDS_DIR, got["shards"])
+    two = load_vectors(tmp_path / "two" / SHARDS_DIR, got["shards"])
     for a, b in zip(one, two):
         assert a.shape == b.shape and np.allclose(a, b, atol=1e-5)
