@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import importlib
 import json
+import shutil
 import sys
 from pathlib import Path
 from typing import Any, Collection, Iterable, Mapping, TextIO
@@ -96,15 +97,12 @@ def update_index(name: str, encoder: Encoder, added: Iterable[Document] = (), de
     n = gen.number + 1
     folder = generations.write(root, n, docs, hidden, {"documents": len(docs)}, base=gen.base)
     built = {}
-    for source, conf in sources.items():
-        setting = SourceSetting(source, str(gen.source_dir(root, source)), encoder, conf.options)
+    for source, conf, setting in _base_settings(root, gen, sources, encoder):
         previous = gen.delta_dir(source)
-        summary = source_class(conf.backend).build_delta(docs, setting, str(folder / source.lower()),
-                                                         str(previous) if previous else None)
-        if summary is not None:
-            built[source] = {k: v for k, v in summary.items() if isinstance(v, (int, float, str))}
+        built[source] = source_class(conf.backend).build_delta(docs, setting, str(folder / source.lower()),
+                                                               str(previous) if previous else None)
     generations.publish(root, n)
-    info = {"generation": n, "documents_added": len(docs), "ids_hidden": len(hidden), "sources": built}
+    info = {"generation": n, "documents_added": len(docs), "ids_hidden": len(hidden), "sources": _scalars(built)}
     if len(hidden) >= merge_above:  # every added id is hidden too (replacing any base version): the changes made
         info["merged"] = merge_index(name, encoder, sources)
     return info
@@ -122,15 +120,26 @@ def merge_index(name: str, encoder: Encoder, sources: Mapping[str, SourceConfig]
     base = generations.merged_base(n)
     generations.write(root, n, [], set(), {"documents": 0, "merged_from": gen.number}, base=base)
     built = {}
-    for source, conf in (sources or IndexConfig().sources).items():
-        setting = SourceSetting(source, str(gen.source_dir(root, source)), encoder, conf.options)
+    for source, conf, setting in _base_settings(root, gen, sources or IndexConfig().sources, encoder):
+        out = root / base / source.lower()
+        shutil.rmtree(out, ignore_errors=True)  # what an earlier, unpublished try of this generation left
         delta = gen.delta_dir(source)
-        summary = source_class(conf.backend).merge_generation(setting, str(delta) if delta else None, gen.hidden,
-                                                              str(root / base / source.lower()))
-        if summary is not None:
-            built[source] = {k: v for k, v in summary.items() if isinstance(v, (int, float, str))}
+        built[source] = source_class(conf.backend).merge_generation(setting, str(delta) if delta else None,
+                                                                    gen.hidden, str(out))
     generations.publish(root, n)
-    return {"generation": n, "sources": built}
+    return {"generation": n, "sources": _scalars(built)}
+
+
+def _base_settings(root: Path, gen: Generation, sources: Mapping[str, SourceConfig], encoder: Encoder):
+    """(name, its config line, its SourceSetting at `gen`'s base) for each source."""
+    for source, conf in sources.items():
+        yield source, conf, SourceSetting(source, str(gen.source_dir(root, source)), encoder, conf.options)
+
+
+def _scalars(built: Mapping[str, dict | None]) -> dict:
+    """Each source's summary for the report: its plain values, a source with none left out."""
+    return {source: {k: v for k, v in summary.items() if isinstance(v, (int, float, str))}
+            for source, summary in built.items() if summary is not None}
 
 
 def source_shapes(config: EorConfig) -> dict[str, str]:

@@ -67,9 +67,10 @@ class KnowledgeSource(Protocol):
     @classmethod
     def merge_generation(cls, setting: SourceSetting, delta_dir: str | None, hidden: frozenset[str],
                          out_dir: str) -> dict | None:
-        """Write a new base at `out_dir`: the base at `setting.index_dir` without the `hidden`
-        document ids, plus the delta at `delta_dir` (None: none), as a full build of the same
-        documents would be. The old base stays (a service may still read it). Default: nothing."""
+        """Write a new base at `out_dir` (a new folder, in a generation not yet published): the base
+        at `setting.index_dir` without the `hidden` document ids, plus the delta at `delta_dir`
+        (None: none), as a full build of the same documents would be. The old base stays (a
+        service may still read it). Default: nothing."""
         return None
 
     def use_generation(self, delta_dir: str | None, hidden: frozenset[str]) -> "KnowledgeSource":

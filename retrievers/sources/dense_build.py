@@ -120,7 +120,7 @@ def passage_text(p: Document) -> str:
     return f"{p.title}. {p.text}" if p.title else p.text
 
 
-def _chunks(items: Iterable[Document], size: int) -> Iterator[list[Document]]:
+def chunks(items: Iterable[Document], size: int) -> Iterator[list[Document]]:
     chunk: list[Document] = []
     for item in items:
         chunk.append(item)
@@ -159,7 +159,7 @@ def split(docs: Iterable[Document], folder: Path, shard_passages: int, passage_w
     """Write the passage shards not written yet; (shards, passages). Shards already there are read
     past, not rewritten: the corpus is the same (the fingerprint says so) and so are they."""
     shards = passages = 0
-    for i, chunk in enumerate(_chunks(to_passages(docs, passage_words), shard_passages)):
+    for i, chunk in enumerate(chunks(to_passages(docs, passage_words), shard_passages)):
         if not shard_done(folder, i):
             write_shard(folder, i, chunk)
         shards, passages = i + 1, passages + len(chunk)

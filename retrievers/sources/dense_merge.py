@@ -7,13 +7,13 @@ documents, whatever the delta holds already.
 The base's passages, less the rows of hidden documents, then the delta's, are copied shard by
 shard with the vectors already computed for them (the delta's were embedded by `eor index add`),
 into a new index folder; the faiss index is built over them as `eor index` builds one (an IVF
-trained again, its knob tuned again). Written beside the old base and renamed into place whole:
-the service reads the old base until the merged generation is published.
+trained again, its knob tuned again). It is written into the merged generation's own folder, which
+no service reads before that generation is published.
 """
 from __future__ import annotations
 
+import itertools
 import json
-import shutil
 import time
 from dataclasses import asdict
 from pathlib import Path
@@ -23,7 +23,7 @@ import numpy as np
 
 from retrievers.corpus import Document
 from retrievers.sources.dense_build import (FORMAT, META_FILE, SHARDS_DIR, DenseIndexSettings, Embedder,
-                                            build_faiss, passage_text, vectors_path, write_vectors)
+                                            build_faiss, chunks, passage_text, vectors_path, write_vectors)
 from retrievers.sources.passage_store import PassageStore, read_shard, write_shard
 
 
@@ -60,41 +60,25 @@ def reusing_embedder(encoder, previous_dir: str | Path | None) -> Embedder:
 def merge_dense_index(base_dir: str | Path, delta_dir: str | Path | None, hidden: frozenset[str],
                       out_dir: str | Path, settings: DenseIndexSettings) -> dict:
     """The base at `base_dir` without the `hidden` documents, plus the delta at `delta_dir` (None:
-    none), as a finished index at `out_dir`; returns its meta."""
+    none), as a finished index at `out_dir` (a new folder); returns its meta."""
     base, out = Path(base_dir), Path(out_dir)
     meta = json.loads((base / META_FILE).read_text(encoding="utf-8"))
     skip = set(PassageStore(base / SHARDS_DIR, meta["shards"]).rows_of(hidden).tolist()) if hidden else set()
-    tmp = out.with_name(out.name + ".merging")
-    shutil.rmtree(tmp, ignore_errors=True)
-    folder = tmp / SHARDS_DIR
-    sources = [_rows(base, skip)]
+    folder = out / SHARDS_DIR
+    parts = [_rows(base, skip)]
     if delta_dir is not None and (Path(delta_dir) / META_FILE).exists():
-        sources.append(_rows(Path(delta_dir), set()))
+        parts.append(_rows(Path(delta_dir), set()))
     shards = passages = 0
-    chunk: list[tuple[Document, np.ndarray]] = []
-
-    def flush() -> None:
-        nonlocal shards, passages
+    for chunk in chunks(itertools.chain(*parts), settings.shard_passages):
         write_shard(folder, shards, [p for p, _ in chunk])
         write_vectors(folder, shards, np.stack([v for _, v in chunk]))
         shards, passages = shards + 1, passages + len(chunk)
-        chunk.clear()
-
-    for rows in sources:
-        for item in rows:
-            chunk.append(item)
-            if len(chunk) == settings.shard_passages:
-                flush()
-    if chunk:
-        flush()
     if not passages:
         raise ValueError(f"merging the generation into {base} would leave no passages: every document is deleted")
-    merged = build_faiss(tmp, shards, passages, settings)
+    merged = build_faiss(out, shards, passages, settings)
     merged.update({k: meta[k] for k in ("encoder", "corpus_backend", "passage_words") if k in meta})
     merged.update({"format": FORMAT, "shards": shards, "settings": asdict(settings),
                    "merged": {"base": str(base), "base_rows_left_out": len(skip),
-                              "delta": str(delta_dir) if len(sources) > 1 else None}})
-    (tmp / META_FILE).write_text(json.dumps(merged, indent=1), encoding="utf-8")
-    shutil.rmtree(out, ignore_errors=True)
-    tmp.replace(out)
+                              "delta": str(delta_dir) if len(parts) > 1 else None}})
+    (out / META_FILE).write_text(json.dumps(merged, indent=1), encoding="utf-8")
     return merged

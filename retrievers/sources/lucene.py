@@ -131,12 +131,7 @@ class LuceneSource(KnowledgeSource):
         (a page regrouped whole, its BM25 statistics the whole corpus's again)."""
         base = (d for d in stored_records(setting.index_dir) if d.doc_id not in hidden)
         added = stored_records(delta_dir) if delta_dir and (Path(delta_dir) / RECORDS_FILE).exists() else ()
-        tmp = Path(out_dir).with_name(Path(out_dir).name + ".merging")
-        shutil.rmtree(tmp, ignore_errors=True)
-        pages = build_lucene_index(itertools.chain(base, added), tmp, threads=min(4, os.cpu_count() or 1))
-        shutil.rmtree(out_dir, ignore_errors=True)
-        tmp.replace(out_dir)
-        return {"pages": pages}
+        return {"pages": build_lucene_index(itertools.chain(base, added), out_dir, threads=min(4, os.cpu_count() or 1))}
 
     def __post_init__(self) -> None:
         self._searcher = None

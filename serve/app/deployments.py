@@ -51,8 +51,9 @@ class IndexShard(Placed):
     KEPT_BASES = 2  # the base serving and the one coming
 
     def __init__(self, settings: EorConfig, name: str, shard: int):
-        self._settings, self._name, self._shard = settings, name, shard
+        self._name, self._shard = name, shard
         source = make_service_sources(settings)[0][name]
+        self._index_settings = source.settings  # the search knob the config sets, for every base
         self._bases: dict[str, Any] = {}
         self._load(source.index_dir)
         self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"shard-{name}-{shard}")
@@ -63,9 +64,8 @@ class IndexShard(Placed):
         from retrievers.sources.dense import load_index_shards, read_meta
 
         if index_dir not in self._bases:
-            settings = make_service_sources(self._settings)[0][self._name].settings
             path = Path(index_dir)
-            (self._bases[index_dir],) = load_index_shards(path, read_meta(path, self._name), settings,
+            (self._bases[index_dir],) = load_index_shards(path, read_meta(path, self._name), self._index_settings,
                                                           only=[self._shard])
             for old in list(self._bases)[:-self.KEPT_BASES]:
                 del self._bases[old]
