@@ -27,7 +27,7 @@ LAYOUTS = {  # session 27's fit on 120 fit questions, and the shipped 68b522be25
 
 def delivered(limit: int, config: str, questions: str, seeds: int = 5) -> dict[str, dict[str, list[float]]]:
     from fitting.measures import expected_calibration_error
-    from fitting.pool_run import (early_views, equal_vote, folds_by_question, picks, pool_run, round_views,
+    from fitting.pool_run import (early_views, equal_vote, cv_folds, picks, pool_run, round_views,
                                   scored_views, training_rows)
     from fitting.pricing import LatencyModel, priced_speeds, unit_speed
     from fitting.thresholds import RoundTrace, fit_stop_thresholds
@@ -57,13 +57,13 @@ def delivered(limit: int, config: str, questions: str, seeds: int = 5) -> dict[s
         res: dict[str, list] = {k: [] for k in ("per-round", "delivered", "delivered+shrink", "raw")}
         for seed in range(seeds):
             p, ok = np.zeros((n, r)), np.zeros((n, r))
-            for test in folds_by_question(n, 5, 100 + seed):
+            for test in cv_folds(n, 5, 100 + seed):
                 train = np.setdiff1d(np.arange(n), test)
                 scorer = AnswerScorer(1.0).fit(*training_rows(seen, run.right, run.pool, train))
                 p[test], ok[test], _ = picks(views, run.right, run.pool, scorer, test)
             conf = {k: np.zeros(n) for k in res}
             right = np.zeros(n)
-            for test in folds_by_question(n, 5, 200 + seed):
+            for test in cv_folds(n, 5, 200 + seed):
                 train = np.setdiff1d(np.arange(n), test)
                 cal = fit_calibrator(p[train], ok[train], "platt-per-round")
                 p_tr, p_te = cal.predict_rounds(p[train]), cal.predict_rounds(p[test])

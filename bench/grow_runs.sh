@@ -27,7 +27,7 @@ for ((n = ${EOR_FROM:-$step}; n <= max; n += step)); do
   for split in "${splits[@]}"; do
     for model in "${models[@]:-}"; do
       echo "$(date -u +%FT%TZ) $split --limit $n ${model:-(shipped reader)}"
-      .venv/bin/eor run --questions "$questions" --split "$split" --limit "$n" --index shared --no-progress --json \
+      .venv/bin/eor run --questions "$questions" --split "$split" --limit "$n" --index shared --no-progress --json --keep \
         ${model:+--model "$model"} ${EOR_CONFIG:+--config "$EOR_CONFIG"} ${EOR_BATCH:+--batch-size "$EOR_BATCH"} \
         || { echo "step failed (exit $?); its finished questions are kept, the next step retries the rest"; sleep 30; }
     done

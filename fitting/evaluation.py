@@ -1,6 +1,7 @@
 """`eor eval`'s tables: EoR against every single retriever, per dataset (the paper's Table 1 + Figure 5).
 
-For each dataset (and "all" when there are several): EM, token F1 and Match of EoR and of
+For each dataset (and "all" when there are several): EM, token F1, Match (whole tokens: what is
+fitted and judged) and BERGEN's substring Match (the papers' figure, beside) of EoR and of
 every retriever; MRLR (eq. 3, Match-correctness) over the pool of single retrievers with
 EoR as one more column, so EoR's MRLR is comparable with the best single retriever's; the
 oracle upper bound of the pool (a question counts if any retriever gets it right); the RWR
@@ -22,9 +23,9 @@ import numpy as np
 from fitting.measures import (COVERAGES, ECE_BINS, ece_interval, ece_sampling_floor, expected_calibration_error,
                               reliability, risk_coverage)
 from fitting.paired import sign_test
-from fitting.questions import CORRECTNESS, Scored
+from fitting.questions import CORRECTNESS, Scored, right, substring_match
 from retrievers.types import ReaderTokens
-from voter.qa_metrics import exact_match, match, mrlr, oracle_upper_bound, rwr_matrix, token_f1
+from voter.qa_metrics import exact_match, mrlr, oracle_upper_bound, rwr_matrix, token_f1
 from voter.question_vote import Vote, answer_grid
 from voter.weights_io import SavedWeights
 
@@ -46,13 +47,14 @@ def _clean(x: float) -> float | None:
 class SystemScores:
     em: float
     f1: float
-    match: float
+    match: float  # whole tokens
     mrlr: float  # NaN when the system got nothing wrong (MRLR undefined)
     tokens: ReaderTokens | None = None  # mean reader tokens per question (None: not recorded)
+    match_substring: float = math.nan  # BERGEN's
 
     def to_dict(self) -> dict[str, Any]:
         d: dict[str, Any] = {"em": _clean(self.em), "f1": _clean(self.f1), "match": _clean(self.match),
-                             "mrlr": _clean(self.mrlr)}
+                             "match_substring": _clean(self.match_substring), "mrlr": _clean(self.mrlr)}
         if self.tokens is not None:
             t = self.tokens
             d["tokens"] = {"prompt": t.prompt, "cached": t.cached, "generated": t.generated, "computed": t.computed}
@@ -68,13 +70,13 @@ class DatasetReport:
     oracle: float
     rwr_labels: tuple[str, ...]  # the pool, then EoR
     rwr: np.ndarray = field(repr=False)  # [M+1, M+1], RWR(row, column)
-    # metric (em, f1, match) -> [questions, systems] per-question scores, columns as `labels`
+    # metric (em, f1, match, match_substring) -> [questions, systems] per-question scores, columns as `labels`
     scores: dict[str, np.ndarray] = field(repr=False)
     labels: tuple[str, ...]
     baseline: str | None = None  # a pair named before the run (the fit split's best single)
 
     def versus(self, other: str) -> dict[str, dict[str, Any]]:
-        """EoR against `other`, paired on these questions, for each of EM, F1 and Match: the
+        """EoR against `other`, paired on these questions, for each of EM, F1 and both Matches: the
         questions where EoR scored higher, where `other` did, and the two-sided sign test."""
         eor, j = self.labels.index(EOR), self.labels.index(other)
         out = {}
@@ -131,23 +133,24 @@ def _dataset_report(name: str, golds: list[Sequence[str]], answers: list[list[st
     ensemble, over the pool and that ensemble."""
     labels = (*pool, *ensembles)
     n, m = len(golds), len(pool)
-    table = {fn.__name__: np.array([[fn(a, g) for a in row] for row, g in zip(answers, golds)],
-                                   dtype=np.float64).reshape(n, len(labels))
-             for fn in (exact_match, token_f1, match)}
+    table = {name: np.array([[fn(a, g) for a in row] for row, g in zip(answers, golds)],
+                            dtype=np.float64).reshape(n, len(labels))
+             for name, fn in (("em", exact_match), ("f1", token_f1), ("match", right),
+                              ("match_substring", substring_match))}
     ok = table["match"]
     main_cols = list(range(m + 1))
     mr = {lab: v for lab, v in zip(labels[: m + 1], mrlr(ok[:, main_cols]))}
     for j, lab in enumerate(ensembles[1:], m + 1):
         mr[lab] = mrlr(ok[:, list(range(m)) + [j]])[-1]
     tokens = tokens or {}
-    per = {lab: SystemScores(table["exact_match"][:, j].mean(), table["token_f1"][:, j].mean(),
-                             ok[:, j].mean(), mr[lab], _mean_tokens(tokens.get(lab, ())))
+    per = {lab: SystemScores(table["em"][:, j].mean(), table["f1"][:, j].mean(),
+                             ok[:, j].mean(), mr[lab], _mean_tokens(tokens.get(lab, ())),
+                             table["match_substring"][:, j].mean())
            for j, lab in enumerate(labels)}
     systems = {**{e: per[e] for e in ensembles}, **{s: per[s] for s in pool}}
     best = max(pool, key=lambda s: (per[s].match, -list(pool).index(s)))
     return DatasetReport(name, n, systems, best, oracle_upper_bound(ok[:, :m]), labels[: m + 1],
-                         rwr_matrix(ok[:, main_cols]), {"em": table["exact_match"], "f1": table["token_f1"],
-                                                        "match": ok}, labels, baseline)
+                         rwr_matrix(ok[:, main_cols]), table, labels, baseline)
 
 
 def evaluate(scored: Scored, votes: Sequence[Vote] | dict[str, Sequence[str]], pool: Sequence[str],
@@ -201,12 +204,14 @@ def _fmt(x: float) -> str:
 def format_table(report: DatasetReport) -> str:
     lines = [f"dataset {report.dataset} (n={report.n}); reader tokens per question: prompt (prefix-cache hits), "
              "generated",
-             f"  {'system':<20} {'EM':>6} {'F1':>6} {'Match':>6} {'MRLR':>6} {'prompt':>7} {'(hits)':>7} {'gen':>5}"]
+             f"  {'system':<20} {'EM':>6} {'F1':>6} {'Match':>6} {'substr':>6} {'MRLR':>6} {'prompt':>7} {'(hits)':>7} "
+             f"{'gen':>5}"]
     for name, s in report.systems.items():
         mark = " *" if name == report.best_single else ""
         t = s.tokens
         toks = f" {t.prompt:>7} {f'({t.cached})':>7} {t.generated:>5}" if t is not None else ""
-        lines.append(f"  {name:<20} {_fmt(s.em)} {_fmt(s.f1)} {_fmt(s.match)} {_fmt(s.mrlr)}{toks}{mark}")
+        lines.append(f"  {name:<20} {_fmt(s.em)} {_fmt(s.f1)} {_fmt(s.match)} {_fmt(s.match_substring)} "
+                     f"{_fmt(s.mrlr)}{toks}{mark}")
     eor, best = report.systems[EOR], report.systems[report.best_single]
     lines.append(f"  EoR vs best single ({report.best_single}, *): Match {_fmt(eor.match).strip()} vs "
                  f"{_fmt(best.match).strip()}, MRLR {_fmt(eor.mrlr).strip()} vs {_fmt(best.mrlr).strip()}; "
@@ -233,16 +238,16 @@ def confidence_report(scored: Scored, runs: EnsembleRuns, best_single: str,
     conf = None if runs.confidence is None else [runs.confidence[i] for i in rows]
     scored = [scored[i] for i in rows]
     golds = [q.answers for q, _ in scored]
-    right = [match(a, g) for a, g in zip(answers, golds)]
+    ok = [right(a, g) for a, g in zip(answers, golds)]
     single = [{c.retriever: c for c in r.candidates}.get(best_single) for _, r in scored]
-    single_right = [match(c.answer, g) if c is not None and c.error is None else 0.0 for c, g in zip(single, golds)]
+    single_right = [right(c.answer, g) if c is not None and c.error is None else 0.0 for c, g in zip(single, golds)]
     single_conf = [c.confidence if c is not None and c.error is None else None for c in single]
-    eor_rc = risk_coverage(conf, right) if conf is not None else None
+    eor_rc = risk_coverage(conf, ok) if conf is not None else None
     single_rc = risk_coverage(single_conf, single_right)
     doc: dict[str, Any] = {"n": len(scored), "confidence_kind": runs.confidence_kind, "ece": None, "bins": ECE_BINS,
                            "reliability": [], "best_single": best_single, "risk_coverage": []}
     if conf is not None:
-        known = [(c, y) for c, y in zip(conf, right) if c is not None]
+        known = [(c, y) for c, y in zip(conf, ok) if c is not None]
         p_known, y_known = [c for c, _ in known], [y for _, y in known]
         doc["ece"] = _clean(expected_calibration_error(p_known, y_known))
         doc["ece_sampling_floor"] = _clean(ece_sampling_floor(p_known))  # a calibrated P's, at this n
@@ -251,7 +256,7 @@ def confidence_report(scored: Scored, runs: EnsembleRuns, best_single: str,
         doc["reliability"] = [{"low": b.low, "high": b.high, "n": b.n, "confidence": _clean(b.confidence),
                                "accuracy": _clean(b.accuracy)} for b in reliability(p_known, y_known)] if known else []
     if runs.early is not None:  # a stream's first reply: its own P, measured like the answer's
-        e_right = [match(runs.early["answers"][i], q.answers) for i, (q, _) in zip(rows, scored)]
+        e_right = [right(runs.early["answers"][i], q.answers) for i, (q, _) in zip(rows, scored)]
         e_known = [(c, y) for c, y in zip((runs.early["confidence"][i] for i in rows), e_right) if c is not None]
         doc["early_answer"] = {"members": runs.early["members"], "n": len(e_known),
                                "match": _clean(float(np.mean(e_right))) if e_right else None,

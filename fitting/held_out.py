@@ -11,7 +11,7 @@ import numpy as np
 
 from fitting.layout_fit import CV_FOLDS, CV_SEED
 from fitting.measures import brier_score, expected_calibration_error, log_loss
-from fitting.pool_run import PoolRun, early_views, folds_by_question, picks, round_views
+from fitting.pool_run import PoolRun, cv_folds, early_views, picks, round_views
 from voter.adaptive_model import AdaptiveModel
 from voter.calibration import DEFAULT_METHOD as DEFAULT_CALIBRATION, EARLY, Calibrator, fit_calibrator
 from voter.cascade import stop_rounds
@@ -52,6 +52,7 @@ class HeldOut:
     stop: np.ndarray  # [N]
     p_early: np.ndarray  # [N]
     right_early: np.ndarray  # [N]
+    groups: tuple[str, ...] = ()  # each question's passage group (fitting/pool_run.py: question_groups)
 
     def at_stop(self) -> tuple[np.ndarray, np.ndarray]:
         """(raw P, right) [N] of the round each question stopped after (P NaN: no answer, so wrong)."""
@@ -78,7 +79,7 @@ def held_out(run: PoolRun, model: AdaptiveModel) -> HeldOut:
     if firsts is not None:
         pe, oke, whoe = picks(firsts, run.right, run.pool, model.scorer, range(len(run)))
         p_early, ok_early = np.where(whoe[:, 0] >= 0, pe[:, 0], np.nan), oke[:, 0]
-    return HeldOut(np.where(reached & (who >= 0), p, np.nan), ok, stop, p_early, ok_early)
+    return HeldOut(np.where(reached & (who >= 0), p, np.nan), ok, stop, p_early, ok_early, tuple(run.groups))
 
 
 def _fit_held_out(held: HeldOut, method: str, rows: np.ndarray) -> Calibrator:
@@ -103,7 +104,7 @@ class HeldOutScores:
 def held_out_scores(held: HeldOut, method: str | None, calibrator: Calibrator | None = None,
                     folds: int = CV_FOLDS, seed: int = CV_SEED) -> HeldOutScores:
     """`method` None: `calibrator` as it is (None: the raw P) on every question; else lines of that
-    method fitted per fold on the other questions (cross-validation by question), as `recalibrate`
+    method fitted per fold on the other questions (cross-validation grouped by passage), as `recalibrate`
     would fit them."""
     n = len(held.stop)
     conf, conf_early = np.full(n, np.nan), np.full(n, np.nan)
@@ -119,7 +120,7 @@ def held_out_scores(held: HeldOut, method: str | None, calibrator: Calibrator | 
     if method is None:
         apply(calibrator, rows)
     else:
-        for test in folds_by_question(n, min(folds, n), seed):
+        for test in cv_folds(n, min(folds, n), seed, held.groups):
             apply(_fit_held_out(held, method, np.setdiff1d(rows, test)), test)
     a, e = np.isfinite(conf), np.isfinite(conf_early)
     return HeldOutScores(expected_calibration_error(conf[a], right[a]), log_loss(conf[a], right[a]),

@@ -13,7 +13,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from fitting.measures import expected_calibration_error
-from fitting.pool_run import (PoolRun, early_views, folds_by_question, picks, round_views, scored_views,
+from fitting.pool_run import (PoolRun, cv_folds, early_views, picks, round_views, scored_views,
                               training_rows)
 from fitting.pricing import LatencyModel
 from fitting.thresholds import RoundTrace, evaluate_stop, fit_stop_thresholds, frontier
@@ -64,7 +64,7 @@ def fit_layout(run: PoolRun, layout: Layout, latency: LatencyModel, folds: int =
     n, r = len(run), len(layout)
     p, ok = np.zeros((n, r)), np.zeros((n, r))
     p_early, ok_early, who_early = np.zeros((n, 1)), np.zeros((n, 1)), np.full((n, 1), -1)
-    for test in folds_by_question(n, min(folds, n), seed):
+    for test in cv_folds(n, min(folds, n), seed, run.groups):
         train = np.setdiff1d(np.arange(n), test)
         scorer = AnswerScorer(C).fit(*training_rows(seen, run.right, run.pool, train))
         p[test], ok[test], _ = picks(views, run.right, run.pool, scorer, test)
@@ -76,8 +76,8 @@ def fit_layout(run: PoolRun, layout: Layout, latency: LatencyModel, folds: int =
     calibrator = fit_calibrator(p, ok, calibration, first) if calibration else None
     trace = RoundTrace(calibrator.predict_rounds(p) if calibrator else p, ok, cost)
     tau = fit_stop_thresholds(trace, tolerance)
-    ece = delivered_ece(RoundTrace(p, ok, cost), calibration, tolerance, folds, seed)
-    ece_early = (early_ece(p, ok, p_early[:, 0], ok_early[:, 0], calibration, folds, seed, answered)
+    ece = delivered_ece(RoundTrace(p, ok, cost), calibration, tolerance, folds, seed, run.groups)
+    ece_early = (early_ece(p, ok, p_early[:, 0], ok_early[:, 0], calibration, folds, seed, answered, run.groups)
                  if firsts is not None else math.nan)
     acc, lat, stop = evaluate_stop(trace, tau)
     rows = np.arange(n)
@@ -92,7 +92,7 @@ def fit_layout(run: PoolRun, layout: Layout, latency: LatencyModel, folds: int =
 
 def early_ece(p: np.ndarray, right: np.ndarray, p_early: np.ndarray, right_early: np.ndarray,
               calibration: str | None, folds: int = CV_FOLDS, seed: int = CV_SEED,
-              answered: np.ndarray | None = None) -> float:
+              answered: np.ndarray | None = None, groups: Sequence[str] | None = None) -> float:
     """ECE (10 bins) of round 1's early answers' P as a stream's first reply carries it: per fold,
     the calibrator fitted on the other questions' out-of-fold P (the rounds' [N, R] and the early
     answers' [N]), applied to these questions' early answers. `answered` [N]: the questions with an
@@ -102,7 +102,7 @@ def early_ece(p: np.ndarray, right: np.ndarray, p_early: np.ndarray, right_early
     if answered.sum() < 2:
         return math.nan
     conf = np.zeros(n)
-    for test in folds_by_question(n, min(folds, n), seed):
+    for test in cv_folds(n, min(folds, n), seed, groups):
         train = np.setdiff1d(np.arange(n), test)
         if calibration is None:
             conf[test] = p_early[test]
@@ -114,7 +114,7 @@ def early_ece(p: np.ndarray, right: np.ndarray, p_early: np.ndarray, right_early
 
 
 def delivered_ece(raw: RoundTrace, calibration: str | None, tolerance: float = 0.005, folds: int = CV_FOLDS,
-                  seed: int = CV_SEED) -> float:
+                  seed: int = CV_SEED, groups: Sequence[str] | None = None) -> float:
     """ECE (10 bins) of the P each question's *answer* comes with, the answer of the round it
     stops after, as a caller gets it: per fold, the calibrator and the stop thresholds fitted on
     the other questions' out-of-fold P, then applied to these. (Every round's pick pooled is not
@@ -123,7 +123,7 @@ def delivered_ece(raw: RoundTrace, calibration: str | None, tolerance: float = 0
     if n < 2:
         return math.nan
     conf, right = np.zeros(n), np.zeros(n)
-    for test in folds_by_question(n, min(folds, n), seed):
+    for test in cv_folds(n, min(folds, n), seed, groups):
         train = np.setdiff1d(np.arange(n), test)
         cal = fit_calibrator(raw.p[train], raw.right[train], calibration) if calibration else None
         p_train, p_test = ((cal.predict_rounds(raw.p[train]), cal.predict_rounds(raw.p[test])) if cal else

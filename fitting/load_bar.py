@@ -14,7 +14,7 @@ from typing import Sequence
 import numpy as np
 
 from fitting.layout_fit import CV_FOLDS, CV_SEED
-from fitting.pool_run import PoolRun, folds_by_question, picks, round_views
+from fitting.pool_run import PoolRun, cv_folds, picks, round_views
 from voter.adaptive_model import AdaptiveModel
 from voter.cascade import lowered, stop_rounds
 
@@ -47,13 +47,14 @@ def choose_bar(p: np.ndarray, right: np.ndarray, thresholds: Sequence[float], to
 
 
 def fit_load_bar(p: np.ndarray, right: np.ndarray, thresholds: Sequence[float], tolerance: float = TOLERANCE,
-                 folds: int = CV_FOLDS, seed: int = CV_SEED) -> LoadBarFit:
-    """The bar by `folds`-fold cross-validation by question (`choose_bar` on the others, judged here)."""
+                 folds: int = CV_FOLDS, seed: int = CV_SEED, groups: Sequence[str] | None = None) -> LoadBarFit:
+    """The bar by `folds`-fold cross-validation (`choose_bar` on the others, judged here); `groups`: each
+    question's passage group, never cut by a fold."""
     n = len(p)
     if n < folds:
         raise ValueError(f"fitting the under-load bar needs at least {folds} questions, got {n}")
     matches, rounds, bars = np.zeros(n), np.zeros(n), []
-    for held in folds_by_question(n, folds, seed):
+    for held in cv_folds(n, folds, seed, groups):
         train = np.setdiff1d(np.arange(n), held)
         bar = choose_bar(p[train], right[train], thresholds, tolerance)
         bars.append(bar)
@@ -70,4 +71,4 @@ def fit_load_bar_on_run(run: PoolRun, model: AdaptiveModel, tolerance: float = T
     views, _, _ = round_views(run, model.layout)
     p, ok, who = picks(views, run.right, run.pool, model.scorer, range(len(run)))
     conf = np.where(who >= 0, model.confidence_rounds(p), np.nan)
-    return fit_load_bar(conf, ok, model.thresholds, tolerance)
+    return fit_load_bar(conf, ok, model.thresholds, tolerance, groups=run.groups)

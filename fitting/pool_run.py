@@ -9,10 +9,11 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
+from fitting.questions import correctness
+from splits import passage_groups
 from fitting.pricing import ReaderSpeed, priced_seconds, unit_speed, weighted_tokens
 from voter.adaptive_model import Layout
 from voter.cascade import early_view
-from voter.qa_metrics import match
 from voter.question_vote import answer_grid, equal_weights, similarity_inputs
 from voter.selector import AnswerScorer, RoundView, candidate_features, feature_names
 
@@ -35,6 +36,7 @@ class PoolRun:
     vote: Callable[[np.ndarray, np.ndarray], np.ndarray]
     cost: Callable[[int, tuple[frozenset, ...]], float]
     datasets: list[str] = field(default_factory=list)
+    groups: list[str] = field(default_factory=list)  # each question's passage group: CV folds never cut one
 
     def __len__(self) -> int:
         return len(self.answers)
@@ -43,7 +45,8 @@ class PoolRun:
         rows = list(rows)
         return PoolRun(self.pool, [self.answers[i] for i in rows], self.right[rows],
                        [self.logprobs[i] for i in rows], self.sim[rows], self.mask[rows], self.vote,
-                       lambda i, s, rows=rows: self.cost(rows[i], s), [self.datasets[i] for i in rows])
+                       lambda i, s, rows=rows: self.cost(rows[i], s), [self.datasets[i] for i in rows],
+                       [self.groups[i] for i in rows] if self.groups else [])
 
 
 
@@ -55,8 +58,7 @@ def pool_run(scored: Sequence, pool: Sequence[str], metrics: Sequence[Any], vote
     results = [r for _, r in scored]
     grid = answer_grid(results, pool)
     sim, mask = similarity_inputs(results, grid, metrics)
-    right = np.array([[match(a, q.answers) if a is not None else 0.0 for a in row]
-                      for (q, _), row in zip(scored, grid)]).reshape(len(scored), len(pool))
+    right = correctness(scored, pool)
     lps = [[{c.retriever: c.logprobs for c in r.candidates}.get(s) for s in pool] for r in results]
     if speeds:
         unit = unit_speed(speeds)
@@ -66,7 +68,15 @@ def pool_run(scored: Sequence, pool: Sequence[str], metrics: Sequence[Any], vote
     else:
         def cost(i: int, rounds: Sequence[frozenset]) -> float:
             return weighted_tokens(results[i], sorted(frozenset().union(*rounds)), weights)
-    return PoolRun(tuple(pool), grid, right, lps, sim, mask, vote, cost, [q.dataset for q, _ in scored])
+    return PoolRun(tuple(pool), grid, right, lps, sim, mask, vote, cost, [q.dataset for q, _ in scored],
+                   question_groups([q for q, _ in scored]))
+
+
+def question_groups(questions: Sequence) -> list[str]:
+    """Each question's group: those sharing a gold passage (`gold_pids`, directly or through
+    others) are one; a question without gold passages is its own."""
+    groups = passage_groups({str(i): tuple(getattr(q, "gold_pids", ()) or ()) for i, q in enumerate(questions)})
+    return [groups[str(i)] for i in range(len(questions))]
 
 
 def equal_vote(pool: Sequence[str], metrics: Sequence[str], pooling: str):
@@ -152,6 +162,20 @@ def picks(views: list[list[RoundView]], right: np.ndarray, pool: Sequence[str], 
     return p, ok, who
 
 
-def folds_by_question(n: int, k: int, seed: int = 0) -> list[np.ndarray]:
-    order = np.random.default_rng(seed).permutation(n)
-    return [order[f::k] for f in range(k)]
+def cv_folds(n: int, k: int, seed: int = 0, groups: Sequence[str] | None = None) -> list[np.ndarray]:
+    """k test folds over n questions, by question; with `groups` (one per question), whole groups
+    in a seeded order, each to the fold with the fewest questions so far, so no passage group is on
+    both sides of a fold (nested CV grouped by passage)."""
+    if not groups or len(set(groups)) == n:  # every question its own group: the folds by question
+        order = np.random.default_rng(seed).permutation(n)
+        return [order[f::k] for f in range(k)]
+    if len(groups) != n:
+        raise ValueError(f"{len(groups)} groups for {n} questions")
+    members: dict[str, list[int]] = {}
+    for i, g in enumerate(groups):
+        members.setdefault(g, []).append(i)
+    keys = list(members)
+    folds: list[list[int]] = [[] for _ in range(k)]
+    for j in np.random.default_rng(seed).permutation(len(keys)):
+        min(folds, key=len).extend(members[keys[j]])
+    return [np.array(sorted(f), dtype=int) for f in folds]

@@ -21,7 +21,7 @@ from retrievers.spec import by_reader
 from retrievers.types import ReaderTokens
 from voter.calibration import EARLY
 from voter.cascade import early_view, stop_rounds
-from voter.qa_metrics import match
+from fitting.questions import right
 from voter.question_vote import answer_grid, equal_weights, similarity_inputs
 from voter.weights_io import SavedWeights
 
@@ -109,7 +109,7 @@ def replay_confident(scored: Scored, saved: SavedWeights, metrics: Sequence[Any]
     for scale in SWEEP_SCALES:
         tau = [math.inf if not math.isfinite(scale) else t * scale for t in model.thresholds]
         a, t, _ = replay(tau)
-        sweep.append({"scale": scale, "match": float(np.mean([match(x, g) for x, g in zip(a, golds)])) if golds else 0.0,
+        sweep.append({"scale": scale, "match": float(np.mean([right(x, g) for x, g in zip(a, golds)])) if golds else 0.0,
                       "computed_tokens": float(np.mean([x.computed for x in t])) if t else 0.0})
     ran = {EOR: [upto[k] for k in out.stop], EOR_PRUNED: [upto[-1]] * len(results), EOR_ALL: [set(pool)] * len(results)}
     return EnsembleRuns(answers, tokens, rates, [list(r) for r in model.layout], sweep, confidence,
@@ -166,7 +166,7 @@ def replay_ensembles(scored: Scored, saved: SavedWeights, metrics: Sequence[Any]
         tau = [math.inf if not math.isfinite(scale) else (t * scale if math.isfinite(t) else t)
                for t in cascade.thresholds]
         _, cost, st = evaluate_rule(trace, tau)
-        ok = np.mean([match(trace.answers[i][k], g) for i, (k, g) in enumerate(zip(st, golds))]) if golds else 0.0
+        ok = np.mean([right(trace.answers[i][k], g) for i, (k, g) in enumerate(zip(st, golds))]) if golds else 0.0
         sweep.append({"scale": scale, "match": float(ok), "computed_tokens": cost})
     rates = [float((stop == k).mean()) for k in range(len(rounds))]
     ran = {EOR: [upto[k] for k in stop], EOR_PRUNED: [upto[-1]] * len(results), EOR_ALL: [set(pool)] * len(results)}

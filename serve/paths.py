@@ -36,3 +36,19 @@ def cache_path() -> Path:
 def pushed_voter_path() -> Path:
     """The last voter pushed to the live service (eor fit --push): loaded again after a restart."""
     return eor_home() / "voter" / "pushed.json"
+
+
+def source_commit() -> str | None:
+    """The checkout's commit (with "+changes" when the tree differs from it), recorded in a voter
+    file so that a figure can be traced to the code that fitted it; None outside a git checkout."""
+    import subprocess
+
+    root = Path(__file__).resolve().parents[1]
+    try:
+        head = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True,
+                              timeout=10, check=True).stdout.strip()
+        dirty = subprocess.run(["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"],
+                               capture_output=True, text=True, timeout=30, check=True).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return head + ("+changes" if dirty else "") if head else None

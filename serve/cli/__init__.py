@@ -198,6 +198,9 @@ def build_parser() -> argparse.ArgumentParser:
     r = sub.add_parser("run", help="run the pool over questions into the resumable run log (no vote)")
     questions_args(r, "all")
     r.add_argument("--json", action="store_true", help="print a JSON summary")
+    r.add_argument("--keep", action="store_true",
+                   help="write the run logs' answers and log-probabilities to the repository's reads/ (gzipped, "
+                        "no prompts): a new machine restores them instead of reading again")
     common(r)
     r.set_defaults(func=cmd_run)
 
@@ -209,7 +212,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def questions_args(sp, default_split: str) -> None:
-    from serve.offline.dataset import DEFAULT_SPLIT_SEED, SPLITS
+    from serve.offline.dataset import DEFAULT_SPLIT_SEED, GROUPINGS, SPLITS
     from serve.offline.runlog import DEFAULT_BATCH_SIZE
 
     sp.add_argument("--questions", required=True, help='JSONL of {"qid","dataset","question","answers"}')
@@ -218,6 +221,9 @@ def questions_args(sp, default_split: str) -> None:
     sp.add_argument("--split", choices=SPLITS, default=default_split,
                     help=f"60/40 fit/eval split of the file's qids (default: {default_split})")
     sp.add_argument("--split-seed", type=int, default=DEFAULT_SPLIT_SEED, help="seed of the split's shuffle")
+    sp.add_argument("--split-by", choices=GROUPINGS,
+                    help="passage: questions sharing a gold passage stay on one side (the default, but for "
+                         "eval and calibrate of a voter fitted on this file: its own); question: by question")
     sp.add_argument("--batch-size", type=int, default=DEFAULT_BATCH_SIZE, help="questions per pool run")
     sp.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
     sp.add_argument("--verbose", action="store_true", help="library logs on the terminal, not in $EOR_HOME/logs")

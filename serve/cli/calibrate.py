@@ -21,35 +21,22 @@ MIN_HELD_OUT = 50  # fewer, and two parameters a round are fitted on a handful o
 
 
 def voter_questions(saved, selection) -> set[str]:
-    """The qids a voter file has seen: those it was fitted on and those an earlier `eor calibrate`
-    fitted its lines on, rebuilt from its records and checked against the fingerprints they keep.
-    An error where it cannot tell, or where `selection` splits the file otherwise than the voter
-    did (its eval split would be read as fit questions)."""
-    from serve.offline.dataset import Selection, qids_digest, select_questions
-    from voter.weights_io import file_sha256
+    """The qids the voter has seen (serve/offline/seen.py); an error where it was not fitted on this
+    file, or where `selection` splits the file otherwise than the voter did (its eval split would be
+    read as fit questions)."""
+    from serve.offline.seen import fitted_on, voter_questions as seen
 
-    path = selection.path
     extra = saved.provenance.extra
-    if extra.get("questions_sha256") != file_sha256(path) or "split" not in extra:
-        raise ValueError(f"the voter ({saved.describe()}) was not fitted on {path}: calibrate on the question file "
-                         "it was fitted on, so the questions it saw can be left out")
+    if not fitted_on(saved, selection.path):
+        raise ValueError(f"the voter ({saved.describe()}) was not fitted on {selection.path}: calibrate on the "
+                         "question file it was fitted on, so the questions it saw can be left out")
     seed, fraction = extra.get("split_seed", 0), extra.get("fit_fraction", 0.6)
-    if (selection.seed, selection.fit_fraction) != (seed, fraction):
-        raise ValueError(f"--split-seed {selection.seed} splits the file otherwise than the voter's fit did (seed "
-                         f"{seed}): questions of its eval split would be read; use --split-seed {seed}")
-
-    def rebuilt(sel: dict, digest: str | None, minus: set[str], what: str) -> set[str]:
-        qs = [q for q in select_questions(Selection(path, sel.get("dataset"), sel["split"], sel.get("limit"), seed,
-                                                    fraction)) if q.qid not in minus]
-        if digest not in (None, qids_digest(qs)):
-            raise ValueError(f"the questions {what} cannot be rebuilt from the voter's records (their fingerprint "
-                             "differs): calibrate needs to know which questions it saw")
-        return {q.qid for q in qs}
-    seen = rebuilt(extra, extra.get("qids_sha256"), set(), "it was fitted on")
-    earlier = (saved.adaptive.fit.get("recalibrated") if saved.adaptive is not None else None) or {}
-    if earlier.get("selection"):
-        seen |= rebuilt(earlier["selection"], earlier.get("qids_sha256"), seen, "its lines were calibrated on")
-    return seen
+    grouped = extra.get("split_by", "question")
+    if (selection.seed, selection.fit_fraction, selection.group_by) != (seed, fraction, grouped):
+        raise ValueError(f"--split-seed {selection.seed} --split-by {selection.group_by} splits the file otherwise "
+                         f"than the voter's fit did: questions of its eval split would be read; use --split-seed "
+                         f"{seed} --split-by {grouped}")
+    return seen(saved, selection.path)
 
 
 def _r(x: float) -> float | None:
@@ -73,10 +60,10 @@ def cmd_calibrate(args) -> int:
         raise ValueError(f"calibrate reads fit-split questions only (--split fit); the {args.split} split is "
                          "eor eval's")
     config = _config(args)
-    selection = _selection(args)
     pool = make_pool(config)
     choice = voter_choice(args, pool, config=config)  # a wrong voter file fails before any work
     saved = choice.saved
+    selection = _selection(args, saved)
     model = saved.adaptive
     if model is None:
         raise ValueError(f"{choice.describe()} has no answer scorer to calibrate (a voter with rounds: eor fit)")

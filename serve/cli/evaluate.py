@@ -5,7 +5,6 @@ import json
 from pathlib import Path
 
 from serve.cli.common import DEFAULT_EVAL_DIR, _config, voter_choice
-from serve.cli.fit import _warn_overlap
 from serve.cli.runs import _read_cascade, _run_pool, _selection
 
 
@@ -20,16 +19,17 @@ def cmd_eval(args) -> int:
     from serve.paths import eor_home
     from serve.offline.plots import cost_accuracy_plot, reliability_plot, rwr_heatmap, safe_name, weights_plot
     from voter.question_vote import build_metrics
+    from serve.offline.seen import refuse_seen
 
     config = _config(args)
-    selection = _selection(args)
-    questions = select_questions(selection)
     pool = make_pool(config)
     if args.baseline and args.baseline not in pool.specs:
         raise ValueError(f"--baseline {args.baseline!r} is not in the pool ({len(pool.specs)} members)")
     choice = voter_choice(args, pool, config=config)  # a wrong voter file fails before any work
     saved, options, source = choice.saved, choice.options, choice.source
-    _warn_overlap(saved, selection)
+    selection = _selection(args, saved)  # a voter fitted on this file: split as its fit was
+    questions = select_questions(selection)
+    refuse_seen(saved, selection, questions)  # a voter is judged only on questions it never saw
     baseline = args.baseline or saved.provenance.extra.get("best_single")  # the fit split's (eor fit records it)
     baseline = baseline if baseline in pool.specs else None
     metrics = build_metrics(options, pool.reader)
@@ -87,7 +87,8 @@ def cmd_eval(args) -> int:
     if args.json:
         print(json.dumps(doc, indent=2))
     else:
-        print(f"voter: {choice.describe()}; metrics {','.join(saved.metrics)}; correctness: Match")
+        print(f"voter: {choice.describe()}; metrics {','.join(saved.metrics)}; correctness: Match on whole tokens "
+              "(substr: BERGEN's substring Match, beside)")
         for r in reports:
             print(format_table(r))
         print("adaptive EoR stops after stage: " + ", ".join(

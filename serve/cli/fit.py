@@ -14,20 +14,6 @@ from serve.cli.runs import _run_pool, _selection
 MIN_ADAPTIVE_QUESTIONS = 20  # fewer, and a 5-fold CV of the answer scorer has a handful of questions per fold
 
 
-def _warn_overlap(saved, selection) -> None:
-    """Evaluating on questions the weights were fitted on flatters EoR: say so."""
-    from voter.weights_io import file_sha256
-
-    extra = saved.provenance.extra
-    if "split" not in extra or extra.get("questions_sha256") != file_sha256(selection.path):
-        return  # fitted on another question file (known by its content: the voter records no path)
-    same_split = (extra.get("split_seed"), extra.get("fit_fraction")) == (selection.seed, selection.fit_fraction)
-    if not (extra["split"] == "fit" and selection.split == "eval" and same_split):
-        print(f"eor: warning: the weights were fitted on split {extra['split']!r} (seed {extra.get('split_seed')}) "
-              f"of this file; evaluating on split {selection.split!r} (seed {selection.seed}) may reuse "
-              "training questions", file=sys.stderr)
-
-
 def _check_push(target: str | None) -> None:
     if target is None:
         return
@@ -62,7 +48,8 @@ def gated_push(args, saved, metrics, path: Path) -> int:
     from serve.offline.dataset import Selection, select_questions
     from serve.offline.push_gate import bench_slice, judge_push
 
-    questions = select_questions(Selection(args.questions, args.dataset, "eval", args.gate_questions, args.split_seed))
+    questions = select_questions(Selection(args.questions, args.dataset, "eval", args.gate_questions, args.split_seed,
+                                           group_by=args.split_by or "passage"))
     if args.gate_slice:
         questions += bench_slice(args.gate_slice)
     try:
@@ -193,7 +180,7 @@ def cmd_fit(args) -> int:
     from serve.offline.dataset import qids_digest, select_questions
     from fitting.weights import FitConfig, fit_weights, format_report
     from voter.estimator import VoterConfig
-    from serve.paths import eor_home
+    from serve.paths import eor_home, source_commit
     from voter.question_vote import MetricOptions, build_metrics
     from voter.weights_io import file_sha256, save_weights
 
@@ -208,7 +195,8 @@ def cmd_fit(args) -> int:
     sel = selection.describe()
     extra = {**{k: v for k, v in sel.items() if k != "questions_file"},
              "questions_sha256": file_sha256(selection.path),
-             "qids_sha256": qids_digest([q for q, _ in scored]), "seconds": {"pool": round(pool_s, 3)}}
+             "qids_sha256": qids_digest([q for q, _ in scored]), "seconds": {"pool": round(pool_s, 3)},
+             "commit": source_commit()}
     metrics = build_metrics(fit_config.metrics, pool.reader)
     report = fit_weights(scored, pool.specs, metrics, fit_config,
                          Path(selection.path).name, pool.reader.model_id, extra,  # a name, not this machine's path

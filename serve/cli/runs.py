@@ -7,10 +7,19 @@ import time
 from serve.cli.common import _config
 
 
-def _selection(args):
+def _selection(args, saved=None):
+    """The questions the command reads. The split is grouped by passage unless --split-by says
+    otherwise, or `saved` (the voter judged) was fitted on this file: then as that fit split it."""
     from serve.offline.dataset import Selection
 
-    return Selection(args.questions, args.dataset, args.split, args.limit, args.split_seed)
+    group_by = getattr(args, "split_by", None)
+    if group_by is None and saved is not None:
+        from serve.offline.seen import fitted_on
+
+        if fitted_on(saved, args.questions):
+            group_by = saved.provenance.extra.get("split_by", "question")
+    return Selection(args.questions, args.dataset, args.split, args.limit, args.split_seed,
+                     group_by=group_by or "passage")
 
 
 def _run_pool(args, config, pool, selection, questions):
@@ -56,6 +65,18 @@ def _read_cascade(args, config, pool, selection, questions, rounds, stops):
     return scored, counts
 
 
+def keep_reads(config, pool, questions_file) -> dict[str, int]:
+    """Each reader's run log written to its kept file in reads/: {file name: questions kept}."""
+    from serve.offline.kept_reads import keep
+    from serve.offline.reader_runs import ReaderRuns
+
+    out = {}
+    for log in ReaderRuns(config, pool, questions_file).logs.values():
+        path, n = keep(log, questions_file)
+        out[path.name] = n
+    return out
+
+
 def cmd_run(args) -> int:
     """Only the pool over the selected questions, into the run log (resumable, no vote): how a
     long fit/eval run grows by steps in the background; `eor fit` / `eor eval` reuse it."""
@@ -66,9 +87,12 @@ def cmd_run(args) -> int:
     selection = _selection(args)
     questions = select_questions(selection)
     pool = make_pool(config)
-    scored, seconds = _run_pool(args, config, pool, selection, questions)
+    try:
+        scored, seconds = _run_pool(args, config, pool, selection, questions)
+    finally:  # what a stopped step finished is kept too
+        kept = keep_reads(config, pool, selection.path) if getattr(args, "keep", False) else None
     doc = {"questions": len(scored), "split": selection.split, "seconds": round(seconds, 1),
-           "pool_seconds_per_question": args.seconds_per_question}
+           "pool_seconds_per_question": args.seconds_per_question, "kept": kept}
     print(json.dumps(doc) if args.json else
           f"{len(scored)} questions of split {selection.split} in the run log ({seconds:.0f} s this time)")
     return 0

@@ -32,7 +32,8 @@ from fitting.pool_run import equal_vote, pool_run
 from fitting.replay import replay_ensembles
 from fitting.search import fit_adaptive
 from voter.calibration import DEFAULT_METHOD, METHODS
-from voter.qa_metrics import exact_match, match, token_f1
+from fitting.questions import right as match  # whole-token Match, as the fit
+from voter.qa_metrics import exact_match, token_f1
 
 ADAPTIVE = "adaptive (confidence)"
 SELECTOR = "selector, every round"

@@ -1,9 +1,11 @@
 """Question files for `eor fit` / `eor eval`, and the seeded fit/eval split.
 
-A question file is JSONL: `{"qid", "dataset", "question", "answers": [...]}` (extra keys such
-as `gold_pids` are ignored). Fit and eval must see disjoint questions of the *same* file, so
-the split is decided over every qid in the file -- before any `--dataset` filter -- by a
-seeded shuffle: the first `fit_fraction` of the shuffled qids are "fit", the rest "eval".
+A question file is JSONL: `{"qid", "dataset", "question", "answers": [...]}`, optionally
+`"gold_pids": [...]` (the passages that answer it; other keys are ignored). Fit and eval must see
+disjoint questions of the *same* file, so the split is decided over every qid in the file --
+before any `--dataset` filter -- by a seeded shuffle: the first `fit_fraction` of the shuffled
+qids are "fit", the rest "eval". `group_by="passage"` (the CLI's default) shuffles whole groups of
+questions that share a gold passage (splits.passage_groups), so no passage is on both sides.
 Any dataset filter or limit applied afterwards keeps the two parts disjoint.
 
 `--limit N` takes the first N selected questions *in the shuffled order*: a random sample
@@ -18,7 +20,8 @@ from pathlib import Path
 from typing import Sequence
 
 # the split itself lives in `splits` (shared with the robustness bench); re-exported here
-from splits import DEFAULT_FIT_FRACTION, DEFAULT_SPLIT_SEED, SPLITS, shuffled_qids, split_assignment  # noqa: F401
+from splits import (DEFAULT_FIT_FRACTION, DEFAULT_SPLIT_SEED, GROUPINGS, SPLITS, passage_groups,  # noqa: F401
+                    shuffled_qids, split_assignment)
 
 
 @dataclass(frozen=True)
@@ -27,6 +30,7 @@ class Question:
     dataset: str
     question: str
     answers: tuple[str, ...]
+    gold_pids: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -39,6 +43,7 @@ class Selection:
     limit: int | None = None
     seed: int = DEFAULT_SPLIT_SEED
     fit_fraction: float = DEFAULT_FIT_FRACTION
+    group_by: str = "question"  # "passage": whole groups sharing a gold passage (a record without it: question)
 
     def __post_init__(self) -> None:
         if self.split not in SPLITS:
@@ -47,11 +52,13 @@ class Selection:
             raise ValueError(f"limit must be >= 1, got {self.limit}")
         if not 0.0 < self.fit_fraction < 1.0:
             raise ValueError(f"fit_fraction must lie in (0, 1), got {self.fit_fraction}")
+        if self.group_by not in GROUPINGS:
+            raise ValueError(f"the split is grouped by one of {GROUPINGS}, got {self.group_by!r}")
 
     def describe(self) -> dict:
         return {"questions_file": str(Path(self.path).resolve()), "dataset": self.dataset,
                 "split": self.split, "split_seed": self.seed, "fit_fraction": self.fit_fraction,
-                "limit": self.limit}
+                "limit": self.limit, "split_by": self.group_by}
 
 
 def _field(obj: dict, key: str, where: str) -> str:
@@ -87,9 +94,12 @@ def read_questions(path: str | Path) -> list[Question]:
             answers = obj.get("answers")
             if not isinstance(answers, list) or not answers or not all(isinstance(a, str) for a in answers):
                 raise ValueError(f"{where}: 'answers' must be a non-empty list of strings")
+            gold = obj.get("gold_pids") or []
+            if not isinstance(gold, list) or not all(isinstance(g, str) for g in gold):
+                raise ValueError(f"{where}: 'gold_pids' must be a list of passage ids")
             seen.add(qid)
             out.append(Question(qid, str(obj.get("dataset") or "default"), _field(obj, "question", where),
-                                tuple(answers)))
+                                tuple(answers), tuple(gold)))
     return out
 
 
@@ -99,9 +109,10 @@ def select_questions(sel: Selection) -> list[Question]:
     if not questions:
         raise ValueError(f"questions file {sel.path} has no questions")
     by_qid = {q.qid: q for q in questions}
-    order = shuffled_qids(by_qid, sel.seed)
+    groups = passage_groups({q.qid: q.gold_pids for q in questions}) if sel.group_by == "passage" else None
+    order = shuffled_qids(by_qid, sel.seed, groups)
     if sel.split != "all":
-        part = split_assignment(by_qid, sel.seed, sel.fit_fraction)
+        part = split_assignment(by_qid, sel.seed, sel.fit_fraction, groups)
         order = [q for q in order if part[q] == sel.split]
     if sel.dataset is not None:
         known = sorted({q.dataset for q in questions})

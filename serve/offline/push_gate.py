@@ -83,7 +83,7 @@ def judge_push(client: Any, saved: Any, metrics: Sequence[Any], questions: Seque
     pool) and compare the live answers with the candidate's replayed cascade."""
     from fitting.evaluation import EOR
     from fitting.replay import replay_ensembles
-    from voter.qa_metrics import match
+    from fitting.questions import right as match  # whole-token Match, as the fit
     from fitting.paired import paired_counts, sign_test
 
     pool = list(saved.pool)

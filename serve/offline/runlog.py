@@ -124,6 +124,16 @@ class RunLog:
                cold: float | None = None) -> None:
         """`seconds`: wall time of the batch, recorded per question; `cold`: the share of the
         batch's prompts the engine generated (the rest came from the reader cache)."""
+        per = {"seconds": round(seconds / len(items), 3)} if seconds is not None and items else {}
+        if per and cold is not None:
+            per["cold"] = round(cold, 3)
+        self._write([{"qid": q.qid, **per, "result": result_to_record(r)} for q, r in items])
+
+    def append_records(self, records: Sequence[tuple[str, dict[str, Any], dict[str, Any]]]) -> None:
+        """(qid, result record, its seconds and cold share): kept reads restored (kept_reads.py)."""
+        self._write([{"qid": qid, **extra, "result": rec} for qid, rec, extra in records])
+
+    def _write(self, lines: Sequence[dict[str, Any]]) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._write_meta()
         torn = False  # a torn last line (crash mid-write) must not swallow the next record
@@ -134,11 +144,8 @@ class RunLog:
         with self.path.open("a", encoding="utf-8") as f:
             if torn:
                 f.write("\n")
-            per = {"seconds": round(seconds / len(items), 3)} if seconds is not None and items else {}
-            if per and cold is not None:
-                per["cold"] = round(cold, 3)
-            for q, r in items:
-                f.write(json.dumps({"qid": q.qid, **per, "result": result_to_record(r)}, ensure_ascii=False) + "\n")
+            for line in lines:
+                f.write(json.dumps(line, ensure_ascii=False) + "\n")
             f.flush()
 
 
@@ -148,9 +155,16 @@ def run_log_for(config: Any, pool: Any, questions_file: str | Path) -> RunLog:
     pool_config = asdict(getattr(pool, "config", config.pool))
     for unused in ("specs", "max_question_chars"):  # the specs are keyed on their own; the limit changes no answer
         pool_config.pop(unused, None)
-    key = RunKey.create(questions_file, pool.reader.model_id, pool.specs,
-                        {"pool": pool_config, "index": asdict(config.index)})
-    return RunLog(key)
+    index = asdict(config.index)
+    index.pop("merge_above", None)  # when a generation is merged changes no answer
+    key = RunKey.create(questions_file, pool.reader.model_id, pool.specs, {"pool": pool_config, "index": index})
+    runlog = RunLog(key)
+    from serve.offline.kept_reads import restore
+
+    restored = restore(runlog, questions_file)  # reads kept in the repository: never read again
+    if restored:
+        log.info("%d questions restored into %s from the reads kept in the repository", restored, runlog.path)
+    return runlog
 
 
 def _reader_counts(pool: Pool) -> tuple[int, int]:

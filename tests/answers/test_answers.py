@@ -39,3 +39,15 @@ def test_the_voter_and_the_bench_score_with_it():
     for pred, golds in (("Paris, France", ["paris"]), ("paris", ["Paris"]), ("", ["*"]), ("1990", ["1"])):
         assert qa_metrics.match(pred, golds) == float(answers.match(pred, golds))
         assert qa_metrics.exact_match(pred, golds) == float(answers.exact_match(pred, golds))
+
+
+def test_match_on_whole_tokens_what_the_fit_and_the_judging_count():
+    from fitting.questions import right, substring_match
+
+    assert substring_match("13 times", ["3"]) and not right("13 times", ["3"])  # the substring test's error
+    assert right("3 times", ["3"]) and right("It was 3.", ["3"])
+    assert not right("in 1990", ["1"]) and right("in 1990", ["1990"])
+    assert right("Washington, D.C.", ["Washington DC"])  # punctuation dropped before matching
+    assert right("1,000 people", ["1000"]) and not right("10,000 people", ["1000"])
+    assert right("The Beatles", ["Beatles"]) and not right("Beatlesque", ["Beatles"])
+    assert not right("anything", ["*"])  # a gold that normalises to nothing matches nothing

@@ -50,7 +50,7 @@ def test_eval_numbers_by_hand_and_plots(qfile, tmp_path, eor_home, use_pool, cap
     use_pool(FakePool(SPECS, answers))
     out_dir = tmp_path / "report"
     doc = run_eval(capsys, "--questions", str(qfile), "--out-dir", str(out_dir))
-    assert doc["weights"]["source"] == "equal weights" and doc["correctness"] == "match"
+    assert doc["weights"]["source"] == "equal weights" and doc["correctness"] == "match-tokens"
     assert list(doc["datasets"]) == ["a", "b", "all"]
 
     a = doc["datasets"]["a"]
@@ -147,7 +147,7 @@ def test_eval_prints_the_paired_test_and_rounds(qfile, tmp_path, eor_home, use_p
     doc = json.loads(capsys.readouterr().out)
     assert rc == 0 and doc["datasets"]["all"]["baseline"] == "SE@1"
     vs = doc["datasets"]["all"]["eor_vs"]
-    assert set(vs) == {"Wiki@10", "SE@1"} and set(vs["SE@1"]) == {"em", "f1", "match"}
+    assert set(vs) == {"Wiki@10", "SE@1"} and set(vs["SE@1"]) == {"em", "f1", "match", "match_substring"}
     assert set(vs["SE@1"]["match"]) == {"eor", "other", "eor_higher", "other_higher", "sign_test_p"}
     assert main(["eval", "--questions", str(qfile), "--split", "all", "--metrics", "em", "--no-progress",
                  "--equal-weights", "--baseline", "HB@1"]) == 2

@@ -49,7 +49,8 @@ def test_fit_follows_the_always_right_retriever_and_records_provenance(tmp_path,
     p = saved.provenance
     assert p.objective == 1.0 and p.n_questions == N and p.reader_model == "fake-reader"
     assert p.questions_file == qfile.name  # a name: the voter file records no path of the machine
-    assert p.extra["split"] == "all" and p.extra["split_seed"] == 5 and p.extra["correctness"] == "match"
+    assert p.extra["split"] == "all" and p.extra["split_seed"] == 5 and p.extra["correctness"] == "match-tokens"
+    assert p.extra["split_by"] == "passage" and p.extra["commit"]  # the checkout's commit (this is one)
     assert p.extra["nli_backend"] == "llm" and len(p.extra["qids_sha256"]) == 16
     assert set(p.extra["seconds"]) == {"pool", "similarity", "fit"}
     assert p.extra["best_single"] == "Wiki@10"  # the fit split's best single: `eor eval` pairs EoR with it
@@ -98,12 +99,16 @@ def test_fit_resumes_from_the_run_log_and_a_bad_push_target_fails_clearly(tmp_pa
     use_pool(second)
     assert main(args) == 0 and second.calls == []  # all answers come from the run log
 
-    # evaluating on the held-out 40% is quiet; on the whole file it warns about reused questions
+    # the held-out 40% is judged; the whole file holds the voter's own fit questions: refused, in one line
     ev = ["eval", "--questions", str(qfile), "--weights", str(tmp_path / "w.json"), "--no-progress",
           "--out-dir", str(tmp_path / "ev")]
     capsys.readouterr()
     assert main(ev) == 0 and "warning" not in capsys.readouterr().err
-    assert main(ev + ["--split", "all"]) == 0 and "may reuse training questions" in capsys.readouterr().err
+    ran = FakePool(SPECS, answers)
+    use_pool(ran)
+    assert main(ev + ["--split", "all"]) == 2 and ran.calls == []
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("eor: error: ") and "\n" not in err and "the voter" in err and "fitted" in err
 
     made = use_pool(FakePool(SPECS, answers))
     capsys.readouterr()
