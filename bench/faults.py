@@ -66,16 +66,17 @@ def _title(p) -> str:
     return " ".join(p.cmdline() or ()) or p.name() or ""
 
 
-def engine_workers() -> list[int]:
-    """PIDs of the service's vLLM worker processes (titled `VLLM::Worker`, under the Reader
-    replica's actor): never another engine on this machine (an `eor eval` beside the service)."""
+def engine_workers(deployment: str | None = None) -> list[int]:
+    """PIDs of the service's vLLM worker processes (titled `VLLM::Worker`, under a Reader
+    replica's actor; `deployment`, e.g. Reader_1.5B: that reader's alone): never another engine on
+    this machine (an `eor eval` beside the service)."""
     import psutil
 
+    owner = re.compile(r"ray::ServeReplica:eor:" + (re.escape(deployment) + r"(\s|$)" if deployment else "Reader"))
     out = []
     for p in psutil.process_iter():
         try:
-            if _title(p).startswith("VLLM::Worker") and any(
-                    _title(a).startswith("ray::ServeReplica:eor:Reader") for a in p.parents()):
+            if _title(p).startswith("VLLM::Worker") and any(owner.match(_title(a)) for a in p.parents()):
                 out.append(p.pid)
         except (psutil.NoSuchProcess, psutil.AccessDenied):
             continue
@@ -83,25 +84,28 @@ def engine_workers() -> list[int]:
 
 
 def reader_fault_test(client, address: str, questions: list[str], n: int, concurrency: int,
-                      kill_after_s: float, limit_s: float = 600.0) -> dict:
-    """SIGKILL the reader's vLLM worker under load; the timeline of replies and Health, then
-    how long until an Ask is answered again (bounded by `limit_s`)."""
+                      kill_after_s: float, limit_s: float = 600.0, deployment: str | None = None) -> dict:
+    """SIGKILL the readers' vLLM workers (`deployment`'s alone, e.g. Reader_1.5B) under load; the
+    timeline of replies (latency, degraded or not) and Health, then how long until an Ask is
+    answered again, and answered whole (not degraded) again (bounded by `limit_s`)."""
 
     import grpc
     from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-    targets = engine_workers()
+    targets = engine_workers(deployment)
     if not targets:
         raise SystemExit("reader fault test: no VLLM::Worker process on this machine")
     timeline = Timeline()
     events, note = timeline.events, timeline.note
 
     def one(q: str) -> None:
+        t = time.monotonic()
         try:
             r = client.ask(q)
-            note(kind="ask", code="OK", empty=not r.answer, answer=r.answer[:40])
+            note(kind="ask", code="OK", empty=not r.answer, answer=r.answer[:40], degraded=r.degraded[:120],
+                 latency_s=round(time.monotonic() - t, 2))
         except grpc.RpcError as exc:
-            note(kind="ask", code=exc.code().name, details=exc.details()[:200])
+            note(kind="ask", code=exc.code().name, details=exc.details()[:200], latency_s=round(time.monotonic() - t, 2))
 
     stop = threading.Event()
 
@@ -131,8 +135,8 @@ def reader_fault_test(client, address: str, questions: list[str], n: int, concur
     kill_t = next((e["t"] for e in events if e["kind"] == "kill"), None)
     while kill_t is not None and timeline.elapsed() < kill_t + limit_s:
         one(questions[0])
-        last = events[-1]
-        if last["kind"] == "ask" and last["code"] == "OK" and not last["empty"]:
+        last = next(e for e in reversed(events) if e["kind"] == "ask")
+        if last["code"] == "OK" and not last["empty"] and not last.get("degraded"):
             break
         time.sleep(2)
     stop.set()
@@ -142,7 +146,13 @@ def reader_fault_test(client, address: str, questions: list[str], n: int, concur
                         and e["t"] >= kill_t and e["status"] == 2), None)
     back = next((e["t"] for e in after if e["code"] == "OK" and not e["empty"]
                  and any(x["code"] != "OK" for x in after if x["t"] <= e["t"])), None)
-    return {"killed_pids": targets, "kill_at_s": kill_t, "asks": len(asks),
+    whole = next((e["t"] for e in after if e["code"] == "OK" and not e["empty"] and not e.get("degraded")
+                  and e["t"] - e.get("latency_s", 0) >= kill_t), None)  # asked after the kill, answered whole
+    before = sorted(e["latency_s"] for e in asks if kill_t is not None and e["t"] < kill_t and e["code"] == "OK")
+    return {"killed_pids": targets, "killed": deployment or "every reader", "kill_at_s": kill_t, "asks": len(asks),
+            "degraded_after_kill": sum(1 for e in after if e["code"] == "OK" and e.get("degraded")),
+            "whole_again_after_s": round(whole - kill_t, 2) if whole is not None and kill_t is not None else None,
+            "median_latency_before_kill_s": before[len(before) // 2] if before else None,
             "ok_with_empty_answer": sum(1 for e in asks if e["code"] == "OK" and e["empty"]),
             "codes_after_kill": {c: sum(1 for e in after if e["code"] == c) for c in {e["code"] for e in after}},
             "health_not_serving_after_s": round(not_serving - kill_t, 2) if not_serving is not None else None,

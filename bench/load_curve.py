@@ -73,7 +73,7 @@ def offer(stub: Any, questions: Sequence[Any], rate: float, seconds: float, retr
         row = {"i": i, "question": q.question, "latency_s": time.monotonic() - sent, "start_lag_s": late}
         try:
             r = fut.result()
-            row.update(code="OK", answer=r.answer, match=bool(r.answer) and match(r.answer, list(q.answers)),
+            row.update(code="OK", answer=r.answer, match=bool(r.answer) and match(r.answer, list(q.answers), word_boundary=True),
                        abstained=r.abstained, rounds=r.stopped_at_stage, under_load=r.under_load,
                        degraded=bool(r.degraded))
         except grpc.FutureCancelledError:
@@ -238,11 +238,12 @@ def plot(report: dict, path: Path) -> Path:
     return path
 
 
-def never_asked(path: str, offset: int) -> list:
-    """Eval-split questions with their gold answers, in the split's seeded order, past `offset`."""
+def never_asked(path: str, offset: int, split: str = "eval") -> list:
+    """Questions of a split (by question, seed 0) with their gold answers, in the split's seeded order,
+    past `offset`: the eval split's first 700 were scored by evals, the fit split's first 400 fitted on."""
     from serve.offline.dataset import Selection, select_questions
 
-    return select_questions(Selection(path, split="eval"))[offset:]
+    return select_questions(Selection(path, split=split))[offset:]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -252,7 +253,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("mode", choices=["capacity", "curve"])
     ap.add_argument("--server", default="127.0.0.1:50051")
     ap.add_argument("--questions", default=DEFAULT_QUESTIONS)
-    ap.add_argument("--offset", type=int, default=0, help="skip this many eval-split questions (asked before)")
+    ap.add_argument("--offset", type=int, default=0, help="skip this many questions of the split (asked before)")
+    ap.add_argument("--split", default="eval", choices=["eval", "fit"], help="whose questions (by question, seed 0)")
     ap.add_argument("-n", type=int, default=40, help="capacity: questions")
     ap.add_argument("-c", type=int, default=8, help="capacity: concurrency (enough to keep the readers busy)")
     ap.add_argument("--capacity", type=float, help="curve: the cascade's measured capacity, answers/s")
@@ -271,7 +273,7 @@ def main(argv: list[str] | None = None) -> int:
     from protos.client import EorClient
 
     check_loopback(args.server)
-    questions = never_asked(args.questions, args.offset)
+    questions = never_asked(args.questions, args.offset, args.split)
     out = Path(args.out)
     with EorClient(args.server) as client:
         client.health()

@@ -249,6 +249,8 @@ def main(argv: list[str] | None = None) -> int:
                     "(a first start's compiled engines take over in the background)")
     ap.add_argument("--fault-n", type=int, default=60, help="calls of the fault test's load")
     ap.add_argument("--kill-after", type=float, default=30.0)
+    ap.add_argument("--kill-reader", help="reader-fault: that reader deployment's engine alone (e.g. Reader_1.5B; "
+                    "default: every reader's)")
     ap.add_argument("--kill-group", type=int, default=1, help="index of the retriever group whose actor dies")
     ap.add_argument("--metrics-address", help="HOST:PORT of the server's Prometheus endpoint (with --start: known)")
     ap.add_argument("--deadline", type=float, default=5.0, help="deadline mode: deadline_s of each Ask")
@@ -317,7 +319,7 @@ def main(argv: list[str] | None = None) -> int:
                 report["health"] = reader_counters(client)
             if args.mode == "reader-fault":
                 report["reader_fault"] = reader_fault_test(client, args.server, qs[:args.distinct], args.fault_n,
-                                                           args.c, args.kill_after)
+                                                           args.c, args.kill_after, deployment=args.kill_reader)
             if args.mode in ("fault", "all"):
                 specs = _group_specs(service, args.config, args.kill_group)
                 report["fault"] = fault_test(client, qs[:args.distinct], args.fault_n, args.c,

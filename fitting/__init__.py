@@ -1,6 +1,6 @@
 """Fitting and judging voters offline: what `eor fit`, `eor eval` and `eor calibrate` compute, apart
 from what the service runs (voter/). Pure Python (numpy, SciPy, scikit-learn) over the arrays and
-results a run log holds; it imports retrievers/ and voter/, never serve/, Ray or vLLM, and nothing
+results a run log holds (correctness: Match on whole tokens, `questions.right`); it imports retrievers/ and voter/, never serve/, Ray or vLLM, and nothing
 on the serving path imports it (tests/test_house.py).
 
 - `questions`: what the fit reads (questions with gold answers, their results; correctness is Match)
@@ -14,4 +14,6 @@ on the serving path imports it (tests/test_house.py).
 - `weights`: the EoR weights and margin cascade (`eor fit`'s first part)
 - `replay`, `evaluation`: the voter's ensembles replayed on a run, and the tables of `eor eval`
 - `measures`, `paired`: calibration measures and proper scores; the paired sign test
+- `nested`: the whole fit judged by nested cross-validation grouped by passage, beside the pair the
+  same folds chose (`eor fit --nested-cv K`)
 """

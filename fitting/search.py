@@ -51,6 +51,30 @@ def fit_adaptive(scored: Sequence, specs: Sequence[str], metrics: Sequence[Any],
     layout met both. `overhead_by`: where
     `round_overhead_s` came from (serve/offline/reader_speed.py: round_overhead), for the record.
     `early_first`: round 1's early answer has the cores first (serve/config_readers.py: quick_reader_first)."""
+    priced = priced_run(scored, specs, metrics, metric_names, pooling, seconds, round_overhead_s, costs, speeds,
+                        early_first)
+    return fit_on_run(priced, tolerance, calibration, first_reply_vs, overhead_by)
+
+
+@dataclass(frozen=True)
+class PricedRun:
+    """The pool's run with what its rounds cost: what a layout search reads (once for a nested CV)."""
+
+    run: PoolRun
+    specs: tuple[str, ...]
+    latency: LatencyModel
+    weights: dict[str, float]
+    speeds: dict[str, ReaderSpeed] | None
+
+    def subset(self, rows: Sequence[int]) -> "PricedRun":
+        return replace(self, run=self.run.subset(rows))
+
+
+def priced_run(scored: Sequence, specs: Sequence[str], metrics: Sequence[Any], metric_names: Sequence[str],
+               pooling: str, seconds: dict[str, dict[str, float]], round_overhead_s: float = 1.0,
+               costs: tuple[LatencyModel, dict[str, float]] | None = None,
+               speeds: dict[str, ReaderSpeed] | None = None, early_first: bool = False) -> PricedRun:
+    """The similarity tensor, rightness and prices of `scored` (fit_adaptive's arguments)."""
     speeds = None if costs else priced_speeds(specs, speeds)
     if speeds:
         latency, weights = LatencyModel(round_overhead_s, unit_speed(speeds)), {}
@@ -58,6 +82,14 @@ def fit_adaptive(scored: Sequence, specs: Sequence[str], metrics: Sequence[Any],
         latency, weights = costs or measured_latency(scored, seconds, round_overhead_s)
     latency = replace(latency, early_first=early_first or latency.early_first)
     run = pool_run(scored, specs, metrics, equal_vote(specs, metric_names, pooling), weights, speeds)
+    return PricedRun(run, tuple(specs), latency, weights, speeds)
+
+
+def fit_on_run(priced: PricedRun, tolerance: float = 0.005, calibration: str | None = DEFAULT_METHOD,
+               first_reply_vs: str | None = None, overhead_by: str | None = None) -> AdaptiveFit:
+    """fit_adaptive on a priced run: the layouts compared by CV (grouped by passage), the chosen one
+    refitted on every question of the run."""
+    run, specs, latency, weights, speeds = priced.run, list(priced.specs), priced.latency, priced.weights, priced.speeds
     acc = {s: float(run.right[:, m].mean()) for m, s in enumerate(specs)}
     cost = {s: float(np.mean([run.cost(i, (frozenset({s}),)) for i in range(len(run))])) for s in specs}
     folds, C, seed = CV_FOLDS, SCORER_C, CV_SEED

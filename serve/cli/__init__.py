@@ -153,6 +153,9 @@ def build_parser() -> argparse.ArgumentParser:
     f.add_argument("--round-overhead", type=float, default=None, metavar="S",
                    help="seconds a round adds beyond its reader work (default: what `python -m bench.load_test "
                    f"compare` measured in the service on this CPU, else {DEFAULT_ROUND_OVERHEAD_S:g})")
+    f.add_argument("--nested-cv", type=int, default=0, metavar="K",
+                   help="judge the fit instead of writing a voter: K outer folds grouped by passage (each fit with its "
+                        "own inner CV) against the pair the same folds chose (use --split all); JSON in --out")
     f.add_argument("--push", metavar="HOST:PORT", help="after fitting, push the weights to a running `eor serve` "
                    "(live update, no restart) if they pass the gate: judged against the live voter on held-out "
                    "questions, the deployed path")

@@ -72,18 +72,15 @@ def gated_push(args, saved, metrics, path: Path) -> int:
     return push_weights(args.push, path)
 
 
-def _fit_adaptive(args, config, pool, selection, scored, metrics, saved, specs=None):
-    """The confidence-aware rounds, answer scorer and stop thresholds (fitting/search.py),
-    fitted on the same questions with 5-fold CV, over `specs` (default: the whole pool);
-    (the voter with them, a summary line)."""
+def _priced(args, config, pool, selection, scored, metrics, saved, specs):
+    """(the priced run over `specs`, fit_on_run's options, the round overhead): what a fit reads."""
     from retrievers.spec import by_reader
     from serve.config_readers import quick_reader_first
-    from fitting.search import fit_adaptive
+    from fitting.search import priced_run
     from serve.offline.reader_runs import ReaderRuns
     from serve.offline.reader_speed import pool_speeds, round_overhead
     from fitting.layout_choice import SERVICE_BASELINE
 
-    specs = list(pool.specs if specs is None else specs)
     readers = by_reader(specs)
     seconds = {r: s for r, s in ReaderRuns(config, pool, selection.path).seconds().items() if r in readers}
     method = None if args.calibration == "none" else args.calibration
@@ -94,9 +91,21 @@ def _fit_adaptive(args, config, pool, selection, scored, metrics, saved, specs=N
             raise ValueError(f"--first-reply-vs {ref}: not a member of the pool ({len(pool.specs)} members)")
         ref = None
     overhead_s, overhead_by = round_overhead(args.round_overhead)
-    fitted = fit_adaptive(scored, specs, metrics, saved.metrics, saved.pooling, seconds, overhead_s,
-                          calibration=method, speeds=pool_speeds(pool), first_reply_vs=ref, overhead_by=overhead_by,
-                          early_first=quick_reader_first(config, specs))
+    priced = priced_run(scored, specs, metrics, saved.metrics, saved.pooling, seconds, overhead_s,
+                        speeds=pool_speeds(pool), early_first=quick_reader_first(config, specs))
+    return priced, {"calibration": method, "first_reply_vs": ref, "overhead_by": overhead_by}, overhead_s
+
+
+def _fit_adaptive(args, config, pool, selection, scored, metrics, saved, specs=None):
+    """The confidence-aware rounds, answer scorer and stop thresholds (fitting/search.py),
+    fitted on the same questions with 5-fold CV, over `specs` (default: the whole pool);
+    (the voter with them, a summary line)."""
+    from fitting.search import fit_on_run
+
+    specs = list(pool.specs if specs is None else specs)
+    priced, options, overhead_s = _priced(args, config, pool, selection, scored, metrics, saved, specs)
+    method, overhead_by = options["calibration"], options["overhead_by"]
+    fitted = fit_on_run(priced, **options)
     c = fitted.chosen
     priced = ("rounds priced by each reader's measured prefill and decode speed" if fitted.speeds else
               "rounds priced by the run logs' seconds per token (no measured speed for every reader: "
@@ -175,6 +184,36 @@ def _fit_fallback(args, config, pool, selection, scored, metrics, fit_config, ex
                    f"{report.train_accuracy:.3f}; {summary}")
 
 
+def _nested(args, config, pool, selection, scored, metrics, saved) -> int:
+    """`eor fit --nested-cv K`: the fit judged, not shipped (fitting/nested.py); the report's JSON in
+    --out (default $EOR_HOME/reports/nested-cv.json)."""
+    from fitting.nested import nested_cv, nested_report
+    from serve.paths import eor_home
+
+    priced, options, _ = _priced(args, config, pool, selection, scored, metrics, saved, list(pool.specs))
+    rows, chosen = nested_cv(priced, args.nested_cv, **options)
+    doc = {**nested_report(rows, [q.answers for q, _ in scored], chosen), "selection": selection.describe()}
+    out = Path(args.out or eor_home() / "reports" / "nested-cv.json")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(doc, indent=2) + "\n")
+    if args.json:
+        print(json.dumps(doc))
+        return 0
+    print(f"the fit judged by {doc['outer_folds']}-fold nested cross-validation grouped by passage "
+          f"({len(rows)} questions; Match on whole tokens); voter vs the pair the same folds chose:")
+    for name, d in doc["datasets"].items():
+        cal = d.get("calibration") or {}
+        print(f"  {name} (n={d['n']}): " + "; ".join(
+            f"{m} {d[m]['voter']:.3f} vs {d[m]['pair']:.3f} ({d[m]['voter_higher']} vs {d[m]['pair_higher']}, "
+            f"p = {d[m]['p']:.3g})" for m in ("match", "em", "f1"))
+              + f"; tokens x{d['tokens']['ratio']:.2f}; risk-coverage area {d['risk_coverage']['voter_area']:.3f} vs "
+              f"{d['risk_coverage']['pair_logprob_area']:.3f}" + (f"; |mean P - Match| {cal['gap']:.3f}, ECE "
+                                                                  f"{cal['ece']:.3f} (floor {cal['ece_floor']:.3f})"
+                                                                  if cal else ""))
+    print(f"report in {out}")
+    return 0
+
+
 def cmd_fit(args) -> int:
     from serve.builder import make_pool, pool_reader_models
     from serve.offline.dataset import qids_digest, select_questions
@@ -202,6 +241,8 @@ def cmd_fit(args) -> int:
                          Path(selection.path).name, pool.reader.model_id, extra,  # a name, not this machine's path
                          readers=pool_reader_models(pool))
     saved = _with_best_single(report, pool.specs)
+    if args.nested_cv:
+        return _nested(args, config, pool, selection, scored, metrics, saved)
     adaptive = args.adaptive if args.adaptive is not None else len(scored) >= MIN_ADAPTIVE_QUESTIONS
     if adaptive and len(scored) < MIN_ADAPTIVE_QUESTIONS:
         raise ValueError(f"--adaptive needs at least {MIN_ADAPTIVE_QUESTIONS} questions, the selection has "

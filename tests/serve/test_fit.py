@@ -219,3 +219,22 @@ def test_a_missed_bound_names_the_most_accurate_layouts_within_the_cap():
     assert _first_reply_bound(widened | {"first_reply_met": True}) == (
         " (within Wiki@10 alone: 3.0 s; none within 0.5% of the anchor's accuracy met both: the most accurate within "
         "2.8% of the anchor's accuracy (one standard error))")
+
+
+def test_nested_cv_judges_the_fit_without_writing_a_voter(tmp_path, eor_home, use_pool, capsys):
+    qfile = write_questions(tmp_path / "nested.jsonl", [
+        {"qid": f"t{i}", "dataset": "toy" if i % 2 else "other", "question": f"what is number {i}?",
+         "answers": [f"answer {i}"], "gold_pids": [f"para{i // 2}"]} for i in range(40)])
+    use_pool(FakePool(SPECS, answers))
+    out = tmp_path / "nested.json"
+    rc = main(["fit", "--questions", str(qfile), "--split", "all", "--metrics", "em", "--nested-cv", "3",
+               "--out", str(out), "--no-progress", "--calibration", "none", "--first-reply-vs", "none"])
+    captured = capsys.readouterr()
+    assert rc == 0, captured.err
+    doc = json.loads(out.read_text())
+    assert doc["outer_folds"] == 3 and sum(f["questions"] for f in doc["folds"]) == 40
+    assert set(doc["datasets"]) == {"other", "toy", "all"} and doc["selection"]["split_by"] == "passage"
+    whole = doc["datasets"]["all"]
+    assert whole["n"] == 40 and all(f["pair"] == "Wiki@10" for f in doc["folds"])  # always right
+    assert whole["match"]["pair"] == 1.0 and whole["match"]["voter"] <= 1.0
+    assert "nested cross-validation grouped by passage" in captured.out and not (eor_home / "weights" / "voter.json").exists()

@@ -1,0 +1,69 @@
+#!/usr/bin/env bash
+# Issue 57's acceptance measurements against a real `eor serve`, one phase after another, each phase
+# skipped when its report exists (run it again to resume):
+#   bench/traffic_run.sh [OUT]          (default var/bench/traffic)
+# 1 the readers' speeds (`eor models speed`: the physical limit the curve compares with)
+# 2 `eor serve --config bench/configs/traffic.yaml`, then at once 24 Asks by 4 clients (a fresh
+#   service's first minutes), the capacity (40 Asks by 8 clients), the open-loop curve for the cascade
+#   (0.25, 1, 1.5, 2, 3 x capacity, 300 s each) and for Wiki@10 through the 0.5B (0.25, 1, 2, 3 x),
+#   then the 1.5B's engine SIGKILLed under 4 clients
+# 3 `eor serve --config bench/configs/traffic-load-aware.yaml`: the cascade at 1.5x capacity
+# Questions: the fit split (by question, seed 0) from row 1000 on: never fitted on, never asked by a
+# benchmark (the eval split's first 700 were scored by evals; the fit split's first 400 fitted on).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+out=${1:-var/bench/traffic}
+mkdir -p "$out"
+py=.venv/bin/python
+server=127.0.0.1:50051
+step() { echo "$(date -u +%FT%TZ) $*"; }
+
+serve() {  # $1: config; waits until the gRPC front answers
+  .venv/bin/eor serve --config "$1" --no-http >"$out/serve-$(basename "$1" .yaml).log" 2>&1 &
+  echo $! >"$out/serve.pid"
+  for _ in $(seq 900); do
+    grep -q "^eor gRPC:" "$out/serve-$(basename "$1" .yaml).log" 2>/dev/null && { step "serving $1"; return 0; }
+    kill -0 "$(cat "$out/serve.pid")" 2>/dev/null || { step "eor serve exited"; tail -5 "$out/serve-$(basename "$1" .yaml).log"; exit 1; }
+    sleep 1
+  done
+  step "eor serve not ready after 900 s"; exit 1
+}
+unserve() {
+  [ -f "$out/serve.pid" ] && kill -TERM "$(cat "$out/serve.pid")" 2>/dev/null || true
+  for _ in $(seq 120); do kill -0 "$(cat "$out/serve.pid")" 2>/dev/null || break; sleep 1; done
+  .venv/bin/ray stop --force >/dev/null 2>&1 || true
+}
+trap unserve EXIT
+capacity() { $py -c "import json; print(json.load(open('$out/capacity/load-capacity.json'))['capacity_per_s'])"; }
+past() {  # the row after a curve that began at row $1 and offered $2 x capacity for 300 s (with room for Poisson's spread)
+  $py -c "import math; print($1 + math.ceil(1.3 * $2 * 300 * $(capacity)) + 5)"; }
+
+[ -f "$out/speed.done" ] || { step "reader speeds"; .venv/bin/eor models speed && touch "$out/speed.done"; }
+
+if [ ! -f "$out/fault.json" ] || [ ! -f "$out/curve-wiki/load-curve.json" ]; then
+  serve bench/configs/traffic.yaml
+  [ -f "$out/fresh/load-capacity.json" ] || { step "a fresh service: 24 Asks by 4 clients"
+    $py -m bench.load_curve capacity --server $server -n 24 -c 4 --split fit --offset 1000 --out "$out/fresh"; }
+  [ -f "$out/capacity/load-capacity.json" ] || { step "capacity: 40 Asks by 8 clients"
+    $py -m bench.load_curve capacity --server $server -n 40 -c 8 --split fit --offset 1024 --out "$out/capacity"; }
+  c=$(capacity)
+  [ -f "$out/curve-cascade/load-curve.json" ] || { step "the cascade's curve at capacity $c"
+    $py -m bench.load_curve curve --server $server --capacity "$c" --multiples 0.25,1,1.5,2,3 --seconds 300 \
+      --systems cascade --split fit --offset 1064 --out "$out/curve-cascade"; }
+  [ -f "$out/curve-wiki/load-curve.json" ] || { step "Wiki@10's curve"
+    $py -m bench.load_curve curve --server $server --capacity "$c" --multiples 0.25,1,2,3 --seconds 300 \
+      --systems Wiki@10 --split fit --offset "$(past 1064 7.75)" --out "$out/curve-wiki"; }
+  [ -f "$out/fault.json" ] || { step "the 1.5B's engine SIGKILLed under 4 clients"
+    $py -m bench.load_test reader-fault --server $server --kill-reader Reader_1.5B -c 4 --fault-n 40 \
+      --distinct 20 --kill-after 60 --out "$out/fault.json"; }
+  unserve
+fi
+if [ ! -f "$out/load-aware/load-curve.json" ]; then
+  serve bench/configs/traffic-load-aware.yaml
+  c=$(capacity)
+  step "load-aware depth at 1.5x capacity ($c)"
+  $py -m bench.load_curve curve --server $server --capacity "$c" --multiples 1.5 --seconds 300 --systems cascade \
+    --split fit --offset "$(past "$(past 1064 7.75)" 6.25)" --out "$out/load-aware"
+  unserve
+fi
+step "done: $out"
