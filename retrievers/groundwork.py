@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Collection, Mapping, Sequence
 
 from retrievers.sources.base import PAGES
-from retrievers.spec import RetrieverPlan, Term
+from retrievers.spec import HB, PK, RetrieverPlan, Term, split_reader
 from retrievers.types import Failure, Passage, QuestionResult, ReaderTokens
 
 if TYPE_CHECKING:
@@ -49,6 +49,26 @@ class Groundwork:
         seen = set(self.read)
         return Groundwork(hits, depth, {**found.failed, **self.failed}, {**found.pk, **self.pk},
                           {**found.reranked, **self.reranked}, self.read + tuple(r for r in found.read if r not in seen))
+
+    def only(self, keys: Collection[str], readers: Collection[str], pk_readers: Collection[str] = ()) -> "Groundwork":
+        """What members reading `keys` (the sources they search, and their terms' own names: HB, an @RR
+        order's key) through `readers` (`pk_readers`: those of them that read a PK document) can use: a
+        retriever group is sent this, not the whole record (every source's hits, every prompt read)."""
+        keys, readers, pk_readers = set(keys), set(readers), set(pk_readers)
+        return Groundwork({s: h for s, h in self.hits.items() if s in keys},
+                          {s: k for s, k in self.depth.items() if s in keys},
+                          {s: f for s, f in self.failed.items() if s in keys},
+                          {r: d for r, d in self.pk.items() if r in pk_readers},
+                          {k: v for k, v in self.reranked.items() if k in keys},
+                          tuple(r for r in self.read if split_reader(r[1])[1] in readers))
+
+
+def reads_of(plans: Sequence[RetrieverPlan], config: PoolConfig,
+             shapes: Mapping[str, str]) -> tuple[set[str], set[str], set[str]]:
+    """`Groundwork.only`'s (keys, readers, pk_readers) for these members: what they search and name, who
+    reads them, and who of those reads a PK document (PK, HB)."""
+    keys = set(search_depths(plans, config, shapes)) | {t.source for p in plans for t in p.terms}
+    return keys, {p.reader for p in plans}, {p.reader for p in plans if p.sources & {PK, HB}}
 
 
 @dataclass(frozen=True)

@@ -21,7 +21,7 @@ from typing import Any, Callable, Mapping, Protocol, Sequence
 
 from retrievers.pool import PoolConfig
 
-from retrievers.groundwork import Groundwork, RoundRun, pending_searches, search_depths, search_found
+from retrievers.groundwork import Groundwork, RoundRun, pending_searches, reads_of, search_depths, search_found
 from retrievers.spec import parse_spec
 from retrievers.types import Failure, Passage, QuestionResult
 from serve.deadline import Deadline
@@ -211,9 +211,9 @@ class AskRounds:
         docs = None if self.documents is None else tuple(self.documents[i] for i in open_)
 
         async def call(sub: tuple[str, ...], worker: Any) -> RoundRun:
-            reads = search_depths([parse_spec(s) for s in sub], self.config, self.crew.shapes)
-            await asyncio.gather(*[task for src, task in searches.items() if src in reads])
-            work = tuple(self.work[i] for i in open_)
+            keys, readers, pk_readers = reads_of([parse_spec(s) for s in sub], self.config, self.crew.shapes)
+            await asyncio.gather(*[task for src, task in searches.items() if src in keys])
+            work = tuple(self.work[i].only(keys, readers, pk_readers) for i in open_)  # what its members read
             return await self.crew.run(worker, RoundInput(qs, sub, work, self.plan, self.top_k, docs, self.deadline))
 
         calls = [(sub, worker) for held, worker in self.crew.groups if (sub := tuple(s for s in held if s in wanted))]

@@ -111,9 +111,11 @@ def test_one_call_per_worker_per_round_with_what_earlier_rounds_found():
     calls = [r.specs for r in crew.runs]  # the round's workers only, each once (PK first: it waits for no search)
     assert sorted(calls[:2]) == [("PK",), ("Wiki@10",)] and sorted(calls[2:]) == [("HB@RR@10",), ("SE@1",)]
     assert sorted(crew.searches) == [("SE", 10), ("Wiki", 20)]  # once each, at the depth of the whole plan (HB)
-    round2 = crew.runs[2]
-    assert all(w.pk == {"": PKDocument(f"pk of {q}", ReaderTokens(1, 1))} for q, w in zip(round2.questions, round2.work))
-    assert all(set(w.depth) == {"SE", "Wiki"} for w in round2.work)
+    by = {r.specs: r for r in crew.runs[2:]}
+    hb, se = by[("HB@RR@10",)], by[("SE@1",)]
+    assert all(w.pk == {"": PKDocument(f"pk of {q}", ReaderTokens(1, 1))} for q, w in zip(hb.questions, hb.work))
+    assert all(set(w.depth) == {"SE", "Wiki"} for w in hb.work)  # HB reads PK and every source
+    assert all(w.pk == {} and set(w.depth) == {"SE"} for w in se.work)  # a group is sent only what its members read
     assert len({r.deadline for r in crew.runs}) == 1  # the Ask's one Deadline, in every call
 
 
