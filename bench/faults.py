@@ -66,21 +66,26 @@ def _title(p) -> str:
     return " ".join(p.cmdline() or ()) or p.name() or ""
 
 
-def engine_workers(deployment: str | None = None) -> list[int]:
-    """PIDs of the service's vLLM worker processes (titled `VLLM::Worker`, under a Reader
-    replica's actor; `deployment`, e.g. Reader_1.5B: that reader's alone): never another engine on
-    this machine (an `eor eval` beside the service)."""
+def engine_workers(deployment: str | None = None, wait_s: float = 0.0) -> list[int]:
+    """PIDs of the service's vLLM worker processes (titled `VLLM::Worker`, under a Reader replica's
+    actor; `deployment`, e.g. Reader_1.5B: that reader's alone): never another engine on this machine
+    (an `eor eval` beside the service). A replica is known by its idle title (a busy one's names its
+    task instead): `wait_s`, how long to poll for it."""
     import psutil
 
     owner = re.compile(r"ray::ServeReplica:eor:" + (re.escape(deployment) + r"(\s|$)" if deployment else "Reader"))
-    out = []
-    for p in psutil.process_iter():
-        try:
-            if _title(p).startswith("VLLM::Worker") and any(owner.match(_title(a)) for a in p.parents()):
-                out.append(p.pid)
-        except (psutil.NoSuchProcess, psutil.AccessDenied):
-            continue
-    return sorted(out)
+    end = time.monotonic() + wait_s
+    while True:
+        out = []
+        for p in psutil.process_iter():
+            try:
+                if _title(p).startswith("VLLM::Worker") and any(owner.match(_title(a)) for a in p.parents()):
+                    out.append(p.pid)
+            except (psutil.NoSuchProcess, psutil.AccessDenied):
+                continue
+        if out or time.monotonic() >= end:
+            return sorted(out)
+        time.sleep(1.0)
 
 
 def reader_fault_test(client, address: str, questions: list[str], n: int, concurrency: int,
@@ -92,7 +97,7 @@ def reader_fault_test(client, address: str, questions: list[str], n: int, concur
     import grpc
     from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-    targets = engine_workers(deployment)
+    targets = engine_workers(deployment, wait_s=120.0)
     if not targets:
         raise SystemExit("reader fault test: no VLLM::Worker process on this machine")
     timeline = Timeline()

@@ -263,7 +263,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seconds", type=float, default=300.0, help="curve: the window at each rate")
     ap.add_argument("--systems", default=",".join(SYSTEMS), help="curve: cascade and/or retriever specs")
     ap.add_argument("--deadline", type=float, default=0.0, help="each Ask's deadline_s (0: the service's default)")
-    ap.add_argument("--grace", type=float, default=60.0, help="seconds after the window before a reply counts hung")
+    ap.add_argument("--grace", type=float, default=130.0, help="seconds after the window before a reply counts hung: "
+                    "longer than an Ask's deadline (the service's default 120 s), so hung means no reply after it")
     ap.add_argument("--settle", type=float, default=120.0, help="at most this long for the readers to drain between rates")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", default="var/bench/load-curve")

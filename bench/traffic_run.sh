@@ -4,10 +4,11 @@
 #   bench/traffic_run.sh [OUT]          (default var/bench/traffic)
 # 1 the readers' speeds (`eor models speed`: the physical limit the curve compares with)
 # 2 `eor serve --config bench/configs/traffic.yaml`, then at once 24 Asks by 4 clients (a fresh
-#   service's first minutes), the capacity (40 Asks by 8 clients), the open-loop curve for the cascade
-#   (0.25, 1, 1.5, 2, 3 x capacity, 300 s each) and for Wiki@10 through the 0.5B (0.25, 1, 2, 3 x),
-#   then the 1.5B's engine SIGKILLed under 4 clients
-# 3 `eor serve --config bench/configs/traffic-load-aware.yaml`: the cascade at 1.5x capacity
+#   service's first minutes), the capacity (16 Asks by 4 clients), the open-loop curve for the cascade
+#   (0.25, 1, 1.5, 2, 3 x capacity, 300 s each) and for Wiki@10 through the 0.5B (1 and 3 x)
+# 3 a fresh `eor serve` again: 2x capacity and 1.5x (fixed depth) for 300 s each, replies awaited past the
+#   Asks' deadline (--grace 130), then the 1.5B's engine SIGKILLed under 4 clients
+# 4 `eor serve --config bench/configs/traffic-load-aware.yaml`: the cascade at 1.5x capacity
 # Questions: the fit split (by question, seed 0) from row 1000 on: never fitted on, never asked by a
 # benchmark (the eval split's first 700 were scored by evals; the fit split's first 400 fitted on).
 set -euo pipefail
@@ -44,26 +45,38 @@ if [ ! -f "$out/fault.json" ] || [ ! -f "$out/curve-wiki/load-curve.json" ]; the
   serve bench/configs/traffic.yaml
   [ -f "$out/fresh/load-capacity.json" ] || { step "a fresh service: 24 Asks by 4 clients"
     $py -m bench.load_curve capacity --server $server -n 24 -c 4 --split fit --offset 1000 --out "$out/fresh"; }
-  [ -f "$out/capacity/load-capacity.json" ] || { step "capacity: 40 Asks by 8 clients"
-    $py -m bench.load_curve capacity --server $server -n 40 -c 8 --split fit --offset 1024 --out "$out/capacity"; }
+  [ -f "$out/capacity/load-capacity.json" ] || { step "capacity: 16 Asks by 4 clients"
+    $py -m bench.load_curve capacity --server $server -n 16 -c 4 --split fit --offset 1064 --out "$out/capacity"; }
   c=$(capacity)
   [ -f "$out/curve-cascade/load-curve.json" ] || { step "the cascade's curve at capacity $c"
     $py -m bench.load_curve curve --server $server --capacity "$c" --multiples 0.25,1,1.5,2,3 --seconds 300 \
-      --systems cascade --split fit --offset 1064 --out "$out/curve-cascade"; }
+      --systems cascade --split fit --offset 1080 --out "$out/curve-cascade"; }
   [ -f "$out/curve-wiki/load-curve.json" ] || { step "Wiki@10's curve"
-    $py -m bench.load_curve curve --server $server --capacity "$c" --multiples 0.25,1,2,3 --seconds 300 \
-      --systems Wiki@10 --split fit --offset "$(past 1064 7.75)" --out "$out/curve-wiki"; }
-  [ -f "$out/fault.json" ] || { step "the 1.5B's engine SIGKILLed under 4 clients"
-    $py -m bench.load_test reader-fault --server $server --kill-reader Reader_1.5B -c 4 --fault-n 40 \
-      --distinct 20 --kill-after 60 --out "$out/fault.json"; }
+    $py -m bench.load_curve curve --server $server --capacity "$c" --multiples 1,3 --seconds 300 \
+      --systems Wiki@10 --split fit --offset "$(past 1080 7.75)" --out "$out/curve-wiki"; }
+  unserve
+fi
+if [ ! -f "$out/fault.json" ]; then
+  serve bench/configs/traffic.yaml
+  c=$(capacity)
+  o=$(past "$(past 1080 7.75)" 4)
+  [ -f "$out/twice/load-curve.json" ] || { step "2x capacity for 300 s"
+    $py -m bench.load_curve curve --server $server --capacity "$c" --multiples 2 --seconds 300 --grace 130 \
+      --systems cascade --split fit --offset "$o" --out "$out/twice"; }
+  [ -f "$out/fixed-15x/load-curve.json" ] || { step "1.5x capacity, fixed depth"
+    $py -m bench.load_curve curve --server $server --capacity "$c" --multiples 1.5 --seconds 300 --grace 130 \
+      --systems cascade --split fit --offset "$(past "$o" 2)" --out "$out/fixed-15x"; }
+  step "the 1.5B's engine SIGKILLed under 4 clients"
+  $py -m bench.load_test reader-fault --server $server --kill-reader Reader_1.5B -c 4 --fault-n 24 \
+    --distinct 12 --kill-after 60 --out "$out/fault.json"
   unserve
 fi
 if [ ! -f "$out/load-aware/load-curve.json" ]; then
   serve bench/configs/traffic-load-aware.yaml
   c=$(capacity)
   step "load-aware depth at 1.5x capacity ($c)"
-  $py -m bench.load_curve curve --server $server --capacity "$c" --multiples 1.5 --seconds 300 --systems cascade \
-    --split fit --offset "$(past "$(past 1064 7.75)" 6.25)" --out "$out/load-aware"
+  $py -m bench.load_curve curve --server $server --capacity "$c" --multiples 1.5 --seconds 300 --grace 130 \
+    --systems cascade --split fit --offset "$(past "$(past "$(past "$(past 1080 7.75)" 4)" 2)" 1.5)" --out "$out/load-aware"
   unserve
 fi
 step "done: $out"

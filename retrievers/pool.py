@@ -1,9 +1,8 @@
 """The retriever pool: run many retriever specs for many questions, batch-first and staged.
 
-Stages (each one batched across all questions and retrievers, so the reader sees one call
-per stage): PK documents -> source searches -> per-spec processing (@RR, @k, &) -> @CP
-summaries -> answers. Any subset of specs can run, so an adaptive ensemble can run the
-cheap retrievers first and the expensive ones only when the vote is close.
+Stages (each one batched across all questions and retrievers: one reader call per reader step,
+one encoder call for @RR): PK documents -> source searches -> @RR -> per-spec processing (@k, &)
+-> @CP summaries -> answers. Any subset of specs can run: a cascade's rounds run a few at a time.
 """
 from __future__ import annotations
 
@@ -20,7 +19,7 @@ from retrievers.groundwork import Groundwork, PKDocument, RoundRun, pending_sear
 from retrievers.prompt_cost import PromptCost, prompt_cost, with_summary
 from retrievers.reader import Generation, PromptReader, PromptText, SamplingParams
 from retrievers.sources.base import PAGES, KnowledgeSource
-from retrievers.sources.dense import cosine_rerank
+from retrievers.sources.dense import ranked_by_similarity
 from retrievers.spec import DEFAULT_READER_NAME, PAPER_POOL, RetrieverPlan, Term, parse_pool, parse_spec, split_reader, \
     with_reader
 from retrievers.types import ERROR, TIMEOUT, Candidate, Context, Failure, Passage, QuestionResult, ReaderTokens
@@ -97,6 +96,7 @@ class _Work:
     pk_tokens: dict[str, list[ReaderTokens]] = field(default_factory=dict)
     hits: dict[str, list[list[Passage]]] = field(default_factory=dict)
     source_errors: dict[tuple[int, str], Failure] = field(default_factory=dict)  # (question, source) -> why
+    rerank_errors: dict[tuple[int, str], Failure] = field(default_factory=dict)  # (question, @RR key) -> why
 
     def add(self, qi: int, found: Groundwork) -> None:
         self.ground[qi] = self.ground[qi].plus(found)
@@ -180,6 +180,7 @@ class RetrieverPool:
             self._pk(qs, pk_readers, run)
         depth_plans = plans + [self._plan(s) for s in plan_specs or () if s in self.plans]
         self._search(qs, plans, run, given, search_depths(depth_plans, self.config, self.shapes))
+        self._rerank(qs, plans, run)  # @RR: one encoder call for the round
         # per question and spec: a Context, or why there is none
         contexts = [[self._context(qi, q, p, run) for p in plans] for qi, q in enumerate(qs)]
         cp_tokens = self._compress(qs, plans, contexts, run)
@@ -245,32 +246,42 @@ class RetrieverPool:
 
     def _term_passages(self, qi: int, q: str, t: Term, work: _Work, reader: str) -> list[Passage]:
         c = self.config
+        self._check_sources(qi, t, work)
+        if t.source == "PK":
+            return [Passage(f"pk:{qi}", "", work.pk_docs[reader][qi], "PK")]
+        if t.rerank:  # ordered by the round's one @RR step (`_rerank`), whichever round asked first
+            if (qi, t.source) in work.rerank_errors:
+                raise SourceFailed(work.rerank_errors[(qi, t.source)])
+            if t.source not in work.ground[qi].reranked:
+                self._rerank_input(qi, t, work, reader)  # what kept the step from ordering it, raised here
+            return list(work.ground[qi].reranked[t.source])[: t.k or c.default_k]
+        if t.source == "HB":
+            return self._rerank_input(qi, t, work, reader)[: t.k or c.default_k]
+        hits = work.hits[t.source][qi]
+        if self.shapes[t.source] == PAGES:  # whole pages (SE), cut
+            words = c.se_top1_words if (t.k or 1) == 1 else c.se_page_words
+            return [Passage(p.pid, p.title, truncate_words(p.text, words, c.truncation), p.source, p.score)
+                    for p in hits[: t.k or 1]]
+        return hits[: t.k or c.default_k]
+
+    def _check_sources(self, qi: int, t: Term, work: _Work) -> None:
         for src in self.shapes if t.source == "HB" else [t.source]:
             if (qi, src) in work.source_errors:
                 raise SourceFailed(work.source_errors[(qi, src)])
-        if t.source == "PK":
-            return [Passage(f"pk:{qi}", "", work.pk_docs[reader][qi], "PK")]
-        if t.source == "HB":  # every source's chunks together: the pages' chunks, PK's, then the top passages
+
+    def _rerank_input(self, qi: int, t: Term, work: _Work, reader: str) -> list[Passage]:
+        """What a term reads before @k (and @RR orders): SE's pages in chunks, Wiki's hits, HB's pool
+        (every source's chunks together: the pages' chunks, PK's, then the top passages)."""
+        c = self.config
+        if t.source == "HB":
             pk = [Passage(f"pk:{qi}#{i}", "", text, "PK")
                   for i, text in enumerate(split_words(work.pk_docs[reader][qi], c.chunk_words))]
             pages = [x for src, shape in self.shapes.items() if shape == PAGES for x in self._chunks(work.hits[src][qi])]
             passages = [x for src, shape in self.shapes.items() if shape != PAGES
                         for x in work.hits[src][qi][: c.hb_wiki_k]]
-            pool = pages + pk + passages
-            if t.rerank:
-                pool = self._reranked(qi, q, "HB", pool, work)
-            return pool[: t.k or c.default_k]
+            return pages + pk + passages
         hits = work.hits[t.source][qi]
-        if self.shapes[t.source] == PAGES:  # whole pages (SE)
-            if t.rerank:
-                return self._reranked(qi, q, t.source, self._chunks(hits), work)[: t.k or c.default_k]
-            k = t.k or 1
-            words = c.se_top1_words if k == 1 else c.se_page_words
-            return [Passage(p.pid, p.title, truncate_words(p.text, words, c.truncation), p.source, p.score)
-                    for p in hits[:k]]
-        if t.rerank:  # passages (Wiki)
-            hits = self._reranked(qi, q, t.source, hits, work)
-        return hits[: t.k or c.default_k]
+        return self._chunks(hits) if self.shapes[t.source] == PAGES else hits
 
     def _chunks(self, pages: list[Passage]) -> list[Passage]:
         out = []
@@ -279,10 +290,38 @@ class RetrieverPool:
             out += [Passage(f"{p.pid}#{i}", p.title, part, p.source, p.score) for i, part in enumerate(parts)]
         return out
 
-    def _reranked(self, qi: int, q: str, key: str, passages: list[Passage], work: _Work) -> list[Passage]:
-        if key not in work.ground[qi].reranked:  # chunks are embedded once per question, whichever round asks first
-            work.add(qi, Groundwork(reranked={key: tuple(cosine_rerank(self.reranker, q, passages))}))
-        return list(work.ground[qi].reranked[key])
+    def _rerank(self, qs: list[str], plans: list[RetrieverPlan], work: _Work) -> None:
+        """@RR as one step of the round: every (question, key: SE, Wiki, HB) no earlier round ordered,
+        its query and candidates embedded in one encoder call for the whole batch, then ordered by
+        cosine (the key's order is kept in the question's Groundwork, reused by later rounds). A term
+        that cannot be read (its source failed) is left to report that when it is read."""
+        todo: dict[tuple[int, str], list[Passage]] = {}
+        for qi in range(len(qs)):
+            for plan in plans:
+                for t in plan.terms:
+                    if not t.rerank or t.source in work.ground[qi].reranked or (qi, t.source) in todo:
+                        continue
+                    try:
+                        self._check_sources(qi, t, work)
+                        todo[(qi, t.source)] = self._rerank_input(qi, t, work, plan.reader)
+                    except Exception:  # noqa: BLE001 - raised again, for this retriever only, when it is read
+                        continue
+        for (qi, key), ps in todo.items():
+            if not ps:
+                work.add(qi, Groundwork(reranked={key: ()}))
+        todo = {slot: ps for slot, ps in todo.items() if ps}
+        if not todo:
+            return
+        try:
+            vectors = self.reranker.encode([qs[qi] for qi, _ in todo] + [x.render() for ps in todo.values() for x in ps])
+        except Exception as exc:  # the encoder failed: the @RR retrievers fail, the rest answer
+            log.exception("@RR encoder failed")
+            work.rerank_errors.update({slot: Failure(ERROR, f"@RR failed: {type(exc).__name__}: {exc}") for slot in todo})
+            return
+        at = len(todo)
+        for j, ((qi, key), ps) in enumerate(todo.items()):
+            work.add(qi, Groundwork(reranked={key: tuple(ranked_by_similarity(ps, vectors[at:at + len(ps)] @ vectors[j]))}))
+            at += len(ps)
 
     def _context(self, qi: int, q: str, plan: RetrieverPlan, work: _Work) -> Context | Failure:
         if plan.retrieval_free:

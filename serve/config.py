@@ -183,8 +183,10 @@ class ServiceConfig:
     placement: dict[str, dict[str, float]] = field(default_factory=dict)
     # traffic beyond capacity (issue 57; docs/operations.md): Asks an ingress replica runs at once (0: no
     # limit, no admission control), and how many wait in order beyond them; an Ask past that queue, or
-    # whose wait would miss its deadline, is refused at once (RESOURCE_EXHAUSTED + retry pushback)
-    max_asks_running: int = 16
+    # whose wait would miss its deadline, is refused at once (RESOURCE_EXHAUSTED + retry pushback). 2: CPU
+    # readers share the cores, so more Asks at once only make each slower (at 16, 4 clients on 2 cores:
+    # p50 98 s, 5 of 24 past the 120 s deadline: docs/benchmarks.md); GPU readers batch: 16 or more there
+    max_asks_running: int = 2
     max_asks_queued: int = 64
     # Ray Serve's bound on every deployment's queue of requests (max_queued_requests; -1: unbounded)
     max_queued_requests: int = 512

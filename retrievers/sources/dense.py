@@ -200,8 +200,11 @@ def cosine_rerank(encoder: Encoder, query: str, passages: Sequence[Passage]) -> 
     if not passages:
         return []
     q = encoder.encode([query])[0]
-    p = encoder.encode([x.render() for x in passages])
-    sims = p @ q
+    return ranked_by_similarity(passages, encoder.encode([x.render() for x in passages]) @ q)
+
+
+def ranked_by_similarity(passages: Sequence[Passage], sims: np.ndarray) -> list[Passage]:
+    """The passages by descending similarity (stable for ties), each scored with its own."""
     order = np.argsort(-sims, kind="stable")
     return [Passage(passages[i].pid, passages[i].title, passages[i].text, passages[i].source,
                     float(sims[i])) for i in order]

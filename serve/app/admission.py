@@ -7,12 +7,15 @@ the ingress knows an Ask's Deadline, and a refusal must come before any reader t
 
 The estimate, kept simple: `running` Asks run at once (`service.max_asks_running`); the others wait
 in order, at most `service.max_asks_queued`. S is the mean service time (slot taken to slot given
-back) of the last RECENT Asks that ended without an error. With the slots all taken and `q` Asks
+back) of the last RECENT Asks that ended without an error or ran out of time (those took at least
+that long: leaving them out made S too short under overload, so Asks were let in to fail at
+their deadline). With the slots all taken and `q` Asks
 waiting, a new Ask starts after about (q + 1) * S / running seconds (a slot frees every
 S / running seconds) and is answered S later. It is refused at once (RESOURCE_EXHAUSTED, reason
 "deadline") when it would wait and that wait plus S is over its time left; an Ask that starts at
-once always runs (its Deadline bounds it as before). One that waits past its deadline all the same
-(the estimate was short) is refused then ("expired"), never started. The pushback a refusal
+once always runs (its Deadline bounds it as before). One whose turn comes with less than S left is
+refused then ("deadline"), and one that waits past its deadline all the same is refused ("expired"):
+neither is started, and the slot goes to the next. The pushback a refusal
 carries is the wait a new Ask would have, within [MIN_PUSHBACK_S, MAX_PUSHBACK_S]. Limits are per
 ingress replica. Core-safe: asyncio only.
 """
@@ -102,7 +105,7 @@ class Admission:
             yield
             ok = True
         finally:
-            if ok:
+            if ok or (deadline is not None and deadline.left() <= 0):  # done, or took all its time
                 self._times.append(time.monotonic() - t)
             self._release()
 
@@ -127,6 +130,11 @@ class Admission:
             if not turn.done():
                 turn.cancel()
             metrics.set_gauge("eor_asks_waiting", self.waiting)
+        s = self.service_s()  # the slot is this Ask's now
+        if deadline is not None and s is not None and deadline.left() < s:  # it would run out of time: hand it on
+            self._release()
+            raise self._refuse("deadline", f"this Ask's turn came with {deadline.left():.1f} s left, less than the "
+                                           f"{s:.1f} s an Ask takes now; it was not started")
 
     def _release(self) -> None:
         """Give the slot to the first Ask still waiting (it stays taken), else free it."""

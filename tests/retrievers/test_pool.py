@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import replace
 
+import math
 import numpy as np
 import pytest
 
@@ -471,7 +472,7 @@ class CountingEncoder:
     """Counts the texts it embeds (the @RR cost), over the memoised real encoder."""
 
     def __init__(self, inner):
-        self.inner, self.name, self.texts = inner, inner.name, 0
+        self.inner, self.name, self.texts, self.calls = inner, inner.name, 0, 0
 
     def load(self):
         return self
@@ -482,6 +483,7 @@ class CountingEncoder:
 
     def encode(self, texts, show_progress=False):
         self.texts += len(texts)
+        self.calls += 1
         return self.inner.encode(texts)
 
 
@@ -574,3 +576,20 @@ def test_groundwork_plus_keeps_the_deeper_search_and_the_first_pk_and_order():
     assert base.depth == {"SE": 1} and base.pk == {"": pk1}  # neither side changed
     shallow = both.plus(Groundwork(hits={"SE": (a,)}, depth={"SE": 1}))
     assert shallow.hits["SE"] == (a, b)
+
+
+def test_rerank_is_one_encoder_call_per_round_for_the_whole_batch_and_orders_as_alone(memo_encoder):
+    counting = CountingEncoder(memo_encoder)
+    specs = ["SE@RR@10", "SE@RR@5&Wiki@5", "HB@RR@10", "Wiki@10"]
+    s = Setup(counting, specs=specs)
+    questions = [QUESTION, "what is the capital of france", "who wrote hamlet"]
+    results = s.pool.run(questions)
+    assert counting.calls == 1  # every question's SE, Wiki and HB orders in one call
+    for q, result in zip(questions, results):  # the same order as each key ranked alone
+        cands = by_spec(result)
+        chunks = [p for p in cands["SE@RR@10"].context.passages]
+        sims = cosine(memo_encoder, q, chunks)
+        assert list(sims) == sorted(sims, reverse=True)
+        assert all(math.isclose(p.score, float(x), abs_tol=1e-6) for p, x in zip(chunks, sims))
+    s.pool.run(questions)  # a second round over the same work would reuse it; a new run embeds again
+    assert counting.calls == 2

@@ -317,3 +317,43 @@ def test_reader_autoscaling_and_bounded_queues_reach_the_deployments(monkeypatch
     assert all(c.autoscaling_config is None for n, c in deps.items() if n not in readers)
     with pytest.raises(ValueError, match="max_asks_running"):
         config_from_dict({"service": {"max_asks_running": -1}})
+
+
+def test_an_ask_whose_turn_comes_too_late_to_finish_is_not_started_and_the_slot_goes_on():
+    async def scenario():
+        adm, ran = Admission(running=1, queued=4), []
+        adm._times.extend([0.3] * 4)  # recent Asks took 0.3 s
+
+        async def ask(name, seconds, deadline=None):
+            try:
+                async with adm.slot(deadline):
+                    ran.append(name)
+                    await asyncio.sleep(seconds)
+                return "ok"
+            except Overloaded as exc:
+                return exc.reason
+        a = asyncio.ensure_future(ask("a", 0.5))  # takes longer than the estimate
+        await asyncio.sleep(0.01)
+        b = asyncio.ensure_future(ask("b", 0.0, Deadline.after(0.7)))  # let in: ~0.3 s wait + 0.3 s <= 0.7 s
+        c = asyncio.ensure_future(ask("c", 0.0))
+        got = await asyncio.gather(a, b, c)
+        return got, ran, adm.running
+    got, ran, running = asyncio.run(scenario())
+    assert got == ["ok", "deadline", "ok"] and ran == ["a", "c"] and running == 0  # b's turn came with ~0.2 s left
+
+
+def test_an_ask_that_runs_out_of_time_counts_toward_the_service_time():
+    async def scenario():
+        adm = Admission(running=1, queued=4)
+        async with adm.slot(Deadline.after(0.05)):
+            await asyncio.sleep(0.15)  # took all its time and more: at least this long
+        async with adm.slot(Deadline.after(5.0)):
+            pass
+        try:
+            async with adm.slot(Deadline.after(5.0)):
+                raise RuntimeError("a reader failed")
+        except RuntimeError:
+            pass
+        return list(adm._times)
+    times = asyncio.run(scenario())
+    assert len(times) == 2 and times[0] >= 0.15  # the failure with time left is not a service time
