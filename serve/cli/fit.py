@@ -49,7 +49,7 @@ def gated_push(args, saved, metrics, path: Path) -> int:
     from serve.offline.push_gate import bench_slice, judge_push
 
     questions = select_questions(Selection(args.questions, args.dataset, "eval", args.gate_questions, args.split_seed,
-                                           group_by=args.split_by or "passage"))
+                                           group_by=getattr(args, "split_by", None) or "passage"))
     if args.gate_slice:
         questions += bench_slice(args.gate_slice)
     try:
