@@ -68,8 +68,9 @@ def ask_all(pool, choice, metrics, questions, send_whole: bool) -> tuple[list, d
 
 
 def _view(a) -> dict:
-    return {"answer": a.vote.answer, "winner": a.vote.retriever, "p": a.confidence,
-            "candidates": [(c.retriever, c.answer, c.error) for c in a.result.candidates]}
+    return {"answer": a.vote.answer, "winner": a.vote.retriever,
+            "p": None if a.confidence is None else round(a.confidence.p, 6),
+            "candidates": [[c.retriever, c.answer, c.error] for c in a.result.candidates]}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -104,7 +105,9 @@ def main(argv: list[str] | None = None) -> int:
            "bytes_per_ask": {"before": round(before["bytes_sent"] / len(questions)),
                              "after": round(after["bytes_sent"] / len(questions))},
            "after_over_before": round(after["bytes_sent"] / max(before["bytes_sent"], 1), 4),
-           "identical_answers_winners_candidates": sum(same)}
+           "identical_answers_winners_candidates": sum(same),
+           "first_difference": next(({"sent_what_it_reads": _view(a), "sent_the_whole_record": _view(b)}
+                                     for a, b, ok in zip(trimmed, whole, same) if not ok), None)}
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(doc, indent=2) + "\n")
     print(json.dumps(doc, indent=2))
