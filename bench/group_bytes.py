@@ -39,9 +39,9 @@ class MeasuredCrew:
     async def run(self, worker, round_):
         index = {q: i for i, q in enumerate(self.rounds.questions)}
         whole = replace(round_, work=tuple(self.rounds.work[index[q]] for q in round_.questions), deadline=None)
-        mine = replace(round_, deadline=None)
-        self.sent += len(pickle.dumps(whole if self.send_whole else mine))
-        self.whole += len(pickle.dumps(whole))
+        whole_bytes = len(pickle.dumps(whole))
+        self.sent += whole_bytes if self.send_whole else len(pickle.dumps(replace(round_, deadline=None)))
+        self.whole += whole_bytes
         self.calls += 1
         return await self.local.run(worker, whole if self.send_whole else round_)
 

@@ -72,8 +72,9 @@ def gated_push(args, saved, metrics, path: Path) -> int:
     return push_weights(args.push, path)
 
 
-def _priced(args, config, pool, selection, scored, metrics, saved, specs):
-    """(the priced run over `specs`, fit_on_run's options, the round overhead): what a fit reads."""
+def _priced(args, config, pool, selection, scored, metrics, metric_names, pooling, specs):
+    """(the priced run over `specs`, its equal vote by `metric_names` and `pooling`; fit_on_run's
+    options; the round overhead): what a fit reads."""
     from retrievers.spec import by_reader
     from serve.config_readers import quick_reader_first
     from fitting.search import priced_run
@@ -91,7 +92,7 @@ def _priced(args, config, pool, selection, scored, metrics, saved, specs):
             raise ValueError(f"--first-reply-vs {ref}: not a member of the pool ({len(pool.specs)} members)")
         ref = None
     overhead_s, overhead_by = round_overhead(args.round_overhead)
-    priced = priced_run(scored, specs, metrics, saved.metrics, saved.pooling, seconds, overhead_s,
+    priced = priced_run(scored, specs, metrics, metric_names, pooling, seconds, overhead_s,
                         speeds=pool_speeds(pool), early_first=quick_reader_first(config, specs))
     return priced, {"calibration": method, "first_reply_vs": ref, "overhead_by": overhead_by}, overhead_s
 
@@ -103,9 +104,10 @@ def _fit_adaptive(args, config, pool, selection, scored, metrics, saved, specs=N
     from fitting.search import fit_on_run
 
     specs = list(pool.specs if specs is None else specs)
-    priced, options, overhead_s = _priced(args, config, pool, selection, scored, metrics, saved, specs)
+    run, options, overhead_s = _priced(args, config, pool, selection, scored, metrics, saved.metrics, saved.pooling,
+                                       specs)
     method, overhead_by = options["calibration"], options["overhead_by"]
-    fitted = fit_on_run(priced, **options)
+    fitted = fit_on_run(run, **options)
     c = fitted.chosen
     priced = ("rounds priced by each reader's measured prefill and decode speed" if fitted.speeds else
               "rounds priced by the run logs' seconds per token (no measured speed for every reader: "
@@ -184,13 +186,14 @@ def _fit_fallback(args, config, pool, selection, scored, metrics, fit_config, ex
                    f"{report.train_accuracy:.3f}; {summary}")
 
 
-def _nested(args, config, pool, selection, scored, metrics, saved) -> int:
+def _nested(args, config, pool, selection, scored, metrics, fit_config) -> int:
     """`eor fit --nested-cv K`: the fit judged, not shipped (fitting/nested.py); the report's JSON in
     --out (default $EOR_HOME/reports/nested-cv.json)."""
     from fitting.nested import nested_cv, nested_report
     from serve.paths import eor_home
 
-    priced, options, _ = _priced(args, config, pool, selection, scored, metrics, saved, list(pool.specs))
+    priced, options, _ = _priced(args, config, pool, selection, scored, metrics, fit_config.metrics.names,
+                                 fit_config.voter.pooling, list(pool.specs))
     rows, chosen = nested_cv(priced, args.nested_cv, **options)
     doc = {**nested_report(rows, [q.answers for q, _ in scored], chosen), "selection": selection.describe()}
     out = Path(args.out or eor_home() / "reports" / "nested-cv.json")
@@ -237,12 +240,12 @@ def cmd_fit(args) -> int:
              "qids_sha256": qids_digest([q for q, _ in scored]), "seconds": {"pool": round(pool_s, 3)},
              "commit": source_commit()}
     metrics = build_metrics(fit_config.metrics, pool.reader)
+    if args.nested_cv:  # the fit judged, not shipped: no voter's weights are fitted
+        return _nested(args, config, pool, selection, scored, metrics, fit_config)
     report = fit_weights(scored, pool.specs, metrics, fit_config,
                          Path(selection.path).name, pool.reader.model_id, extra,  # a name, not this machine's path
                          readers=pool_reader_models(pool))
     saved = _with_best_single(report, pool.specs)
-    if args.nested_cv:
-        return _nested(args, config, pool, selection, scored, metrics, saved)
     adaptive = args.adaptive if args.adaptive is not None else len(scored) >= MIN_ADAPTIVE_QUESTIONS
     if adaptive and len(scored) < MIN_ADAPTIVE_QUESTIONS:
         raise ValueError(f"--adaptive needs at least {MIN_ADAPTIVE_QUESTIONS} questions, the selection has "

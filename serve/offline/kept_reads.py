@@ -53,7 +53,8 @@ def keep(log: RunLog, questions_file: str | Path) -> tuple[Path, int]:
     had that the log lacks; (its path, questions kept)."""
     from voter.weights_io import file_sha256
 
-    path = kept_path(log.key, file_sha256(questions_file))
+    questions_sha256 = file_sha256(questions_file)
+    path = kept_path(log.key, questions_sha256)
     rows = {rec["qid"]: rec for rec in _kept_records(path)}
     if log.path.exists():
         with log.path.open(encoding="utf-8") as f:
@@ -67,7 +68,7 @@ def keep(log: RunLog, questions_file: str | Path) -> tuple[Path, int]:
                 except (json.JSONDecodeError, KeyError, TypeError):
                     continue  # a torn line: the log redoes it, and the next keep takes it
     path.parent.mkdir(parents=True, exist_ok=True)
-    head = {"format": FORMAT, "questions_sha256": file_sha256(questions_file),
+    head = {"format": FORMAT, "questions_sha256": questions_sha256,
             "questions_name": Path(questions_file).name, "reader_model": log.key.reader_model,
             "pool_hash": log.key.pool_hash}
     tmp = path.with_suffix(".tmp")

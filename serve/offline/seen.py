@@ -41,7 +41,7 @@ def voter_questions(saved: Any, path: str) -> set[str]:
     return seen
 
 
-def refuse_seen(saved: Any, selection: Selection, questions: Sequence[Question], what: str = "judge") -> None:
+def refuse_seen(saved: Any, selection: Selection, questions: Sequence[Question]) -> None:
     """A ValueError when any selected question is one the voter has seen."""
     seen = voter_questions(saved, selection.path)
     mine = [q for q in questions if q.qid in seen]
@@ -50,5 +50,5 @@ def refuse_seen(saved: Any, selection: Selection, questions: Sequence[Question],
         grouped = saved.provenance.extra.get("split_by", "question")
         raise ValueError(f"{len(mine)} of the {len(questions)} selected questions are ones the voter "
                          f"({saved.describe()}) was fitted or calibrated on (its split {split!r}, grouped by "
-                         f"{grouped}): {what} it on questions it never saw (the other split of the same grouping, "
+                         f"{grouped}): judge it on questions it never saw (the other split of the same grouping, "
                          f"--split-by {grouped}, or another file)")

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from functools import partial
 
 import grpc
 import pytest
@@ -84,18 +85,22 @@ def test_a_deadline_shorter_than_the_queue_wait_is_refused_at_once_and_never_run
     assert "past its 3.0 s deadline" in err.details
 
 
+async def _ask(adm: Admission, ran: list, name: str, seconds: float, deadline: Deadline | None = None) -> str:
+    """An Ask that holds a slot for `seconds` (its name in `ran` once it starts): "ok", or why it was refused."""
+    try:
+        async with adm.slot(deadline):
+            ran.append(name)
+            await asyncio.sleep(seconds)
+        return "ok"
+    except Overloaded as exc:
+        return exc.reason
+
+
 def test_waiting_asks_run_in_order_and_one_whose_deadline_passes_while_waiting_is_not_started():
     async def scenario():
         adm, ran = Admission(running=1, queued=4), []
 
-        async def ask(name, seconds, deadline=None):
-            try:
-                async with adm.slot(deadline):
-                    ran.append(name)
-                    await asyncio.sleep(seconds)
-                return "ok"
-            except Overloaded as exc:
-                return exc.reason
+        ask = partial(_ask, adm, ran)
         tasks = [asyncio.ensure_future(ask("a", 0.2)), asyncio.ensure_future(ask("b", 0.0, Deadline.after(0.05))),
                  asyncio.ensure_future(ask("c", 0.0))]  # no service time yet: b waits, its deadline passes
         got = await asyncio.gather(*tasks)
@@ -324,14 +329,7 @@ def test_an_ask_whose_turn_comes_too_late_to_finish_is_not_started_and_the_slot_
         adm, ran = Admission(running=1, queued=4), []
         adm._times.extend([0.3] * 4)  # recent Asks took 0.3 s
 
-        async def ask(name, seconds, deadline=None):
-            try:
-                async with adm.slot(deadline):
-                    ran.append(name)
-                    await asyncio.sleep(seconds)
-                return "ok"
-            except Overloaded as exc:
-                return exc.reason
+        ask = partial(_ask, adm, ran)
         a = asyncio.ensure_future(ask("a", 0.5))  # takes longer than the estimate
         await asyncio.sleep(0.01)
         b = asyncio.ensure_future(ask("b", 0.0, Deadline.after(0.7)))  # let in: ~0.3 s wait + 0.3 s <= 0.7 s
