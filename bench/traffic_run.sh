@@ -9,6 +9,7 @@
 # 3 a fresh `eor serve` again: 2x capacity and 1.5x (fixed depth) for 300 s each, replies awaited past the
 #   Asks' deadline (--grace 130), then the 1.5B's engine SIGKILLed under 4 clients
 # 4 `eor serve --config bench/configs/traffic-load-aware.yaml`: the cascade at 1.5x capacity
+# 5 the bounded wait, load-aware then fixed depth (below)
 # Questions: the fit split (by question, seed 0) from row 1000 on: never fitted on, never asked by a
 # benchmark (the eval split's first 700 were scored by evals; the fit split's first 400 fitted on).
 set -euo pipefail
@@ -77,6 +78,29 @@ if [ ! -f "$out/load-aware/load-curve.json" ]; then
   step "load-aware depth at 1.5x capacity ($c)"
   $py -m bench.load_curve curve --server $server --capacity "$c" --multiples 1.5 --seconds 300 --grace 130 \
     --systems cascade --split fit --offset "$(past "$(past "$(past "$(past 1080 7.75)" 4)" 2)" 1.5)" --out "$out/load-aware"
+  unserve
+fi
+# 5 the bounded wait (max_wait_s 20) with the ingress's queue as the load signal, then without it; warmed
+# by 4 Asks first; the 1.5x runs on the same questions (rows 1462 on, never asked before)
+if [ ! -f "$out/wait-twice/load-curve.json" ] || [ ! -f "$out/wait-load-aware-15x/load-curve.json" ]; then
+  serve bench/configs/traffic-load-aware.yaml
+  c=$(capacity)
+  $py -m bench.load_curve capacity --server $server -n 4 -c 2 --split fit --offset 1415 --out "$out/wait-warm"
+  [ -f "$out/wait-twice/load-curve.json" ] || { step "2x capacity, wait bound, load-aware depth"
+    $py -m bench.load_curve curve --server $server --capacity "$c" --multiples 2 --seconds 300 --grace 130 \
+      --systems cascade --split fit --offset 1420 --out "$out/wait-twice"; }
+  [ -f "$out/wait-load-aware-15x/load-curve.json" ] || { step "1.5x capacity, wait bound, load-aware depth"
+    $py -m bench.load_curve curve --server $server --capacity "$c" --multiples 1.5 --seconds 300 --grace 130 \
+      --systems cascade --split fit --offset 1462 --out "$out/wait-load-aware-15x"; }
+  unserve
+fi
+if [ ! -f "$out/wait-fixed-15x/load-curve.json" ]; then
+  serve bench/configs/traffic-wait.yaml
+  c=$(capacity)
+  $py -m bench.load_curve capacity --server $server -n 4 -c 2 --split fit --offset 1415 --out "$out/wait-warm-fixed"
+  step "1.5x capacity, wait bound, fixed depth, the same questions"
+  $py -m bench.load_curve curve --server $server --capacity "$c" --multiples 1.5 --seconds 300 --grace 130 \
+    --systems cascade --split fit --offset 1462 --out "$out/wait-fixed-15x"
   unserve
 fi
 step "done: $out"

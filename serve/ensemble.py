@@ -17,7 +17,7 @@ from typing import Awaitable, Callable, Sequence
 from retrievers.types import QuestionResult
 from voter.decision import Confidence, Decision
 from voter.question_vote import Vote
-from voter.cascade import Cascade, LoadRule
+from voter.cascade import Cascade, LoadRule, ServiceLoad
 
 
 @dataclass(frozen=True)
@@ -58,8 +58,8 @@ class VoteDeadline(Exception):
 AsyncRunRound = Callable[[list[int], list[str]], Awaitable[list[QuestionResult]]]
 # (results so far, 0-based round k) -> the voter's decisions (voter/decision.py: decide)
 AsyncVote = Callable[[list[QuestionResult], int], Awaitable[list[Decision]]]
-# the readers' load now: requests running + waiting in their engines (the service's; LoadRule reads it)
-ReadLoad = Callable[[], Awaitable[float]]
+# the service's load now (voter/cascade.py: ServiceLoad; LoadRule reads it)
+ReadLoad = Callable[[], Awaitable[ServiceLoad]]
 # after a vote, the questions it did not settle: their provisional answers (progressive replies)
 OnProvisional = Callable[[list["EnsembleAnswer"], list[int]], Awaitable[None]]
 
@@ -77,7 +77,7 @@ async def answer_async(questions: Sequence[str], cascade: Cascade, run_round: As
     a first vote that misses the deadline raises. `on_provisional` hears, after each vote, the
     answers of the questions it left open (with their positions), before the next round runs.
     `under_load` with `load`: a question the vote left open whose P(right) clears the rule's lower
-    bar stops too when the readers are busy (read once per round, only when such a question is
+    bar stops too when the service is loaded (read once per round, only when such a question is
     there), and its answer says so (`under_load`)."""
     qs = list(questions)
     merged: list[QuestionResult | None] = [None] * len(qs)

@@ -114,27 +114,46 @@ def settled(k: int, stat: float | np.ndarray, thresholds: Sequence[float]) -> bo
 
 
 @dataclass(frozen=True)
+class ServiceLoad:
+    """What the service reads of its own load once a round: the busiest asked reader's requests
+    (running + waiting in its engine) and the Asks waiting at the ingress for a slot."""
+
+    in_flight: float = 0.0
+    waiting: int = 0
+
+
+@dataclass(frozen=True)
 class LoadRule:
     """Depth that follows the load (issue 57; Cocktail, NSDI'22: the ensemble's size follows the
-    load). While the readers hold at least `in_flight` requests (running + waiting: the cheap signal
-    the service reads per round), a question stops after any round whose P(right) clears `bar`, a
-    bar below the round's own threshold: the same rule, `settled`, over `lowered` thresholds. The
-    last round ends a question as always and a +inf threshold (never stop there) stays. Only a
-    P(right) meets the bar (the caller passes confidence-aware decisions alone): a margin is no
-    probability. Under load a question spends fewer rounds at a small cost in Match (the bar is
-    fitted for that: fitting/load_bar.py)."""
+    load). While the service is loaded (`loaded`), a question stops after any round whose P(right)
+    clears `bar`, a bar below the round's own threshold: the same rule, `settled`, over `lowered`
+    thresholds. The last round ends a question as always and a +inf threshold (never stop there)
+    stays. Only a P(right) meets the bar (the caller passes confidence-aware decisions alone): a
+    margin is no probability. Under load a question spends fewer rounds at a small cost in Match
+    (the bar is fitted for that: fitting/load_bar.py).
+
+    Two signals, either enough (0: that one off): `waiting`, Asks waiting at the ingress for a slot
+    (the service is past capacity: an Ask behind them waits for this one's next round), and
+    `in_flight`, the readers' requests (where many Asks run at once, as on GPU readers, the queue
+    forms in the engines instead; with CPU's 2 Asks at once it stays below any useful threshold)."""
 
     bar: float
-    in_flight: int
+    in_flight: int = 0
+    waiting: int = 0
 
     def __post_init__(self) -> None:
-        if not 0.0 <= self.bar <= 1.0 or self.in_flight < 0:
-            raise ValueError(f"the under-load bar must lie in [0, 1] and the in-flight threshold be >= 0, "
-                             f"got {self.bar:g} and {self.in_flight}")
+        if not 0.0 <= self.bar <= 1.0 or self.in_flight < 0 or self.waiting < 0:
+            raise ValueError(f"the under-load bar must lie in [0, 1] and the in-flight and waiting thresholds be "
+                             f">= 0, got {self.bar:g}, {self.in_flight} and {self.waiting}")
 
-    def loaded(self, in_flight: float) -> bool:
-        """Whether the readers are under load (a threshold of 0: never)."""
-        return self.in_flight > 0 and in_flight >= self.in_flight
+    @property
+    def on(self) -> bool:
+        return self.in_flight > 0 or self.waiting > 0
+
+    def loaded(self, load: ServiceLoad) -> bool:
+        """Whether the service is under load (both thresholds 0: never)."""
+        return (self.in_flight > 0 and load.in_flight >= self.in_flight) or \
+            (self.waiting > 0 and load.waiting >= self.waiting)
 
     def settled(self, k: int, p: float, thresholds: Sequence[float]) -> bool:
         """Would P(right) `p` stop the question after 0-based round `k` under load?"""

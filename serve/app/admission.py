@@ -1,28 +1,32 @@
 """Admission control at the ingress (issue 57; the design card's "Traffic beyond capacity"): a
 bounded queue in front of the Asks an ingress replica runs, and a refusal at once, with a retry
-pushback, for an Ask that finds the queue full or could not be answered before its deadline.
+pushback, for an Ask that finds the queue full, would wait too long, or could not be answered
+before its deadline.
 
 Why here and not only in Ray Serve's queues (`max_queued_requests`, also set: a backstop): only
 the ingress knows an Ask's Deadline, and a refusal must come before any reader time is spent.
 
 The estimate, kept simple: `running` Asks run at once (`service.max_asks_running`); the others wait
-in order, at most `service.max_asks_queued`. S is the mean service time (slot taken to slot given
-back) of the last RECENT Asks that ended without an error or ran out of time (those took at least
-that long: leaving them out made S too short under overload, so Asks were let in to fail at
-their deadline). With the slots all taken and `q` Asks
-waiting, a new Ask starts after about (q + 1) * S / running seconds (a slot frees every
-S / running seconds) and is answered S later. It is refused at once (RESOURCE_EXHAUSTED, reason
-"deadline") when it would wait and that wait plus S is over its time left; an Ask that starts at
-once always runs (its Deadline bounds it as before). One whose turn comes with less than S left is
-refused then ("deadline"), and one that waits past its deadline all the same is refused ("expired"):
-neither is started, and the slot goes to the next. The pushback a refusal
-carries is the wait a new Ask would have, within [MIN_PUSHBACK_S, MAX_PUSHBACK_S]. Limits are per
-ingress replica. Core-safe: asyncio only.
+in order, at most `service.max_asks_queued`. S is the service time (slot taken to slot given back)
+of the last RECENT Asks that ended without an error or ran out of time (those took at least that
+long: leaving them out made S too short under overload, so Asks were let in to fail at their
+deadline). With the slots all taken and `q` Asks waiting, a new Ask starts after about
+(q + 1) * mean(S) / running seconds (a slot frees every mean(S) / running seconds) and is answered
+within S's TAIL quantile after that: the arrival's decision reads the tail, not the mean, so that
+an Ask let in rarely finds at its turn that it cannot finish (a refusal then comes a whole wait
+after it arrived). It is refused at once (RESOURCE_EXHAUSTED) when that wait is over
+`service.max_wait_s` ("wait"), or the wait plus S's tail is over its time left ("deadline"); an
+Ask that starts at once always runs (its Deadline bounds it as before). One whose turn comes with
+less than mean(S) left is refused then ("deadline"), and one that waits past its deadline all the
+same is refused ("expired"): neither is started, and the slot goes to the next. The pushback a
+refusal carries is the wait a new Ask would have, within [MIN_PUSHBACK_S, MAX_PUSHBACK_S]. Limits
+are per ingress replica. Core-safe: asyncio only.
 """
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import math
 import time
 from collections import deque
 from typing import AsyncIterator
@@ -31,21 +35,23 @@ from serve.app import metrics
 from serve.app.errors import Overloaded
 from serve.deadline import Deadline
 
-RECENT = 32  # service times the estimate averages
+RECENT = 32  # service times the estimate reads
+TAIL = 0.9  # the quantile of them an arriving Ask's own service time is taken at
 MIN_PUSHBACK_S = 0.5
 MAX_PUSHBACK_S = 60.0
 UNKNOWN_PUSHBACK_S = 1.0  # before any Ask has finished: no service time to go by
-REASONS = ("queue_full", "deadline", "expired")  # the refusal metric's label values
+REASONS = ("queue_full", "wait", "deadline", "expired")  # the refusal metric's label values
 
 
 class Admission:
     """One ingress replica's bounded queue. `running` 0: no limit (admission off); `queued` 0: no
     queue (an Ask that finds every slot taken is refused)."""
 
-    def __init__(self, running: int, queued: int, recent: int = RECENT):
-        if running < 0 or queued < 0:
-            raise ValueError("service.max_asks_running and max_asks_queued must be >= 0 (0 running: no limit)")
-        self.limit, self.queue_limit = running, queued
+    def __init__(self, running: int, queued: int, max_wait_s: float = 0.0, recent: int = RECENT):
+        if running < 0 or queued < 0 or max_wait_s < 0:
+            raise ValueError("service.max_asks_running, max_asks_queued and max_wait_s must be >= 0 "
+                             "(0 running: no limit; 0 s: only the deadline bounds the wait)")
+        self.limit, self.queue_limit, self.max_wait_s = running, queued, max_wait_s
         self.running = 0
         self._waiting: deque[asyncio.Future] = deque()
         self._times: deque[float] = deque(maxlen=recent)
@@ -57,6 +63,13 @@ class Admission:
     def service_s(self) -> float | None:
         """The mean service time of the last Asks that ended well (None: none yet)."""
         return sum(self._times) / len(self._times) if self._times else None
+
+    def tail_s(self) -> float | None:
+        """The TAIL quantile of the same service times (nearest rank; None: none yet)."""
+        if not self._times:
+            return None
+        ranked = sorted(self._times)
+        return ranked[max(0, math.ceil(TAIL * len(ranked)) - 1)]
 
     def wait_s(self, ahead: int | None = None) -> float:
         """Seconds until a new Ask (behind `ahead` waiting ones; default: those waiting now) gets a
@@ -84,10 +97,15 @@ class Admission:
         if self.waiting >= self.queue_limit:
             raise self._refuse("queue_full", f"the service is at capacity: {self.running} Asks running and "
                                              f"{self.waiting} waiting (service.max_asks_queued {self.queue_limit})")
-        s, wait = self.service_s(), self.wait_s()
-        if deadline is not None and s is not None and wait + s > deadline.left():
-            raise self._refuse("deadline", f"the service is busy: this Ask would wait about {wait:.1f} s and take "
-                                           f"{s:.1f} s more, past its {deadline.left():.1f} s deadline")
+        tail, wait = self.tail_s(), self.wait_s()
+        if tail is None:
+            return
+        if self.max_wait_s and wait > self.max_wait_s:
+            raise self._refuse("wait", f"the service is busy: this Ask would wait about {wait:.1f} s for its turn, "
+                                       f"over the service's {self.max_wait_s:g} s (service.max_wait_s)")
+        if deadline is not None and wait + tail > deadline.left():
+            raise self._refuse("deadline", f"the service is busy: this Ask would wait about {wait:.1f} s and take up "
+                                           f"to {tail:.1f} s more, past its {deadline.left():.1f} s deadline")
 
     @contextlib.asynccontextmanager
     async def slot(self, deadline: Deadline | None) -> AsyncIterator[None]:

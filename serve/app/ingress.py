@@ -37,7 +37,7 @@ from serve.config_readers import reader_models
 from serve.app.wire import (AskSpec, ask_reply, parse_ask, parse_generate, parse_retrieve,
                         parse_weights, retrieve_reply)
 from serve.deadline import Deadline, ask_deadline
-from voter.cascade import LoadRule
+from voter.cascade import LoadRule, ServiceLoad
 
 log = logging.getLogger(__name__)
 
@@ -61,10 +61,11 @@ class EorIngress(Placed, HealthChecks):
         self.readers = {reader_deployment(""): reader, **{reader_deployment(n): h for n, h in (readers or {}).items()}}
         self.generator = generator if generator is not None else reader  # Generate's model
         self.token = os.environ.get(self.limits.token_env, "") if self.limits.token_env else ""
-        self.admission = Admission(self.limits.max_asks_running, self.limits.max_asks_queued)  # bounded queue
+        self.admission = Admission(self.limits.max_asks_running, self.limits.max_asks_queued,
+                                   self.limits.max_wait_s)  # bounded queue
         self.watch = ReaderWatch({"": reader, **(readers or {})})  # readers' load, and which are down
-        self.under_load = LoadRule(self.limits.under_load_bar, self.limits.under_load_in_flight) \
-            if self.limits.under_load_in_flight else None
+        rule = LoadRule(self.limits.under_load_bar, self.limits.under_load_in_flight, self.limits.under_load_waiting)
+        self.under_load = rule if rule.on else None
         metrics.start_retriever_counters(self.pool)  # errors and timeouts read 0 before the first
 
     # ---- Ray Serve gRPC proxy entry points ------------------------------------------
@@ -264,6 +265,11 @@ class EorIngress(Placed, HealthChecks):
         fallback = await self.voter.plan.remote(tuple(sorted(down)))
         return plan if fallback is None else fallback
 
+    async def _load(self, readers: Any) -> ServiceLoad:
+        """The load the under-load rule reads: the readers' queues only when it reads them (a call each)."""
+        in_flight = await self.watch.in_flight(readers) if self.under_load and self.under_load.in_flight else 0
+        return ServiceLoad(in_flight, self.admission.waiting)
+
     async def _rounds(self, spec: AskSpec, plan: Any, t0: float, on_provisional: Any = None) -> list[eor_pb2.AskReply]:
         from retrievers.spec import by_reader
         from serve.ensemble import VoteDeadline, cascade_for
@@ -275,7 +281,7 @@ class EorIngress(Placed, HealthChecks):
                            ServiceCrew(self.groups, self.sources, self.shapes, self.voter, plan.key), self.settings.pool,
                            spec.deadline, spec.documents, spec.top_k, self.limits.vote_reserve_s,
                            early_answer=on_provisional is not None, under_load=self.under_load,
-                           load=lambda: self.watch.in_flight(readers))
+                           load=lambda: self._load(readers))
 
         def reply(a: Any, latency_s: float, final: bool = True) -> eor_pb2.AskReply:
             return ask_reply(a.result, a.vote, a.result.failed, latency_s, rounds.reader_s / len(spec.questions),

@@ -47,11 +47,12 @@ _DEFS: dict[str, tuple[str, str, tuple[str, ...], list[float] | None]] = {
     "eor_abstentions": ("counter", "Answers withheld as not sure: P(right) below the Ask's min_confidence", (), None),
     # traffic beyond capacity (serve/app/admission.py, serve/app/reader_watch.py)
     "eor_refusals": ("counter", "Asks refused before they ran, RESOURCE_EXHAUSTED with a retry pushback, by "
-                     "reason: queue_full, deadline (could not be answered in time), expired (waited past it)",
+                     "reason: queue_full, wait (past service.max_wait_s), deadline (could not be answered in time), "
+                     "expired (waited past it)",
                      ("reason",), None),
     "eor_asks_waiting": ("gauge", "Asks waiting in the ingress replica's queue for a running slot", (), None),
     "eor_under_load_stops": ("counter", "Questions stopped early under load: P(right) cleared the lower bar "
-                             "while the readers were busy", (), None),
+                             "while the service was loaded (Asks waiting, or busy readers)", (), None),
     "eor_degraded_answers": ("counter", "Answers from the voter's single-reader fallback while a reader was "
                              "down or starting", (), None),
 }

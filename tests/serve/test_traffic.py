@@ -22,7 +22,7 @@ from serve.deadline import Deadline
 from serve.ensemble import answer_async
 from tests.serve.test_ask_stream import group
 from tests.serve.test_reader_recovery import RayTaskError, _Handle
-from voter.cascade import Cascade, LoadRule, lowered
+from voter.cascade import Cascade, LoadRule, ServiceLoad, lowered
 from voter.decision import Confidence, Decision
 from voter.question_vote import Vote
 
@@ -162,7 +162,7 @@ def test_ray_serves_own_back_pressure_is_resource_exhausted_with_a_pushback():
 
 
 # ---- depth that follows the load ------------------------------------------------------------------
-def _run(p: float, load: float, rule=LoadRule(bar=0.4, in_flight=4), confident=True):
+def _run(p: float, load: float, rule=LoadRule(bar=0.4, in_flight=4), confident=True, waiting: int = 0):
     cascade = Cascade((("SE@1",), ("Wiki@10",)), (0.8,))
     asked = []
 
@@ -175,7 +175,7 @@ def _run(p: float, load: float, rule=LoadRule(bar=0.4, in_flight=4), confident=T
                          else None, p) for _ in results]
 
     async def read_load():
-        return load
+        return ServiceLoad(load, waiting)
     [a] = asyncio.run(answer_async(["q"], cascade, run_round, vote, under_load=rule, load=read_load))
     return a, asked
 
@@ -192,7 +192,12 @@ def test_under_load_a_question_stops_at_the_first_round_whose_p_clears_the_lower
     a, _ = _run(p=0.9, load=10)  # settled by its own threshold: not "under load"
     assert (a.rounds_run, a.under_load) == (1, False)
     assert lowered((0.8, float("inf"), 0.3), 0.4) == (0.4, float("inf"), 0.3)  # never-stop rounds stay so
-    assert not LoadRule(0.4, 0).loaded(1000)  # threshold 0: off
+    assert not LoadRule(0.4, 0).loaded(ServiceLoad(1000, 1000))  # thresholds 0: off
+    waiting_rule = LoadRule(bar=0.4, waiting=1)  # the ingress's queue: any Ask waiting for a slot
+    a, _ = _run(p=0.5, load=0, rule=waiting_rule, waiting=1)
+    assert (a.rounds_run, a.under_load) == (1, True)
+    a, _ = _run(p=0.5, load=50, rule=waiting_rule, waiting=0)  # busy engines alone: that signal is off
+    assert (a.rounds_run, a.under_load) == (2, False)
 
 
 def test_the_reply_says_it_was_answered_early_under_load_and_the_queue_is_read_per_round():
@@ -355,3 +360,52 @@ def test_an_ask_that_runs_out_of_time_counts_toward_the_service_time():
         return list(adm._times)
     times = asyncio.run(scenario())
     assert len(times) == 2 and times[0] >= 0.15  # the failure with time left is not a service time
+
+
+def test_an_arrival_is_judged_by_the_tail_of_recent_service_times_not_their_mean():
+    async def scenario():
+        adm = Admission(running=1, queued=8)
+        adm._times.extend([1.0] * 8 + [5.0] * 2)  # mean 1.8 s; one Ask in ten took 5 s
+        async with adm.slot(None):
+            with pytest.raises(Overloaded) as refused:  # wait ~1.8 s, then up to 5 s: past 4 s
+                async with adm.slot(Deadline.after(4.0)):
+                    raise AssertionError("let in to miss its deadline")
+            return refused.value, adm.service_s(), adm.tail_s()
+    refused, mean, tail = asyncio.run(scenario())
+    assert refused.reason == "deadline" and "up to 5.0 s" in str(refused)
+    assert (round(mean, 2), tail) == (1.8, 5.0)
+
+
+def test_an_ask_that_would_wait_past_max_wait_s_is_refused_at_once():
+    async def scenario():
+        adm, ran = Admission(running=1, queued=8, max_wait_s=3.0), []
+        adm._times.extend([2.0] * 4)  # recent Asks took 2 s: the first waiting Ask waits ~2 s, the next ~4 s
+        async with adm.slot(None):
+            waiting = asyncio.ensure_future(_ask(adm, ran, "waits", 0.0))
+            await asyncio.sleep(0.01)
+            t = time.monotonic()
+            with pytest.raises(Overloaded) as refused:
+                async with adm.slot(None):  # no deadline: max_wait_s alone refuses it
+                    raise AssertionError("let in to wait too long")
+            refused_in = time.monotonic() - t
+        return refused.value.reason, refused_in, await waiting, ran
+    reason, refused_in, first, ran = asyncio.run(scenario())
+    assert reason == "wait" and refused_in < 0.1 and (first, ran) == ("ok", ["waits"])
+    with pytest.raises(ValueError, match="max_wait_s"):
+        Admission(1, 1, max_wait_s=-1)
+    with pytest.raises(ValueError, match="max_wait_s"):
+        config_from_dict({"service": {"max_wait_s": -1}})
+
+
+def test_asks_waiting_for_a_slot_make_a_running_ask_stop_early_under_load():
+    async def scenario():
+        ing = ingress(group(delay=0.3), sure_voter(0.5), {"max_asks_running": 1, "under_load_waiting": 1,
+                                                          "under_load_bar": 0.45})
+        first = asyncio.ensure_future(ing.call("Ask", eor_pb2.AskRequest(question="who wrote hamlet?")))
+        await asyncio.sleep(0.05)
+        second = await ing.call("Ask", eor_pb2.AskRequest(question="who painted it?"))  # waits for the slot
+        return await first, second
+    (first, c1, _), (second, c2, _) = asyncio.run(scenario())
+    assert c1 == c2 == grpc.StatusCode.OK
+    assert first.under_load and first.stopped_at_stage == 1  # an Ask waited behind it
+    assert not second.under_load and second.stopped_at_stage == 2  # nothing waited behind it
