@@ -50,16 +50,16 @@ def _ray_env() -> dict:
     return {**RAY_ENV_DEFAULTS, **os.environ, "RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0"}
 
 
-def start_head(port: int, temp_dir: str, metrics_port: int) -> None:
+def start_head(port: int, temp_dir: str, metrics_port: int, resources: dict | None = None) -> None:
     subprocess.run([_ray_bin(), "start", "--head", "--node-ip-address", "127.0.0.1", "--port", str(port),
-                    "--num-cpus", "1", "--resources", json.dumps({HEAD: 1}), "--temp-dir", temp_dir,
+                    "--num-cpus", "1", "--resources", json.dumps(resources or {HEAD: 1}), "--temp-dir", temp_dir,
                     "--include-dashboard", "false", "--metrics-export-port", str(metrics_port)],
                    env=_ray_env(), check=True, capture_output=True, timeout=300)
 
 
-def start_worker(port: int, temp_dir: str, metrics_port: int) -> None:
+def start_worker(port: int, temp_dir: str, metrics_port: int, resources: dict | None = None) -> None:
     subprocess.run([_ray_bin(), "start", "--address", f"127.0.0.1:{port}", "--node-ip-address", "127.0.0.1",
-                    "--num-cpus", "1", "--resources", json.dumps({WORKER: 1}), "--temp-dir", temp_dir,
+                    "--num-cpus", "1", "--resources", json.dumps(resources or {WORKER: 1}), "--temp-dir", temp_dir,
                     "--metrics-export-port", str(metrics_port)],
                    env=_ray_env(), check=True, capture_output=True, timeout=300)
 

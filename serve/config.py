@@ -194,10 +194,11 @@ class ServiceConfig:
     # (0: only its deadline bounds the wait). Under overload it keeps answered Asks' latency near
     # the unloaded one instead of near the deadline (docs/benchmarks.md, issue 57)
     max_wait_s: float = 0.0
-    # depth that follows the load (voter/cascade.py: LoadRule): while at least under_load_waiting Asks
-    # wait for a slot, or the readers hold at least under_load_in_flight requests, running + waiting
-    # (0: that signal off), a question stops after a round whose P(right) >= under_load_bar
-    under_load_waiting: int = 0
+    # depth that follows the load (voter/cascade.py: LoadRule): while the ingress holds at least
+    # under_load_asks Asks (running + waiting for a slot; max_asks_running: every slot taken), or the
+    # readers hold at least under_load_in_flight requests, running + waiting (0: that signal off), a
+    # question stops after a round whose P(right) >= under_load_bar
+    under_load_asks: int = 0
     under_load_in_flight: int = 0
     under_load_bar: float = 0.35
     # Ray Serve autoscaling_config of each reader deployment ({}: one replica), e.g. {min_replicas: 1,
@@ -228,10 +229,10 @@ class ServiceConfig:
         elif self.retriever_actors not in RETRIEVER_ACTOR_LAYOUTS:
             raise ValueError(f"service.retriever_actors must be one of {RETRIEVER_ACTOR_LAYOUTS} or a list of "
                              f"spec lists, got {self.retriever_actors!r}")
-        if min(self.max_asks_running, self.max_asks_queued, self.under_load_in_flight, self.under_load_waiting,
+        if min(self.max_asks_running, self.max_asks_queued, self.under_load_in_flight, self.under_load_asks,
                self.max_wait_s) < 0 or not 0.0 <= self.under_load_bar <= 1.0 or \
                 not isinstance(self.reader_autoscaling, dict):
-            raise ValueError("service: max_asks_running, max_asks_queued, max_wait_s, under_load_waiting and "
+            raise ValueError("service: max_asks_running, max_asks_queued, max_wait_s, under_load_asks and "
                              "under_load_in_flight must be >= 0, under_load_bar in [0, 1], reader_autoscaling a "
                              "mapping")
 

@@ -116,10 +116,10 @@ def settled(k: int, stat: float | np.ndarray, thresholds: Sequence[float]) -> bo
 @dataclass(frozen=True)
 class ServiceLoad:
     """What the service reads of its own load once a round: the busiest asked reader's requests
-    (running + waiting in its engine) and the Asks waiting at the ingress for a slot."""
+    (running + waiting in its engine) and the ingress replica's Asks (running + waiting for a slot)."""
 
     in_flight: float = 0.0
-    waiting: int = 0
+    asks: int = 0
 
 
 @dataclass(frozen=True)
@@ -132,28 +132,29 @@ class LoadRule:
     margin is no probability. Under load a question spends fewer rounds at a small cost in Match
     (the bar is fitted for that: fitting/load_bar.py).
 
-    Two signals, either enough (0: that one off): `waiting`, Asks waiting at the ingress for a slot
-    (the service is past capacity: an Ask behind them waits for this one's next round), and
-    `in_flight`, the readers' requests (where many Asks run at once, as on GPU readers, the queue
-    forms in the engines instead; with CPU's 2 Asks at once it stays below any useful threshold)."""
+    Two signals, either enough (0: that one off): `asks`, the ingress's Asks, running + waiting for
+    a slot (at `service.max_asks_running` every slot is taken: a new Ask waits or is refused; one
+    more, an Ask waits), and `in_flight`, the readers' requests (where many Asks run at once, as on
+    GPU readers, the queue forms in the engines instead; with CPU's 2 Asks at once it stays below
+    any useful threshold, and a bounded wait (`max_wait_s`) keeps the ingress's queue empty too)."""
 
     bar: float
     in_flight: int = 0
-    waiting: int = 0
+    asks: int = 0
 
     def __post_init__(self) -> None:
-        if not 0.0 <= self.bar <= 1.0 or self.in_flight < 0 or self.waiting < 0:
-            raise ValueError(f"the under-load bar must lie in [0, 1] and the in-flight and waiting thresholds be "
-                             f">= 0, got {self.bar:g}, {self.in_flight} and {self.waiting}")
+        if not 0.0 <= self.bar <= 1.0 or self.in_flight < 0 or self.asks < 0:
+            raise ValueError(f"the under-load bar must lie in [0, 1] and the in-flight and Asks thresholds be "
+                             f">= 0, got {self.bar:g}, {self.in_flight} and {self.asks}")
 
     @property
     def on(self) -> bool:
-        return self.in_flight > 0 or self.waiting > 0
+        return self.in_flight > 0 or self.asks > 0
 
     def loaded(self, load: ServiceLoad) -> bool:
         """Whether the service is under load (both thresholds 0: never)."""
         return (self.in_flight > 0 and load.in_flight >= self.in_flight) or \
-            (self.waiting > 0 and load.waiting >= self.waiting)
+            (self.asks > 0 and load.asks >= self.asks)
 
     def settled(self, k: int, p: float, thresholds: Sequence[float]) -> bool:
         """Would P(right) `p` stop the question after 0-based round `k` under load?"""

@@ -162,7 +162,7 @@ def test_ray_serves_own_back_pressure_is_resource_exhausted_with_a_pushback():
 
 
 # ---- depth that follows the load ------------------------------------------------------------------
-def _run(p: float, load: float, rule=LoadRule(bar=0.4, in_flight=4), confident=True, waiting: int = 0):
+def _run(p: float, load: float, rule=LoadRule(bar=0.4, in_flight=4), confident=True, asks: int = 0):
     cascade = Cascade((("SE@1",), ("Wiki@10",)), (0.8,))
     asked = []
 
@@ -175,7 +175,7 @@ def _run(p: float, load: float, rule=LoadRule(bar=0.4, in_flight=4), confident=T
                          else None, p) for _ in results]
 
     async def read_load():
-        return ServiceLoad(load, waiting)
+        return ServiceLoad(load, asks)
     [a] = asyncio.run(answer_async(["q"], cascade, run_round, vote, under_load=rule, load=read_load))
     return a, asked
 
@@ -193,10 +193,10 @@ def test_under_load_a_question_stops_at_the_first_round_whose_p_clears_the_lower
     assert (a.rounds_run, a.under_load) == (1, False)
     assert lowered((0.8, float("inf"), 0.3), 0.4) == (0.4, float("inf"), 0.3)  # never-stop rounds stay so
     assert not LoadRule(0.4, 0).loaded(ServiceLoad(1000, 1000))  # thresholds 0: off
-    waiting_rule = LoadRule(bar=0.4, waiting=1)  # the ingress's queue: any Ask waiting for a slot
-    a, _ = _run(p=0.5, load=0, rule=waiting_rule, waiting=1)
+    asks_rule = LoadRule(bar=0.4, asks=2)  # the ingress's Asks: 2 running (every slot of 2 taken)
+    a, _ = _run(p=0.5, load=0, rule=asks_rule, asks=2)
     assert (a.rounds_run, a.under_load) == (1, True)
-    a, _ = _run(p=0.5, load=50, rule=waiting_rule, waiting=0)  # busy engines alone: that signal is off
+    a, _ = _run(p=0.5, load=50, rule=asks_rule, asks=1)  # busy engines alone: that signal is off
     assert (a.rounds_run, a.under_load) == (2, False)
 
 
@@ -397,9 +397,9 @@ def test_an_ask_that_would_wait_past_max_wait_s_is_refused_at_once():
         config_from_dict({"service": {"max_wait_s": -1}})
 
 
-def test_asks_waiting_for_a_slot_make_a_running_ask_stop_early_under_load():
+def test_an_ask_waiting_for_a_slot_makes_a_running_ask_stop_early_under_load():
     async def scenario():
-        ing = ingress(group(delay=0.3), sure_voter(0.5), {"max_asks_running": 1, "under_load_waiting": 1,
+        ing = ingress(group(delay=0.3), sure_voter(0.5), {"max_asks_running": 1, "under_load_asks": 2,
                                                           "under_load_bar": 0.45})
         first = asyncio.ensure_future(ing.call("Ask", eor_pb2.AskRequest(question="who wrote hamlet?")))
         await asyncio.sleep(0.05)

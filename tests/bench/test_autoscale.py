@@ -1,0 +1,24 @@
+"""bench/autoscale.py's reading of a run: when the second Reader replica came and went, and goodput
+before and after it ran (the two-node run itself: `python -m bench.autoscale`, docs/benchmarks.md)."""
+from bench.autoscale import first_at, goodput, summarize
+
+
+def poll(t, running, starting=0):
+    return {"t": t, "states": {"RUNNING": running, **({"STARTING": starting} if starting else {})}}
+
+
+def test_the_second_replica_is_dated_and_goodput_split_where_it_began_to_run():
+    timeline = [poll(0, 1), poll(10, 1, 1), poll(40, 2), poll(100, 2), poll(130, 1)]
+    answers = [{"sent": 0, "t": t, "ok": True, "code": "OK"} for t in (5, 15, 25, 35, 45, 50, 55, 60, 70, 80, 90)]
+    answers.append({"sent": 60, "t": 95, "ok": False, "code": "RESOURCE_EXHAUSTED"})
+    s = summarize(timeline, answers, load_end=100)
+    assert (s["second_replica_asked_at_s"], s["second_replica_running_at_s"], s["back_to_one_at_s"]) == (10, 40, 130)
+    assert s["goodput_before_per_s"] == round(4 / 40, 4) and s["goodput_after_per_s"] == round(7 / 60, 4)
+    assert (s["asks"], s["ok"], s["not_ok"]) == (12, 11, ["RESOURCE_EXHAUSTED"])
+
+
+def test_without_a_second_replica_goodput_spans_the_whole_load():
+    s = summarize([poll(0, 1), poll(50, 1)], [{"sent": 0, "t": 10, "ok": True, "code": "OK"}], load_end=50)
+    assert s["second_replica_running_at_s"] is None and s["goodput_after_per_s"] is None
+    assert s["goodput_before_per_s"] == 0.02
+    assert goodput([], 5, 5) is None and first_at([poll(0, 1)], 2) is None
