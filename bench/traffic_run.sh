@@ -9,6 +9,77 @@
 # 3 a fresh `eor serve` again: 2x capacity and 1.5x (fixed depth) for 300 s each, replies awaited past the
 #   Asks' deadline (--grace 130), then the 1.5B's engine SIGKILLed under 4 clients
 # 4 `eor serve --config bench/configs/traffic-load-aware.yaml`: the cascade at 1.5x capacity
+# 5 the bounded wait, fixed then load-aware depth (below)
+# Questions: the fit split (by question, seed 0) from row 1000 on: never fitted on, never asked by a
+# benchmark (the eval split's first 700 were scored by evals; the fit split's first 400 fitted on).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+out=${1:-var/bench/traffic}
+mkdir -p "$out"
+py=.venv/bin/python
+server=127.0.0.1:50051
+step() { echo "$(date -u +%FT%TZ) $*"; }
+
+serve() {  # $1: config; waits until the gRPC front answers
+  .venv/bin/eor serve --config "$1" --no-http >"$out/serve-$(basename "$1" .yaml).log" 2>&1 &
+  echo $! >"$out/serve.pid"
+  for _ in $(seq 900); do
+    grep -q "^eor gRPC:" "$out/serve-$(basename "$1" .yaml).log" 2>/dev/null && { step "serving $1"; return 0; }
+    kill -0 "$(cat "$out/serve.pid")" 2>/dev/null || { step "eor serve exited"; tail -5 "$out/serve-$(basename "$1" .yaml).log"; exit 1; }
+    sleep 1
+  done
+  step "eor serve not ready after 900 s"; exit 1
+}
+unserve() {
+  [ -f "$out/serve.pid" ] && kill -TERM "$(cat "$out/serve.pid")" 2>/dev/null || true
+  for _ in $(seq 120); do kill -0 "$(cat "$out/serve.pid")" 2>/dev/null || break; sleep 1; done
+  .venv/bin/ray stop --force >/dev/null 2>&1 || true
+}
+trap unserve EXIT
+capacity() { $py -c "import json; print(json.load(open('$out/capacity/load-capacity.json'))['capacity_per_s'])"; }
+past() {  # the row after a curve that began at row $1 and offered $2 x capacity for 300 s (with room for Poisson's spread)
+  $py -c "import math; print($1 + math.ceil(1.3 * $2 * 300 * $(capacity)) + 5)"; }
+
+[ -f "$out/speed.done" ] || { step "reader speeds"; .venv/bin/eor models speed && touch "$out/speed.done"; }
+
+if [ ! -f "$out/fault.json" ] || [ ! -f "$out/curve-wiki/load-curve.json" ]; then
+  serve bench/configs/traffic.yaml
+  [ -f "$out/fresh/load-capacity.json" ] || { step "a fresh service: 24 Asks by 4 clients"
+    $py -m bench.load_curve capacity --server $server -n 24 -c 4 --split fit --offset 1000 --out "$out/fresh"; }
+  [ -f "$out/capacity/load-capacity.json" ] || { step "capacity: 16 Asks by 4 clients"
+    $py -m bench.load_curve capacity --server $server -n 16 -c 4 --split fit --offset 1064 --out "$out/capacity"; }
+  c=$(capacity)
+  [ -f "$out/curve-cascade/load-curve.json" ] || { step "the cascade's curve at capacity $c"
+    $py -m bench.load_curve curve --server $server --capacity "$c" --multiples 0.25,1,1.5,2,3 --seconds 300 \
+      --systems cascade --split fit --offset 1080 --out "$out/curve-cascade"; }
+  [ -f "$out/curve-wiki/load-curve.json" ] || { step "Wiki@10's curve"
+    $py -m bench.load_curve curve --server $server --capacity "$c" --multiples 1,3 --seconds 300 \
+      --systems Wiki@10 --split fit --offset "$(past 1080 7.75)" --out "$out/curve-wiki"; }
+  unserve
+fi
+if [ ! -f "$out/fault.json" ]; then
+  serve bench/configs/traffic.yaml
+  c=$(capacity)
+  o=$(past "$(past 1080 7.75)" 4)
+  [ -f "$out/twice/load-curve.json" ] || { step "2x capacity for 300 s"
+    $py -m bench.load_curve curve --server $server --capacity "$c" --multiples 2 --seconds 300 --grace 130 \
+      --systems cascade --split fit --offset "$o" --out "$out/twice"; }
+  [ -f "$out/fixed-15x/load-curve.json" ] || { step "1.5x capacity, fixed depth"
+    $py -m bench.load_curve curve --server $server --capacity "$c" --multiples 1.5 --seconds 300 --grace 130 \
+      --systems cascade --split fit --offset "$(past "$o" 2)" --out "$out/fixed-15x"; }
+  step "the 1.5B's engine SIGKILLed under 4 clients"
+  $py -m bench.load_test reader-fault --server $server --kill-reader Reader_1.5B -c 4 --fault-n 24 \
+    --distinct 12 --kill-after 60 --out "$out/fault.json"
+  unserve
+fi
+if [ ! -f "$out/load-aware/load-curve.json" ]; then
+  serve bench/configs/traffic-load-aware.yaml
+  c=$(capacity)
+  step "load-aware depth at 1.5x capacity ($c)"
+  $py -m bench.load_curve curve --server $server --capacity "$c" --multiples 1.5 --seconds 300 --grace 130 \
+    --systems cascade --split fit --offset "$(past "$(past "$(past "$(past 1080 7.75)" 4)" 2)" 1.5)" --out "$out/load-aware"
+  unserve
+fi
 # 5 the bounded wait (max_wait_s 20), fixed depth: 2x, then 1.5x (rows 1462 on, never asked before); then
 # with depth that follows the load (under_load_asks 2: every slot taken), 1.5x on the same questions. Each
 # service warmed by 4 Asks first. (Session 41 ran the first two with `under_load_waiting: 1`, a rule that
