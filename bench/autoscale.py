@@ -62,7 +62,8 @@ def summarize(timeline: list[dict], answers: list[dict], load_end: float) -> dic
     """When the second replica started (STARTING seen), ran and went; goodput before and after it ran."""
     starting = next((p["t"] for p in timeline if sum(p["states"].values()) >= 2), None)
     second = first_at(timeline, 2)
-    back = first_at(timeline, 1, after=second, at_most=True) if second is not None else None
+    back = next((p["t"] for p in timeline if p["t"] >= load_end and sum(p["states"].values()) <= 1), None) \
+        if second is not None else None  # removed once the load ended (a replica lost meanwhile is not that)
     t0 = min((a["sent"] for a in answers), default=0.0)
     return {"second_replica_asked_at_s": starting, "second_replica_running_at_s": second,
             "back_to_one_at_s": back, "load_end_s": load_end,
@@ -79,12 +80,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--questions", default=DEFAULT_QUESTIONS)
     ap.add_argument("--offset", type=int, default=900, help="eval-split rows asked start here")
     ap.add_argument("--specs", nargs="+", default=["SE@1", "Wiki@10"], help="the pool (equal votes)")
-    ap.add_argument("-c", type=int, default=6, help="clients during the load")
+    ap.add_argument("-c", type=int, default=3, help="clients during the load (and the Asks the ingress runs at once)")
     ap.add_argument("--load-s", type=float, default=300.0)
     ap.add_argument("--idle-s", type=float, default=240.0, help="the longest wait for the replica to go")
     ap.add_argument("--target", type=float, default=2.0, help="target_ongoing_requests per Reader replica")
     ap.add_argument("--upscale-delay", type=float, default=10.0)
     ap.add_argument("--downscale-delay", type=float, default=60.0)
+    ap.add_argument("--kv-gib", type=float, default=1.0, help="each replica's KV cache (two engines on one machine)")
+    ap.add_argument("--eager", action="store_true", help="no compiled engine beside the eager one in each replica "
+                    "(two replicas on one machine: the upgrade's second engine doubles the memory)")
     ap.add_argument("--port", type=int, default=6393, help="the head's GCS port (metrics ports: +1800, +1801)")
     ap.add_argument("--out", help="report JSON")
     args = ap.parse_args(argv)
@@ -99,7 +103,8 @@ def main(argv: list[str] | None = None) -> int:
     qs = [q.question for q in never_asked(args.questions, args.offset, "eval")]
     scaling = {"min_replicas": 1, "max_replicas": 2, "target_ongoing_requests": args.target,
                "upscale_delay_s": args.upscale_delay, "downscale_delay_s": args.downscale_delay}
-    settings = {"reader": {"model": model}, "generator": {"model": ""}, "index": {"name": args.index},
+    reader = {"model": model, "cpu_kv_cache_gib": args.kv_gib, "enforce_eager": args.eager}
+    settings = {"reader": reader, "generator": {"model": ""}, "index": {"name": args.index},
                 "cache": {"enabled": False}, "pool": {"specs": list(args.specs)}, "voter": {"weights": "equal"},
                 "service": {"port": 0, "placement": PLACEMENT, "ray_address": f"127.0.0.1:{args.port}",
                             "reader_autoscaling": scaling, "max_asks_running": args.c}}

@@ -81,9 +81,10 @@ if [ ! -f "$out/load-aware/load-curve.json" ]; then
   unserve
 fi
 # 5 the bounded wait (max_wait_s 20), fixed depth: 2x, then 1.5x (rows 1462 on, never asked before); then
-# with depth that follows the load (under_load_asks 2: every slot taken), 1.5x on the same questions. Each
-# service warmed by 4 Asks first. (Session 41 ran the first two with `under_load_waiting: 1`, a rule that
-# never fired with the wait bounded: fixed depth, as here.)
+# with depth that follows the load (on overflow, as shipped), 1.5x on the same questions. Each service
+# warmed by 4 Asks first. (Session 41 ran the first two with a rule on waiting Asks, which never fired with
+# the wait bounded: fixed depth, as here; and a rule on every slot taken: wait-load-aware-15x.)
+# Phases 2-4 ran in session 40, before max_wait_s and the load rule on overflow (both off then).
 if [ ! -f "$out/wait-twice/load-curve.json" ] || [ ! -f "$out/wait-15x/load-curve.json" ]; then
   serve bench/configs/traffic-wait.yaml
   c=$(capacity)
@@ -96,13 +97,13 @@ if [ ! -f "$out/wait-twice/load-curve.json" ] || [ ! -f "$out/wait-15x/load-curv
       --systems cascade --split fit --offset 1462 --out "$out/wait-15x"; }
   unserve
 fi
-if [ ! -f "$out/wait-load-aware-15x/load-curve.json" ]; then
+if [ ! -f "$out/wait-overflow-15x/load-curve.json" ]; then
   serve bench/configs/traffic-load-aware.yaml
   c=$(capacity)
-  $py -m bench.load_curve capacity --server $server -n 4 -c 2 --split fit --offset 1415 --out "$out/wait-warm-load-aware"
-  step "1.5x capacity, wait bound, load-aware depth, the same questions"
+  $py -m bench.load_curve capacity --server $server -n 4 -c 2 --split fit --offset 1415 --out "$out/wait-warm-overflow"
+  step "1.5x capacity, wait bound, load-aware depth (on overflow), the same questions"
   $py -m bench.load_curve curve --server $server --capacity "$c" --multiples 1.5 --seconds 300 --grace 130 \
-    --systems cascade --split fit --offset 1462 --out "$out/wait-load-aware-15x"
+    --systems cascade --split fit --offset 1462 --out "$out/wait-overflow-15x"
   unserve
 fi
 step "done: $out"

@@ -191,14 +191,14 @@ class ServiceConfig:
     # Ray Serve's bound on every deployment's queue of requests (max_queued_requests; -1: unbounded)
     max_queued_requests: int = 512
     # the longest an Ask may wait for a slot: one whose estimated wait is longer is refused at once
-    # (0: only its deadline bounds the wait). Under overload it keeps answered Asks' latency near
-    # the unloaded one instead of near the deadline (docs/benchmarks.md, issue 57)
-    max_wait_s: float = 0.0
-    # depth that follows the load (voter/cascade.py: LoadRule): while the ingress holds at least
-    # under_load_asks Asks (running + waiting for a slot; max_asks_running: every slot taken), or the
-    # readers hold at least under_load_in_flight requests, running + waiting (0: that signal off), a
-    # question stops after a round whose P(right) >= under_load_bar
-    under_load_asks: int = 0
+    # (0: only its deadline bounds the wait). At 2.3x capacity it kept answered Asks' p95 at 57 s
+    # (without it 119 s at 2x) and every refusal within 1 s (docs/benchmarks.md, issue 57)
+    max_wait_s: float = 20.0
+    # depth that follows the load (voter/cascade.py: LoadRule): while Asks overflow the running slots
+    # (under_load_on_overflow: one waits, or one was refused or waited within the last mean service
+    # time), or the readers hold at least under_load_in_flight requests, running + waiting (0: off), a
+    # question stops after a round whose P(right) >= under_load_bar (docs/benchmarks.md, issue 57)
+    under_load_on_overflow: bool = True
     under_load_in_flight: int = 0
     under_load_bar: float = 0.35
     # Ray Serve autoscaling_config of each reader deployment ({}: one replica), e.g. {min_replicas: 1,
@@ -229,10 +229,10 @@ class ServiceConfig:
         elif self.retriever_actors not in RETRIEVER_ACTOR_LAYOUTS:
             raise ValueError(f"service.retriever_actors must be one of {RETRIEVER_ACTOR_LAYOUTS} or a list of "
                              f"spec lists, got {self.retriever_actors!r}")
-        if min(self.max_asks_running, self.max_asks_queued, self.under_load_in_flight, self.under_load_asks,
+        if min(self.max_asks_running, self.max_asks_queued, self.under_load_in_flight,
                self.max_wait_s) < 0 or not 0.0 <= self.under_load_bar <= 1.0 or \
                 not isinstance(self.reader_autoscaling, dict):
-            raise ValueError("service: max_asks_running, max_asks_queued, max_wait_s, under_load_asks and "
+            raise ValueError("service: max_asks_running, max_asks_queued, max_wait_s and "
                              "under_load_in_flight must be >= 0, under_load_bar in [0, 1], reader_autoscaling a "
                              "mapping")
 

@@ -116,10 +116,11 @@ def settled(k: int, stat: float | np.ndarray, thresholds: Sequence[float]) -> bo
 @dataclass(frozen=True)
 class ServiceLoad:
     """What the service reads of its own load once a round: the busiest asked reader's requests
-    (running + waiting in its engine) and the ingress replica's Asks (running + waiting for a slot)."""
+    (running + waiting in its engine), and whether Asks overflow the ingress's running slots (one
+    waits now, or one was refused or had to wait within the last mean service time)."""
 
     in_flight: float = 0.0
-    asks: int = 0
+    overflow: bool = False
 
 
 @dataclass(frozen=True)
@@ -132,29 +133,28 @@ class LoadRule:
     margin is no probability. Under load a question spends fewer rounds at a small cost in Match
     (the bar is fitted for that: fitting/load_bar.py).
 
-    Two signals, either enough (0: that one off): `asks`, the ingress's Asks, running + waiting for
-    a slot (at `service.max_asks_running` every slot is taken: a new Ask waits or is refused; one
-    more, an Ask waits), and `in_flight`, the readers' requests (where many Asks run at once, as on
-    GPU readers, the queue forms in the engines instead; with CPU's 2 Asks at once it stays below
-    any useful threshold, and a bounded wait (`max_wait_s`) keeps the ingress's queue empty too)."""
+    Two signals, either enough: `on_overflow`, Asks overflowing the ingress's running slots (demand
+    past capacity: a slot freed sooner serves the next; the queue alone is no signal, since a
+    bounded wait keeps it empty, nor are the slots all taken, which one Ask does with one slot), and
+    `in_flight` (0: off), the readers' requests (where the ingress does not bound the Asks, the
+    queue forms in the engines instead)."""
 
     bar: float
     in_flight: int = 0
-    asks: int = 0
+    on_overflow: bool = False
 
     def __post_init__(self) -> None:
-        if not 0.0 <= self.bar <= 1.0 or self.in_flight < 0 or self.asks < 0:
-            raise ValueError(f"the under-load bar must lie in [0, 1] and the in-flight and Asks thresholds be "
-                             f">= 0, got {self.bar:g}, {self.in_flight} and {self.asks}")
+        if not 0.0 <= self.bar <= 1.0 or self.in_flight < 0:
+            raise ValueError(f"the under-load bar must lie in [0, 1] and the in-flight threshold be >= 0, got "
+                             f"{self.bar:g} and {self.in_flight}")
 
     @property
     def on(self) -> bool:
-        return self.in_flight > 0 or self.asks > 0
+        return self.in_flight > 0 or self.on_overflow
 
     def loaded(self, load: ServiceLoad) -> bool:
-        """Whether the service is under load (both thresholds 0: never)."""
-        return (self.in_flight > 0 and load.in_flight >= self.in_flight) or \
-            (self.asks > 0 and load.asks >= self.asks)
+        """Whether the service is under load (no signal on: never)."""
+        return (self.in_flight > 0 and load.in_flight >= self.in_flight) or (self.on_overflow and load.overflow)
 
     def settled(self, k: int, p: float, thresholds: Sequence[float]) -> bool:
         """Would P(right) `p` stop the question after 0-based round `k` under load?"""

@@ -55,10 +55,19 @@ class Admission:
         self.running = 0
         self._waiting: deque[asyncio.Future] = deque()
         self._times: deque[float] = deque(maxlen=recent)
+        self._overflow_at: float | None = None  # when an Ask last was refused or had to wait
 
     @property
     def waiting(self) -> int:
         return len(self._waiting)
+
+    def overflowing(self) -> bool:
+        """Demand past capacity: an Ask waits now, or one was refused or had to wait within the
+        last mean service time (the span in which a slot freed sooner serves one of them)."""
+        if self._waiting:
+            return True
+        s = self.service_s()
+        return self._overflow_at is not None and s is not None and time.monotonic() - self._overflow_at < s
 
     def service_s(self) -> float | None:
         """The mean service time of the last Asks that ended well (None: none yet)."""
@@ -85,6 +94,7 @@ class Admission:
         return min(MAX_PUSHBACK_S, max(MIN_PUSHBACK_S, self.wait_s()))
 
     def _refuse(self, reason: str, why: str) -> Overloaded:
+        self._overflow_at = time.monotonic()
         metrics.inc("eor_refusals", reason=reason)
         return Overloaded(f"{why}; try again in {self.pushback_s():.1f} s (the retry pushback)", self.pushback_s(),
                           reason)
@@ -130,6 +140,7 @@ class Admission:
     async def _wait(self, deadline: Deadline | None) -> None:
         turn = asyncio.get_running_loop().create_future()
         self._waiting.append(turn)
+        self._overflow_at = time.monotonic()
         metrics.set_gauge("eor_asks_waiting", self.waiting)
         try:
             await asyncio.wait_for(asyncio.shield(turn), None if deadline is None else deadline.left())

@@ -64,7 +64,8 @@ class EorIngress(Placed, HealthChecks):
         self.admission = Admission(self.limits.max_asks_running, self.limits.max_asks_queued,
                                    self.limits.max_wait_s)  # bounded queue
         self.watch = ReaderWatch({"": reader, **(readers or {})})  # readers' load, and which are down
-        rule = LoadRule(self.limits.under_load_bar, self.limits.under_load_in_flight, self.limits.under_load_asks)
+        rule = LoadRule(self.limits.under_load_bar, self.limits.under_load_in_flight,
+                        self.limits.under_load_on_overflow)
         self.under_load = rule if rule.on else None
         metrics.start_retriever_counters(self.pool)  # errors and timeouts read 0 before the first
 
@@ -268,7 +269,7 @@ class EorIngress(Placed, HealthChecks):
     async def _load(self, readers: Any) -> ServiceLoad:
         """The load the under-load rule reads: the readers' queues only when it reads them (a call each)."""
         in_flight = await self.watch.in_flight(readers) if self.under_load and self.under_load.in_flight else 0
-        return ServiceLoad(in_flight, self.admission.running + self.admission.waiting)
+        return ServiceLoad(in_flight, self.admission.overflowing())
 
     async def _rounds(self, spec: AskSpec, plan: Any, t0: float, on_provisional: Any = None) -> list[eor_pb2.AskReply]:
         from retrievers.spec import by_reader

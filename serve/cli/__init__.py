@@ -254,8 +254,12 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return run_reporting_errors(lambda: args.func(args))
     except KeyboardInterrupt:
-        print("eor: interrupted; finished questions are kept in the run log: run the same command "
-              "again to resume", file=sys.stderr)
+        command, action = getattr(args, "command", ""), getattr(args, "action", "build")
+        if command == "index" and action != "build":  # a generation is written whole or not at all
+            print("eor: interrupted; the index is as it was before this command", file=sys.stderr)
+            return 130
+        kept = "embedded shards are kept" if command == "index" else "finished questions are kept in the run log"
+        print(f"eor: interrupted; {kept}: run the same command again to resume", file=sys.stderr)
         return 130
     except Exception as exc:
         if not engine_died(exc, pipes=False):  # a pipe here is stdout's (`eor eval --json | head`), not the engine's

@@ -8,7 +8,7 @@ def poll(t, running, starting=0):
 
 
 def test_the_second_replica_is_dated_and_goodput_split_where_it_began_to_run():
-    timeline = [poll(0, 1), poll(10, 1, 1), poll(40, 2), poll(100, 2), poll(130, 1)]
+    timeline = [poll(0, 1), poll(10, 1, 1), poll(40, 2), poll(70, 1, 1), poll(90, 2), poll(130, 1)]  # one lost at 70
     answers = [{"sent": 0, "t": t, "ok": True, "code": "OK"} for t in (5, 15, 25, 35, 45, 50, 55, 60, 70, 80, 90)]
     answers.append({"sent": 60, "t": 95, "ok": False, "code": "RESOURCE_EXHAUSTED"})
     s = summarize(timeline, answers, load_end=100)

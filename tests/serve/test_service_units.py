@@ -285,6 +285,30 @@ def test_a_sigterm_during_any_command_ends_it_like_ctrl_c(monkeypatch, capsys):
     assert "interrupted" in err and len(err.strip().splitlines()) == 1
 
 
+@pytest.mark.parametrize("command, action, says", [
+    ("run", None, "finished questions are kept in the run log"),
+    ("index", "build", "embedded shards are kept: run the same command again"),
+    ("index", "add", "the index is as it was before this command"),
+])
+def test_an_interrupted_command_says_what_it_kept(monkeypatch, capsys, command, action, says):
+    import argparse
+
+    import serve.cli as cli
+
+    def interrupted(args):
+        raise KeyboardInterrupt
+
+    class Parser:
+        def parse_args(self, argv):
+            return argparse.Namespace(func=interrupted, command=command,
+                                      **({"action": action} if action else {}))
+
+    monkeypatch.setattr(cli, "build_parser", lambda: Parser())
+    assert cli.main([command]) == 130
+    err = capsys.readouterr().err
+    assert says in err and len(err.strip().splitlines()) == 1
+
+
 def test_health_names_the_retriever_actors_and_sources_that_do_not_answer():
     """A dead or hung part is listed (by spec or source name) and the status says degraded, not
     NOT_SERVING: Asks still answer without it."""

@@ -162,7 +162,7 @@ def test_ray_serves_own_back_pressure_is_resource_exhausted_with_a_pushback():
 
 
 # ---- depth that follows the load ------------------------------------------------------------------
-def _run(p: float, load: float, rule=LoadRule(bar=0.4, in_flight=4), confident=True, asks: int = 0):
+def _run(p: float, load: float, rule=LoadRule(bar=0.4, in_flight=4), confident=True, overflow: bool = False):
     cascade = Cascade((("SE@1",), ("Wiki@10",)), (0.8,))
     asked = []
 
@@ -175,7 +175,7 @@ def _run(p: float, load: float, rule=LoadRule(bar=0.4, in_flight=4), confident=T
                          else None, p) for _ in results]
 
     async def read_load():
-        return ServiceLoad(load, asks)
+        return ServiceLoad(load, overflow)
     [a] = asyncio.run(answer_async(["q"], cascade, run_round, vote, under_load=rule, load=read_load))
     return a, asked
 
@@ -192,11 +192,11 @@ def test_under_load_a_question_stops_at_the_first_round_whose_p_clears_the_lower
     a, _ = _run(p=0.9, load=10)  # settled by its own threshold: not "under load"
     assert (a.rounds_run, a.under_load) == (1, False)
     assert lowered((0.8, float("inf"), 0.3), 0.4) == (0.4, float("inf"), 0.3)  # never-stop rounds stay so
-    assert not LoadRule(0.4, 0).loaded(ServiceLoad(1000, 1000))  # thresholds 0: off
-    asks_rule = LoadRule(bar=0.4, asks=2)  # the ingress's Asks: 2 running (every slot of 2 taken)
-    a, _ = _run(p=0.5, load=0, rule=asks_rule, asks=2)
+    assert not LoadRule(0.4, 0).loaded(ServiceLoad(1000, True))  # no signal on: never
+    overflow_rule = LoadRule(bar=0.4, on_overflow=True)  # Asks overflowing the ingress's slots
+    a, _ = _run(p=0.5, load=0, rule=overflow_rule, overflow=True)
     assert (a.rounds_run, a.under_load) == (1, True)
-    a, _ = _run(p=0.5, load=50, rule=asks_rule, asks=1)  # busy engines alone: that signal is off
+    a, _ = _run(p=0.5, load=50, rule=overflow_rule)  # busy engines alone: that signal is off
     assert (a.rounds_run, a.under_load) == (2, False)
 
 
@@ -399,8 +399,7 @@ def test_an_ask_that_would_wait_past_max_wait_s_is_refused_at_once():
 
 def test_an_ask_waiting_for_a_slot_makes_a_running_ask_stop_early_under_load():
     async def scenario():
-        ing = ingress(group(delay=0.3), sure_voter(0.5), {"max_asks_running": 1, "under_load_asks": 2,
-                                                          "under_load_bar": 0.45})
+        ing = ingress(group(delay=0.3), sure_voter(0.5), {"max_asks_running": 1, "under_load_bar": 0.45})
         first = asyncio.ensure_future(ing.call("Ask", eor_pb2.AskRequest(question="who wrote hamlet?")))
         await asyncio.sleep(0.05)
         second = await ing.call("Ask", eor_pb2.AskRequest(question="who painted it?"))  # waits for the slot
@@ -409,3 +408,22 @@ def test_an_ask_waiting_for_a_slot_makes_a_running_ask_stop_early_under_load():
     assert c1 == c2 == grpc.StatusCode.OK
     assert first.under_load and first.stopped_at_stage == 1  # an Ask waited behind it
     assert not second.under_load and second.stopped_at_stage == 2  # nothing waited behind it
+
+
+def test_overflow_is_an_ask_waiting_or_one_turned_away_within_the_last_service_time():
+    async def scenario():
+        adm = Admission(running=1, queued=0)
+        adm._times.append(5.0)  # Asks take 5 s
+        seen = [adm.overflowing()]  # nothing turned away yet
+        async with adm.slot(None):
+            seen.append(adm.overflowing())  # the one slot taken, nobody turned away: not overflow
+            with pytest.raises(Overloaded):
+                async with adm.slot(None):  # no queue: refused
+                    pass
+            seen.append(adm.overflowing())
+        adm._times.clear()
+        adm._times.append(0.05)  # Asks take 0.05 s: the refusal is older than that in a moment
+        await asyncio.sleep(0.1)
+        seen.append(adm.overflowing())
+        return seen
+    assert asyncio.run(scenario()) == [False, False, True, False]
