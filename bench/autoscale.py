@@ -34,12 +34,21 @@ PLACEMENT = {"Reader": {READER_SLOT: 1}, "Voter": {HEAD: 0.01}, "EorIngress": {H
 
 
 def replica_states(app: str = "eor", deployment: str = "Reader") -> dict[str, int]:
-    """The deployment's replicas by state, from Serve's controller ({} before it exists)."""
+    """The deployment's replicas by state, from Serve's controller ({} before it exists; {"ERROR": 1}
+    when the controller does not answer, as while it restarts)."""
     from ray import serve
 
-    app_status = serve.status().applications.get(app)
+    try:
+        app_status = serve.status().applications.get(app)
+    except Exception:  # noqa: BLE001 - a poll that failed is a point of the timeline, not the end of the run
+        return {"ERROR": 1}
     dep = app_status.deployments.get(deployment) if app_status else None
-    return {str(k): int(v) for k, v in (dep.replica_states if dep else {}).items()}
+    return {str(getattr(k, "value", k)): int(v) for k, v in (dep.replica_states if dep else {}).items()}
+
+
+def only_one(states: dict[str, int]) -> bool:
+    """One replica RUNNING and no other (an empty or failed poll is not that)."""
+    return states.get("RUNNING", 0) == 1 and sum(states.values()) == 1
 
 
 def goodput(answers: list[dict], start: float, end: float) -> float | None:
@@ -59,16 +68,20 @@ def first_at(timeline: list[dict], running: int, after: float = 0.0, at_most: bo
 
 
 def summarize(timeline: list[dict], answers: list[dict], load_end: float) -> dict:
-    """When the second replica started (STARTING seen), ran and went; goodput before and after it ran."""
-    starting = next((p["t"] for p in timeline if sum(p["states"].values()) >= 2), None)
+    """When the second replica started (STARTING seen), ran and went; goodput before and after it ran.
+    The "before" window opens at the first answer (before it nothing can end: counting the pipeline's
+    filling would understate it) and the split is capped at the load's end."""
+    starting = next((p["t"] for p in timeline if sum(p["states"].values()) >= 2 and "ERROR" not in p["states"]),
+                    None)
     second = first_at(timeline, 2)
-    back = next((p["t"] for p in timeline if p["t"] >= load_end and sum(p["states"].values()) <= 1), None) \
+    back = next((p["t"] for p in timeline if p["t"] >= load_end and only_one(p["states"])), None) \
         if second is not None else None  # removed once the load ended (a replica lost meanwhile is not that)
-    t0 = min((a["sent"] for a in answers), default=0.0)
+    t0 = min((a["t"] for a in answers if a["ok"]), default=0.0)
+    split = min(second, load_end) if second is not None else load_end
     return {"second_replica_asked_at_s": starting, "second_replica_running_at_s": second,
-            "back_to_one_at_s": back, "load_end_s": load_end,
-            "goodput_before_per_s": goodput(answers, t0, second if second is not None else load_end),
-            "goodput_after_per_s": goodput(answers, second, load_end) if second is not None else None,
+            "back_to_one_at_s": back, "load_end_s": load_end, "first_answer_s": t0,
+            "goodput_before_per_s": goodput([a for a in answers if a["t"] > t0], t0, split),  # the first opens it
+            "goodput_after_per_s": goodput(answers, split, load_end) if second is not None else None,
             "asks": len(answers), "ok": sum(a["ok"] for a in answers),
             "not_ok": sorted({a["code"] for a in answers if not a["ok"]})}
 
@@ -152,9 +165,7 @@ def main(argv: list[str] | None = None) -> int:
                     stop.set()
                     load_end = round(now, 1)
                     print(f"load ended at {load_end} s; {len(answers)} answered", file=sys.stderr)
-                if load_end is not None and (timeline[-1]["states"].get("RUNNING", 0) <= 1 and
-                                             sum(timeline[-1]["states"].values()) <= 1 or
-                                             now >= args.load_s + args.idle_s):
+                if load_end is not None and (only_one(timeline[-1]["states"]) or now >= args.load_s + args.idle_s):
                     break
                 time.sleep(1.0)
             for th in threads:

@@ -8,7 +8,7 @@
 #   (0.25, 1, 1.5, 2, 3 x capacity, 300 s each) and for Wiki@10 through the 0.5B (1 and 3 x)
 # 3 a fresh `eor serve` again: 2x capacity and 1.5x (fixed depth) for 300 s each, replies awaited past the
 #   Asks' deadline (--grace 130), then the 1.5B's engine SIGKILLed under 4 clients
-# 4 `eor serve --config bench/configs/traffic-load-aware.yaml`: the cascade at 1.5x capacity
+# 4 `eor serve --config bench/configs/traffic-load-aware-in-flight.yaml`: the cascade at 1.5x capacity
 # 5 the bounded wait, fixed then load-aware depth (below)
 # Questions: the fit split (by question, seed 0) from row 1000 on: never fitted on, never asked by a
 # benchmark (the eval split's first 700 were scored by evals; the fit split's first 400 fitted on).
@@ -73,7 +73,7 @@ if [ ! -f "$out/fault.json" ]; then
   unserve
 fi
 if [ ! -f "$out/load-aware/load-curve.json" ]; then
-  serve bench/configs/traffic-load-aware.yaml
+  serve bench/configs/traffic-load-aware-in-flight.yaml
   c=$(capacity)
   step "load-aware depth at 1.5x capacity ($c)"
   $py -m bench.load_curve curve --server $server --capacity "$c" --multiples 1.5 --seconds 300 --grace 130 \
@@ -84,7 +84,9 @@ fi
 # with depth that follows the load (on overflow, as shipped), 1.5x on the same questions. Each service
 # warmed by 4 Asks first. (Session 41 ran the first two with a rule on waiting Asks, which never fired with
 # the wait bounded: fixed depth, as here; and a rule on every slot taken: wait-load-aware-15x.)
-# Phases 2-4 ran in session 40, before max_wait_s and the load rule on overflow (both off then).
+# Phases 2-4 ran in session 40, before max_wait_s and the load rule on overflow (their configs keep both off).
+# Phase 5's rows start past those phase 4 asked (rows 1387-1403 at capacity 0.054: 17 Asks). The "every slot
+# taken" rule of the first try is at commit abc5e92 (service.under_load_asks: 2).
 if [ ! -f "$out/wait-twice/load-curve.json" ] || [ ! -f "$out/wait-15x/load-curve.json" ]; then
   serve bench/configs/traffic-wait.yaml
   c=$(capacity)

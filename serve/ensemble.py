@@ -31,7 +31,7 @@ class EnsembleAnswer:
     settle: float  # the stop statistic at the stop
     out_of_time: bool = False  # the deadline ended the cascade before the vote was settled
     confidence: Confidence | None = None  # P(right) of the answer (voter/decision.py)
-    under_load: bool = False  # stopped early: the readers were busy and P(right) cleared the lower bar
+    under_load: bool = False  # stopped early: the service was loaded and P(right) cleared the lower bar
 
     @classmethod
     def of(cls, result: QuestionResult, decision: Decision, rounds_run: int, n_rounds: int,

@@ -18,7 +18,9 @@ after it arrived). It is refused at once (RESOURCE_EXHAUSTED) when that wait is 
 `service.max_wait_s` ("wait"), or the wait plus S's tail is over its time left ("deadline"); an
 Ask that starts at once always runs (its Deadline bounds it as before). One whose turn comes with
 less than mean(S) left is refused then ("deadline"), and one that waits past its deadline all the
-same is refused ("expired"): neither is started, and the slot goes to the next. The pushback a
+same is refused ("expired"): neither is started, and the slot goes to the next. Before any Ask has
+ended (a fresh service) at most `running` Asks wait. An Ask refused or made to wait marks the
+service as overflowing for a mean S (`overflowing`: the under-load rule's signal). The pushback a
 refusal carries is the wait a new Ask would have, within [MIN_PUSHBACK_S, MAX_PUSHBACK_S]. Limits
 are per ingress replica. Core-safe: asyncio only.
 """
@@ -108,7 +110,10 @@ class Admission:
             raise self._refuse("queue_full", f"the service is at capacity: {self.running} Asks running and "
                                              f"{self.waiting} waiting (service.max_asks_queued {self.queue_limit})")
         tail, wait = self.tail_s(), self.wait_s()
-        if tail is None:
+        if tail is None:  # no Ask has ended yet: nothing to estimate by, so the queue is kept to one round of slots
+            if self.waiting >= self.limit:
+                raise self._refuse("wait", f"the service is starting: {self.running} Asks running and "
+                                           f"{self.waiting} waiting, with no service time to go by yet")
             return
         if self.max_wait_s and wait > self.max_wait_s:
             raise self._refuse("wait", f"the service is busy: this Ask would wait about {wait:.1f} s for its turn, "

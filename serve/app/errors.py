@@ -68,8 +68,9 @@ class TooLarge(ServiceError):
 
 
 class Overloaded(ServiceError):
-    """Refused before it ran (admission control, serve/app/admission.py): the queue is full, or the
-    Ask could not finish before its deadline behind the Asks already waiting. RESOURCE_EXHAUSTED
+    """Refused before it ran (admission control, serve/app/admission.py): the queue is full, its
+    wait would pass service.max_wait_s, or it could not finish before its deadline behind the Asks
+    already waiting. RESOURCE_EXHAUSTED
     with a retry pushback (gRPC A6: trailing metadata `grpc-retry-pushback-ms`; HTTP 429 with
     `Retry-After`), so a client waits instead of retrying blindly. `reason`: the metric's label."""
 

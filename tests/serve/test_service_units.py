@@ -288,7 +288,7 @@ def test_a_sigterm_during_any_command_ends_it_like_ctrl_c(monkeypatch, capsys):
 @pytest.mark.parametrize("command, action, says", [
     ("run", None, "finished questions are kept in the run log"),
     ("index", "build", "embedded shards are kept: run the same command again"),
-    ("index", "add", "the index is as it was before this command"),
+    ("index", "add", "the index serves its last whole generation"),
 ])
 def test_an_interrupted_command_says_what_it_kept(monkeypatch, capsys, command, action, says):
     import argparse

@@ -99,10 +99,11 @@ async def _ask(adm: Admission, ran: list, name: str, seconds: float, deadline: D
 def test_waiting_asks_run_in_order_and_one_whose_deadline_passes_while_waiting_is_not_started():
     async def scenario():
         adm, ran = Admission(running=1, queued=4), []
+        adm._times.append(0.01)  # recent Asks took 0.01 s: b is let in to wait, and its deadline passes
 
         ask = partial(_ask, adm, ran)
         tasks = [asyncio.ensure_future(ask("a", 0.2)), asyncio.ensure_future(ask("b", 0.0, Deadline.after(0.05))),
-                 asyncio.ensure_future(ask("c", 0.0))]  # no service time yet: b waits, its deadline passes
+                 asyncio.ensure_future(ask("c", 0.0))]
         got = await asyncio.gather(*tasks)
         return got, ran, adm.running
     got, ran, running = asyncio.run(scenario())
@@ -385,8 +386,10 @@ def test_an_ask_that_would_wait_past_max_wait_s_is_refused_at_once():
             await asyncio.sleep(0.01)
             t = time.monotonic()
             with pytest.raises(Overloaded) as refused:
-                async with adm.slot(None):  # no deadline: max_wait_s alone refuses it
-                    raise AssertionError("let in to wait too long")
+                async def let_in():
+                    async with adm.slot(None):  # no deadline: max_wait_s alone refuses it
+                        raise AssertionError("let in to wait too long")
+                await asyncio.wait_for(let_in(), 1.0)  # a regression waits for the slot held here: fail, not hang
             refused_in = time.monotonic() - t
         return refused.value.reason, refused_in, await waiting, ran
     reason, refused_in, first, ran = asyncio.run(scenario())
@@ -427,3 +430,15 @@ def test_overflow_is_an_ask_waiting_or_one_turned_away_within_the_last_service_t
         seen.append(adm.overflowing())
         return seen
     assert asyncio.run(scenario()) == [False, False, True, False]
+
+
+def test_a_fresh_service_lets_at_most_one_round_of_slots_wait():
+    async def scenario():
+        adm, ran = Admission(running=1, queued=8), []
+        async with adm.slot(None):  # no Ask has ended: no service time to go by
+            waiting = asyncio.ensure_future(_ask(adm, ran, "waits", 0.0))
+            await asyncio.sleep(0.01)
+            with pytest.raises(Overloaded) as refused:
+                await asyncio.wait_for(adm.slot(None).__aenter__(), 1.0)
+        return refused.value.reason, await waiting
+    assert asyncio.run(scenario()) == ("wait", "ok")
