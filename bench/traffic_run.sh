@@ -39,6 +39,11 @@ trap unserve EXIT
 capacity() { $py -c "import json; print(json.load(open('$out/capacity/load-capacity.json'))['capacity_per_s'])"; }
 past() {  # the row after a curve that began at row $1 and offered $2 x capacity for 300 s (with room for Poisson's spread)
   $py -c "import math; print($1 + math.ceil(1.3 * $2 * 300 * $(capacity)) + 5)"; }
+at_rate() {  # $1 x capacity for 300 s from row $2 into $out/$3: the cascade, replies awaited past the deadline
+  $py -m bench.load_curve curve --server $server --capacity "$(capacity)" --multiples "$1" --seconds 300 --grace 130 \
+    --systems cascade --split fit --offset "$2" --out "$out/$3"; }
+warm() {  # a fresh service's 4 warm-up Asks by 2 clients (fit rows 1415-1418) into $out/$1
+  $py -m bench.load_curve capacity --server $server -n 4 -c 2 --split fit --offset 1415 --out "$out/$1"; }
 
 [ -f "$out/speed.done" ] || { step "reader speeds"; .venv/bin/eor models speed && touch "$out/speed.done"; }
 
@@ -59,14 +64,11 @@ if [ ! -f "$out/fault.json" ] || [ ! -f "$out/curve-wiki/load-curve.json" ]; the
 fi
 if [ ! -f "$out/fault.json" ]; then
   serve bench/configs/traffic.yaml
-  c=$(capacity)
   o=$(past "$(past 1080 7.75)" 4)
   [ -f "$out/twice/load-curve.json" ] || { step "2x capacity for 300 s"
-    $py -m bench.load_curve curve --server $server --capacity "$c" --multiples 2 --seconds 300 --grace 130 \
-      --systems cascade --split fit --offset "$o" --out "$out/twice"; }
+    at_rate 2 "$o" twice; }
   [ -f "$out/fixed-15x/load-curve.json" ] || { step "1.5x capacity, fixed depth"
-    $py -m bench.load_curve curve --server $server --capacity "$c" --multiples 1.5 --seconds 300 --grace 130 \
-      --systems cascade --split fit --offset "$(past "$o" 2)" --out "$out/fixed-15x"; }
+    at_rate 1.5 "$(past "$o" 2)" fixed-15x; }
   step "the 1.5B's engine SIGKILLed under 4 clients"
   $py -m bench.load_test reader-fault --server $server --kill-reader Reader_1.5B -c 4 --fault-n 24 \
     --distinct 12 --kill-after 60 --out "$out/fault.json"
@@ -74,10 +76,8 @@ if [ ! -f "$out/fault.json" ]; then
 fi
 if [ ! -f "$out/load-aware/load-curve.json" ]; then
   serve bench/configs/traffic-load-aware-in-flight.yaml
-  c=$(capacity)
-  step "load-aware depth at 1.5x capacity ($c)"
-  $py -m bench.load_curve curve --server $server --capacity "$c" --multiples 1.5 --seconds 300 --grace 130 \
-    --systems cascade --split fit --offset "$(past "$(past "$(past "$(past 1080 7.75)" 4)" 2)" 1.5)" --out "$out/load-aware"
+  step "load-aware depth at 1.5x capacity ($(capacity))"
+  at_rate 1.5 "$(past "$(past "$(past "$(past 1080 7.75)" 4)" 2)" 1.5)" load-aware
   unserve
 fi
 # 5 the bounded wait (max_wait_s 20), fixed depth: 2x, then 1.5x (rows 1462 on, never asked before); then
@@ -89,23 +89,18 @@ fi
 # taken" rule of the first try is at commit abc5e92 (service.under_load_asks: 2).
 if [ ! -f "$out/wait-twice/load-curve.json" ] || [ ! -f "$out/wait-15x/load-curve.json" ]; then
   serve bench/configs/traffic-wait.yaml
-  c=$(capacity)
-  $py -m bench.load_curve capacity --server $server -n 4 -c 2 --split fit --offset 1415 --out "$out/wait-warm"
+  warm wait-warm
   [ -f "$out/wait-twice/load-curve.json" ] || { step "2x capacity, wait bound, fixed depth"
-    $py -m bench.load_curve curve --server $server --capacity "$c" --multiples 2 --seconds 300 --grace 130 \
-      --systems cascade --split fit --offset 1420 --out "$out/wait-twice"; }
+    at_rate 2 1420 wait-twice; }
   [ -f "$out/wait-15x/load-curve.json" ] || { step "1.5x capacity, wait bound, fixed depth"
-    $py -m bench.load_curve curve --server $server --capacity "$c" --multiples 1.5 --seconds 300 --grace 130 \
-      --systems cascade --split fit --offset 1462 --out "$out/wait-15x"; }
+    at_rate 1.5 1462 wait-15x; }
   unserve
 fi
 if [ ! -f "$out/wait-overflow-15x/load-curve.json" ]; then
   serve bench/configs/traffic-load-aware.yaml
-  c=$(capacity)
-  $py -m bench.load_curve capacity --server $server -n 4 -c 2 --split fit --offset 1415 --out "$out/wait-warm-overflow"
+  warm wait-warm-overflow
   step "1.5x capacity, wait bound, load-aware depth (on overflow), the same questions"
-  $py -m bench.load_curve curve --server $server --capacity "$c" --multiples 1.5 --seconds 300 --grace 130 \
-    --systems cascade --split fit --offset 1462 --out "$out/wait-overflow-15x"
+  at_rate 1.5 1462 wait-overflow-15x
   unserve
 fi
 step "done: $out"

@@ -98,8 +98,8 @@ class Admission:
     def _refuse(self, reason: str, why: str) -> Overloaded:
         self._overflow_at = time.monotonic()
         metrics.inc("eor_refusals", reason=reason)
-        return Overloaded(f"{why}; try again in {self.pushback_s():.1f} s (the retry pushback)", self.pushback_s(),
-                          reason)
+        pushback = self.pushback_s()
+        return Overloaded(f"{why}; try again in {pushback:.1f} s (the retry pushback)", pushback, reason)
 
     def check(self, deadline: Deadline | None) -> None:
         """Refuse now (Overloaded) what cannot be served: a full queue, or an Ask that would wait and

@@ -255,13 +255,14 @@ def main(argv: list[str] | None = None) -> int:
         return run_reporting_errors(lambda: args.func(args))
     except KeyboardInterrupt:
         command, action = getattr(args, "command", ""), getattr(args, "action", "build")
-        if command == "index" and action != "build":  # a generation is made whole, then named by rename
-            print("eor: interrupted; the index serves its last whole generation (none is half-written)",
-                  file=sys.stderr)
-            return 130
-        kept = "embedded shards are kept" if command == "index" else "finished questions are kept in the run log"
         again = "the same command without --fresh" if getattr(args, "fresh", False) else "the same command"
-        print(f"eor: interrupted; {kept}: run {again} again to resume", file=sys.stderr)
+        if command == "index" and action != "build":  # a generation is made whole, then named by rename
+            said = "the index serves its last whole generation (none is half-written)"
+        elif command == "index":
+            said = f"embedded shards are kept: run {again} again to resume"
+        else:
+            said = f"finished questions are kept in the run log: run {again} again to resume"
+        print(f"eor: interrupted; {said}", file=sys.stderr)
         return 130
     except Exception as exc:
         if not engine_died(exc, pipes=False):  # a pipe here is stdout's (`eor eval --json | head`), not the engine's
