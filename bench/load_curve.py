@@ -75,7 +75,8 @@ def offer(stub: Any, questions: Sequence[Any], rate: float, seconds: float, retr
             r = fut.result()
             row.update(code="OK", answer=r.answer, match=bool(r.answer) and match(r.answer, list(q.answers), word_boundary=True),
                        abstained=r.abstained, rounds=r.stopped_at_stage, under_load=r.under_load,
-                       degraded=bool(r.degraded))
+                       degraded=bool(r.degraded), service_s=round(r.latency_s, 2), reader_s=round(r.reader_s, 2),
+                       prompt_tokens=r.prompt_tokens, cached_prompt_tokens=r.cached_prompt_tokens)
         except grpc.FutureCancelledError:
             row.update(code="HUNG")
         except grpc.RpcError as exc:

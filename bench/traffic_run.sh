@@ -10,6 +10,7 @@
 #   Asks' deadline (--grace 130), then the 1.5B's engine SIGKILLed under 4 clients
 # 4 `eor serve --config bench/configs/traffic-load-aware-in-flight.yaml`: the cascade at 1.5x capacity
 # 5 the bounded wait, fixed then load-aware depth (below)
+# 6 the shipped settings: a fresh service's first 5 minutes against its next 5; the kill again (below)
 # Questions: the fit split (by question, seed 0) from row 1000 on: never fitted on, never asked by a
 # benchmark (the eval split's first 700 were scored by evals; the fit split's first 400 fitted on).
 set -euo pipefail
@@ -101,6 +102,19 @@ if [ ! -f "$out/wait-overflow-15x/load-curve.json" ]; then
   warm wait-warm-overflow
   step "1.5x capacity, wait bound, load-aware depth (on overflow), the same questions"
   at_rate 1.5 1462 wait-overflow-15x
+  unserve
+fi
+# 6 acceptance 4 with the shipped service settings (session 42): a fresh `eor serve`, the cascade at 1x
+# capacity from the moment it answers, 300 s (its first 5 minutes), then 300 s more (warm), fit rows 1500 on
+# (never asked); then the 1.5B's engine SIGKILLed under 4 clients on the same service.
+if [ ! -f "$out/fresh-fault.json" ]; then
+  serve bench/configs/traffic-fresh.yaml
+  [ -f "$out/fresh-then-warm/load-curve.json" ] || { step "a fresh service's first 5 minutes, then 5 more, at 1x"
+    $py -m bench.load_curve curve --server $server --capacity "$(capacity)" --multiples 1,1 --seconds 300 \
+      --grace 130 --systems cascade --split fit --offset 1500 --out "$out/fresh-then-warm"; }
+  step "the 1.5B's engine SIGKILLed under 4 clients"
+  $py -m bench.load_test reader-fault --server $server --kill-reader Reader_1.5B -c 4 --fault-n 24 \
+    --distinct 12 --kill-after 60 --out "$out/fresh-fault.json"
   unserve
 fi
 step "done: $out"

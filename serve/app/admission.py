@@ -19,7 +19,10 @@ after it arrived). It is refused at once (RESOURCE_EXHAUSTED) when that wait is 
 Ask that starts at once always runs (its Deadline bounds it as before). One whose turn comes with
 less than mean(S) left is refused then ("deadline"), and one that waits past its deadline all the
 same is refused ("expired"): neither is started, and the slot goes to the next. Before any Ask has
-ended (a fresh service) at most `running` Asks wait. An Ask refused or made to wait marks the
+ended (a fresh service) at most `running` Asks wait. S is the service's as it runs now: when Asks
+start ending degraded (a reader down, the fallback answering) or whole again, the times before are
+dropped (they measured another service: after a restart, the fallback's short times let Asks in to
+miss their deadline, session 42). An Ask refused or made to wait marks the
 service as overflowing for a mean S (`overflowing`: the under-load rule's signal). The pushback a
 refusal carries is the wait a new Ask would have, within [MIN_PUSHBACK_S, MAX_PUSHBACK_S]. Limits
 are per ingress replica. Core-safe: asyncio only.
@@ -45,6 +48,13 @@ UNKNOWN_PUSHBACK_S = 1.0  # before any Ask has finished: no service time to go b
 REASONS = ("queue_full", "wait", "deadline", "expired")  # the refusal metric's label values
 
 
+class Served:
+    """What the Ask holding a slot turned out to be, set by the caller before the slot is given back
+    (None: not known, an Ask that ran out of time: it counts as the service is now)."""
+
+    degraded: bool | None = None
+
+
 class Admission:
     """One ingress replica's bounded queue. `running` 0: no limit (admission off); `queued` 0: no
     queue (an Ask that finds every slot taken is refused)."""
@@ -58,6 +68,7 @@ class Admission:
         self._waiting: deque[asyncio.Future] = deque()
         self._times: deque[float] = deque(maxlen=recent)
         self._overflow_at: float | None = None  # when an Ask last was refused or had to wait
+        self._degraded = False  # whether the service times in `_times` are of degraded Asks
 
     @property
     def waiting(self) -> int:
@@ -123,9 +134,10 @@ class Admission:
                                            f"to {tail:.1f} s more, past its {deadline.left():.1f} s deadline")
 
     @contextlib.asynccontextmanager
-    async def slot(self, deadline: Deadline | None) -> AsyncIterator[None]:
+    async def slot(self, deadline: Deadline | None) -> AsyncIterator[Served]:
         """Hold one of the running slots for an Ask: at once, after waiting in order, or not at all
-        (Overloaded). The Ask's service time counts toward the estimate when it ends without an error."""
+        (Overloaded). The Ask's service time counts toward the estimate when it ends without an error;
+        the caller marks the yielded Served degraded when the Ask was answered so."""
         self.check(deadline)
         if self.limit and (self.running >= self.limit or self._waiting):
             await self._wait(deadline)
@@ -133,14 +145,20 @@ class Admission:
             self.running += 1
             metrics.set_gauge("eor_asks_waiting", self.waiting)  # 0 waiting is a reading too (the dashboard's)
         t = time.monotonic()
-        ok = False
+        ok, served = False, Served()
         try:
-            yield
+            yield served
             ok = True
         finally:
             if ok or (deadline is not None and deadline.left() <= 0):  # done, or took all its time
-                self._times.append(time.monotonic() - t)
+                self._record(time.monotonic() - t, served.degraded)
             self._release()
+
+    def _record(self, seconds: float, degraded: bool | None) -> None:
+        if degraded is not None and degraded != self._degraded:  # a reader went down or came back: another service from now on
+            self._times.clear()
+            self._degraded = degraded
+        self._times.append(seconds)
 
     async def _wait(self, deadline: Deadline | None) -> None:
         turn = asyncio.get_running_loop().create_future()

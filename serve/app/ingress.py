@@ -23,6 +23,7 @@ from ray import serve
 
 from protos import eor_pb2
 from retrievers.reader import SamplingParams
+from retrievers.types import TIMEOUT
 from serve.app import metrics
 from serve.app.handles import ServiceCrew, bounded
 from serve.app.health import HealthChecks
@@ -227,8 +228,10 @@ class EorIngress(Placed, HealthChecks):
     async def _admitted(self, spec: AskSpec, on_provisional: Any = None) -> list[eor_pb2.AskReply]:
         """`_ask` once admission control gives it a running slot (serve/app/admission.py): a full
         queue, or a wait its deadline cannot afford, is refused at once (Overloaded)."""
-        async with self.admission.slot(spec.deadline):
-            return await self._ask(spec, on_provisional)
+        async with self.admission.slot(spec.deadline) as served:
+            replies = await self._ask(spec, on_provisional)
+            served.degraded = any(r.degraded for r in replies)
+            return replies
 
     async def _ask(self, spec: AskSpec, on_provisional: Any = None) -> list[eor_pb2.AskReply]:
         """The voter's rounds (serve/orchestrator.py) over the retriever actors; explicitly named
@@ -303,6 +306,10 @@ class EorIngress(Placed, HealthChecks):
         for a in answers:  # no wrong OK: a question nothing answered fails the Ask
             failed = a.result.failed
             if failed and not any(c.answer and not c.error for c in a.result.candidates):
+                if all(c.error_kind == TIMEOUT for c in a.result.candidates if c.error):  # nothing is down: no time
+                    raise DeadlineExceeded(f"no retriever answered {a.result.question[:80]!r} within the "
+                                           f"{spec.deadline.seconds:g} s deadline; the service is busy: "
+                                           "try again later, or with a longer deadline")
                 raise NothingAnswered(f"no retriever answered {a.result.question[:80]!r} within the "
                                       f"{spec.deadline.seconds:g} s deadline ({len(failed)} failed or missed it: "
                                       f"{', '.join(failed[:6])}{', ...' if len(failed) > 6 else ''}); Health "

@@ -40,7 +40,9 @@ class Busy(eor_pb2_grpc.EorServicer):
             with self.lock:
                 self.tokens += 100
             return eor_pb2.AskReply(question=request.question, answer=request.question.split()[-1], final=True,
-                                    stopped_at_stage=1 if request.retrievers else 2, under_load=not request.retrievers)
+                                    stopped_at_stage=1 if request.retrievers else 2, under_load=not request.retrievers,
+                                    latency_s=self.SERVICE_S, reader_s=0.02, prompt_tokens=100,
+                                    cached_prompt_tokens=25)
         finally:
             self.free.release()
 
@@ -83,6 +85,8 @@ def test_an_open_loop_past_capacity_gets_refusals_with_their_pushback_and_never_
     assert s["pushback_mean_s"] == 1.5 and s["refused_over_1s"] == 0
     assert s["p50_s"] <= s["p95_s"] <= s["p99_s"] and s["p50_s"] >= Busy.SERVICE_S
     assert 0 < s["goodput_per_s"] <= 2 / Busy.SERVICE_S * 1.2
+    ok = next(r for r in rows if r["code"] == "OK")  # the service's own account, to tell waiting from reading
+    assert (ok["service_s"], ok["reader_s"], ok["prompt_tokens"], ok["cached_prompt_tokens"]) == (0.05, 0.02, 100, 25)
     assert s["match_answered"] == pytest.approx(sum(r["match"] for r in rows if r["code"] == "OK") / s["answered"], abs=1e-3)
 
 

@@ -363,6 +363,26 @@ def test_an_ask_that_runs_out_of_time_counts_toward_the_service_time():
     assert len(times) == 2 and times[0] >= 0.15  # the failure with time left is not a service time
 
 
+def test_service_times_restart_when_asks_turn_degraded_or_whole_again():
+    """After a restart the fallback's short times must not let whole Asks in to miss their deadline."""
+    async def served(adm: Admission, seconds: float, degraded: bool | None) -> None:
+        async with adm.slot(None) as s:
+            await asyncio.sleep(seconds)
+            s.degraded = degraded
+
+    async def scenario():
+        adm = Admission(running=1, queued=8)
+        adm._times.extend([0.5] * 8)  # whole Asks
+        await served(adm, 0.01, True)  # a reader went down: the fallback answers, quicker
+        after_down = list(adm._times)
+        await served(adm, 0.02, None)  # ran out of time meanwhile: counts as the service is now
+        await served(adm, 0.1, False)  # the reader is back: whole Asks again, slower
+        return after_down, list(adm._times)
+    after_down, after_back = asyncio.run(scenario())
+    assert len(after_down) == 1 and after_down[0] < 0.5
+    assert len(after_back) == 1 and after_back[0] >= 0.1
+
+
 def test_an_arrival_is_judged_by_the_tail_of_recent_service_times_not_their_mean():
     async def scenario():
         adm = Admission(running=1, queued=8)
