@@ -8,6 +8,8 @@ service and hide the overload).
     # the curve, 0.25x to 3x that capacity, for the cascade and Wiki@10 through the 0.5B
     python -m bench.load_curve curve --server 127.0.0.1:50051 --capacity 0.15 \\
         --multiples 0.25,0.5,1,1.5,2,3 --seconds 300 --offset 800 --out var/bench/load-curve
+    # curves run apart, one report and one plot
+    python -m bench.load_curve merge A/load-curve.json B/load-curve.json --out var/bench/load-curve-all
 
 For each system and offered rate: goodput (OK answers with an answer, per second), p50/p95/p99 of
 the answered, the refusals by status (and how fast a refusal came, with its retry pushback), Asks
@@ -239,6 +241,18 @@ def plot(report: dict, path: Path) -> Path:
     return path
 
 
+def merged(reports: Sequence[dict]) -> dict:
+    """Curves run apart (a system's rates over several runs) as one report: each system's rows by offered
+    rate, a rate run twice kept from the later report; the first report's capacity."""
+    systems: dict[str, dict[float, dict]] = {}
+    for report in reports:
+        for name, rows in report["systems"].items():
+            systems.setdefault(name, {}).update({r["offered_rate"]: r for r in rows})
+    return {"systems": {n: [rows[r] for r in sorted(rows)] for n, rows in systems.items()},
+            "capacity_per_s": next((r.get("capacity_per_s") for r in reports if r.get("capacity_per_s")), None),
+            "merged_from": len(reports)}
+
+
 def never_asked(path: str, offset: int, split: str = "eval") -> list:
     """Questions of a split (by question, seed 0) with their gold answers, in the split's seeded order,
     past `offset`: the eval split's first 700 were scored by evals, the fit split's first 400 fitted on."""
@@ -251,7 +265,8 @@ def main(argv: list[str] | None = None) -> int:
     from bench.common import DEFAULT_QUESTIONS
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("mode", choices=["capacity", "curve"])
+    ap.add_argument("mode", choices=["capacity", "curve", "merge"])
+    ap.add_argument("reports", nargs="*", help="merge: load-curve.json files, one plot of them all in --out")
     ap.add_argument("--server", default="127.0.0.1:50051")
     ap.add_argument("--questions", default=DEFAULT_QUESTIONS)
     ap.add_argument("--offset", type=int, default=0, help="skip this many questions of the split (asked before)")
@@ -271,12 +286,18 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", default="var/bench/load-curve")
     args = ap.parse_args(argv)
 
+    out = Path(args.out)
+    if args.mode == "merge":
+        report = merged([json.loads(Path(p).read_text()) for p in args.reports])
+        report["plot"] = str(plot(report, out / "load-curve.png"))
+        (out / "load-curve.json").write_text(json.dumps(report, indent=2) + "\n")
+        print(report["plot"])
+        return 0
     from bench.service_calls import check_loopback, run_calls
     from protos.client import EorClient
 
     check_loopback(args.server)
     questions = never_asked(args.questions, args.offset, args.split)
-    out = Path(args.out)
     with EorClient(args.server) as client:
         client.health()
         if args.mode == "capacity":

@@ -11,6 +11,8 @@
 # 4 `eor serve --config bench/configs/traffic-load-aware-in-flight.yaml`: the cascade at 1.5x capacity
 # 5 the bounded wait, fixed then load-aware depth (below)
 # 6 the shipped settings: a fresh service's first 5 minutes against its next 5; the kill again (below)
+# 7 the kill once more, with admission's service times started afresh when Asks turn degraded or whole
+# 8 Wiki@10's curve at 0.25, 1.5 and 2x (eval rows 960 on)
 # Questions: the fit split (by question, seed 0) from row 1000 on: never fitted on, never asked by a
 # benchmark (the eval split's first 700 were scored by evals; the fit split's first 400 fitted on).
 set -euo pipefail
@@ -115,6 +117,24 @@ if [ ! -f "$out/fresh-fault.json" ]; then
   step "the 1.5B's engine SIGKILLed under 4 clients"
   $py -m bench.load_test reader-fault --server $server --kill-reader Reader_1.5B -c 4 --fault-n 24 \
     --distinct 12 --kill-after 60 --out "$out/fresh-fault.json"
+  unserve
+fi
+# 7 the kill again on a fresh service, after Admission's service times started afresh on a change between
+# degraded and whole Asks (session 42: in phase 6, an Ask let in 206 s after the kill missed its deadline)
+if [ ! -f "$out/fault-afresh.json" ]; then
+  serve bench/configs/traffic-fresh.yaml
+  step "the 1.5B's engine SIGKILLed under 4 clients"
+  $py -m bench.load_test reader-fault --server $server --kill-reader Reader_1.5B -c 4 --fault-n 24 \
+    --distinct 12 --kill-after 60 --out "$out/fault-afresh.json"
+  unserve
+fi
+# 8 Wiki@10's curve from 0.25x (session 40 ran it at 1x and 3x only): 0.25, 1.5 and 2x of the same capacity,
+# eval-split rows 960 on (rows 1000-1040 were asked once before, by issue 55's swap; no cache carries over)
+if [ ! -f "$out/curve-wiki-more/load-curve.json" ]; then
+  serve bench/configs/traffic.yaml
+  step "Wiki@10 at 0.25, 1.5 and 2x capacity ($(capacity))"
+  $py -m bench.load_curve curve --server $server --capacity "$(capacity)" --multiples 0.25,1.5,2 --seconds 300 \
+    --grace 130 --systems Wiki@10 --split eval --offset 960 --out "$out/curve-wiki-more"
   unserve
 fi
 step "done: $out"

@@ -3,6 +3,7 @@ a second a rate): open-loop Poisson arrivals, refusals with their pushback read 
 goodput, percentiles, Match, rounds, the readers' tokens against a measured speed, the plot."""
 from __future__ import annotations
 
+import json
 import random
 import threading
 import time
@@ -111,3 +112,22 @@ def test_the_curve_runs_both_systems_on_fresh_questions_and_plots(server, tmp_pa
     report["capacity_per_s"] = 20.0
     png = plot(report, tmp_path / "curve.png")
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_curves_run_apart_merge_into_one_report_by_rate(tmp_path):
+    from bench.load_curve import main, merged
+
+    def row(rate, p50):
+        return {"offered_rate": rate, "p50_s": p50, "p95_s": p50 * 2, "goodput_per_s": rate}
+    first = {"systems": {"cascade": [row(0.1, 5.0)], "Wiki@10": [row(0.3, 1.0), row(0.1, 1.0)]}, "capacity_per_s": 0.1}
+    later = {"systems": {"Wiki@10": [row(0.2, 2.0), row(0.1, 3.0)]}, "capacity_per_s": 0.2}
+    report = merged([first, later])
+    assert [r["offered_rate"] for r in report["systems"]["Wiki@10"]] == [0.1, 0.2, 0.3]
+    assert report["systems"]["Wiki@10"][0]["p50_s"] == 3.0 and report["capacity_per_s"] == 0.1  # the later run's
+    paths = []
+    for i, r in enumerate((first, later)):
+        paths.append(tmp_path / f"{i}.json")
+        paths[-1].write_text(json.dumps(r))
+    assert main(["merge", *map(str, paths), "--out", str(tmp_path / "all")]) == 0
+    assert (tmp_path / "all" / "load-curve.png").stat().st_size > 0
+    assert json.loads((tmp_path / "all" / "load-curve.json").read_text())["merged_from"] == 2
