@@ -155,7 +155,7 @@ class Admission:
             self._release()
 
     def _record(self, seconds: float, degraded: bool | None) -> None:
-        if degraded is not None and degraded != self._degraded:  # a reader went down or came back: another service from now on
+        if degraded is not None and degraded != self._degraded:  # a reader went down or came back: another service
             self._times.clear()
             self._degraded = degraded
         self._times.append(seconds)
