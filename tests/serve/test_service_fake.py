@@ -58,7 +58,8 @@ def _start(config_from_dict, LocalService):
 def _warm_up(address: str, limit_s: float = 180.0) -> None:
     """The retriever timeout here is 2 s (for the slow-source test); a group's first pool run
     pays its imports and can miss it on a busy machine: ask until every retriever answers (where
-    all 16 miss it, the Ask is UNAVAILABLE: on the 2-core Xeon the first ones were)."""
+    all 16 miss it, the Ask is DEADLINE_EXCEEDED, UNAVAILABLE where one also failed: on the 2-core
+    Xeon the first ones were)."""
     deadline = time.time() + limit_s
     with grpc.insecure_channel(address) as ch:
         stub = eor_pb2_grpc.EorStub(ch)
@@ -67,7 +68,7 @@ def _warm_up(address: str, limit_s: float = 180.0) -> None:
                 if not stub.Ask(eor_pb2.AskRequest(question="warm up the mona lisa"), timeout=60).missing:
                     return
             except grpc.RpcError as exc:
-                if exc.code() != grpc.StatusCode.UNAVAILABLE:
+                if exc.code() not in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
                     raise
                 time.sleep(1)
     pytest.fail(f"the service did not answer with every retriever within {limit_s:g} s")
