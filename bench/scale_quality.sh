@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# Issue 54's answer quality against corpus size: the same NQ questions (the eval split's first N of the
+# dataset, by passage, seed 0) over each index, for SE@1~1.5B, Wiki@10~1.5B and the shipped cascade:
+#   bench/scale_quality.sh [N] [INDEX...]     (default 100; shared scale-1m)
+# Each index's two evals are skipped once their report exists; an interrupted eval keeps what it read (the
+# reader cache under $EOR_HOME): run it again to go on. Reports: var/bench/scale-quality/INDEX/{singles,cascade}.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+n=${1:-100}
+shift || true
+indexes=("${@:-shared scale-1m}")
+read -r -a indexes <<<"${indexes[*]}"
+questions=${EOR_QUESTIONS:-../shared/data/questions.dev.jsonl}
+for index in "${indexes[@]}"; do
+  out=var/bench/scale-quality/$index
+  mkdir -p "$out"
+  common=(--questions "$questions" --dataset nq-open-oracle --limit "$n" --index "$index" --no-progress --json)
+  [ -f "$out/singles/eval.json" ] || { echo "$(date -u +%FT%TZ) $index: SE@1~1.5B and Wiki@10~1.5B on $n NQ"
+    .venv/bin/eor eval "${common[@]}" --config bench/configs/scale-singles.yaml --equal-weights --reads pool \
+      --out-dir "$out/singles" >"$out/singles.json"; }
+  [ -f "$out/cascade/eval.json" ] || { echo "$(date -u +%FT%TZ) $index: the shipped cascade on $n NQ"
+    .venv/bin/eor eval "${common[@]}" --reads cascade --out-dir "$out/cascade" >"$out/cascade.json"; }
+done
+echo "$(date -u +%FT%TZ) done"
