@@ -6,7 +6,7 @@ documents, whatever the delta holds already.
 
 The base's passages, less the rows of hidden documents, then the delta's, are copied shard by
 shard with the vectors already computed for them (the delta's were embedded by `eor index add`),
-into a new index folder; the faiss index is built over them as `eor index` builds one (an IVF
+into a new index folder; the faiss index is built over them as `eor index` builds one (its ANN
 trained again, its knob tuned again). It is written into the merged generation's own folder, which
 no service reads before that generation is published.
 """

@@ -89,18 +89,18 @@ def test_the_index_is_exact_below_the_size_and_an_ann_index_above_with_its_recal
     docs = corpus(400)
     exact = build_dense_index(docs, tmp_path / "exact", HashEncoder(), settings=SMALL)
     assert exact["factory"] == "Flat" and exact["recall_at_10"] == 1.0 and exact["search"] == {}
-    ann = DenseIndexSettings(shard_passages=64, exact_below=100, recall_queries=100, target_recall=0.9)
-    assert ann.factory_for(400) == "IVF64,SQ8" and ann.factory_for(99) == "Flat"
-    assert DenseIndexSettings().factory_for(1_000_000) == "IVF4096,SQ8"
-    meta = build_dense_index(docs, tmp_path / "ivf", HashEncoder(), settings=ann)
+    auto = DenseIndexSettings(shard_passages=64, exact_below=100, recall_queries=100)
+    assert auto.factory_for(400) == "HNSW32,SQ8" and auto.factory_for(99) == "Flat"
+    assert DenseIndexSettings().factory_for(1_000_000) == "HNSW32,SQ8"
+    hnsw = build_dense_index(docs, tmp_path / "hnsw", HashEncoder(), settings=auto)
+    assert hnsw["factory"] == "HNSW32,SQ8" and "efSearch" in hnsw["search"] and hnsw["recall_at_10"] >= 0.95
+    ivf = DenseIndexSettings(shard_passages=64, recall_queries=100, target_recall=0.9, factory="IVF64,SQ8")
+    meta = build_dense_index(docs, tmp_path / "ivf", HashEncoder(), settings=ivf)
     assert meta["factory"] == "IVF64,SQ8"
     assert meta["recall_at_10"] >= 0.9 and 1 <= meta["search"]["nprobe"] <= 64  # tuned to the target
-    fixed = DenseIndexSettings(shard_passages=64, exact_below=100, recall_queries=100, nprobe=64)
+    fixed = DenseIndexSettings(shard_passages=64, recall_queries=100, factory="IVF64,SQ8", nprobe=64)
     again = build_dense_index(docs, tmp_path / "ivf", HashEncoder(), settings=fixed)  # index step only
     assert again["search"] == {"nprobe": 64} and again["recall_at_10"] >= meta["recall_at_10"]
-    hnsw = build_dense_index(docs, tmp_path / "hnsw", HashEncoder(),
-                             settings=DenseIndexSettings(shard_passages=64, factory="HNSW16", recall_queries=100))
-    assert "efSearch" in hnsw["search"] and hnsw["recall_at_10"] >= 0.95
 
 
 def test_index_shards_return_what_one_index_returns(tmp_path):
