@@ -94,6 +94,14 @@ def test_the_index_is_exact_below_the_size_and_an_ann_index_above_with_its_recal
     assert DenseIndexSettings().factory_for(1_000_000) == "HNSW32,SQ8"
     hnsw = build_dense_index(docs, tmp_path / "hnsw", HashEncoder(), settings=auto)
     assert hnsw["factory"] == "HNSW32,SQ8" and "efSearch" in hnsw["search"] and hnsw["recall_at_10"] >= 0.95
+    import faiss
+
+    from retrievers.sources.dense_build import index_file
+    built = faiss.read_index(str(tmp_path / "hnsw" / index_file(0)))
+    inner = faiss.downcast_index(built.index if hasattr(built, "id_map") else built)
+    assert inner.hnsw.efConstruction == auto.ef_construction == 100  # the graph built as set, not faiss's 40
+    with pytest.raises(ValueError, match="ef_construction"):
+        DenseIndexSettings(ef_construction=0)
     ivf = DenseIndexSettings(shard_passages=64, recall_queries=100, target_recall=0.9, factory="IVF64,SQ8")
     meta = build_dense_index(docs, tmp_path / "ivf", HashEncoder(), settings=ivf)
     assert meta["factory"] == "IVF64,SQ8"
