@@ -8,8 +8,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 n=${1:-100}
 shift || true
-indexes=("${@:-shared scale-1m}")
-read -r -a indexes <<<"${indexes[*]}"
+indexes=("$@")
+[ ${#indexes[@]} -gt 0 ] || indexes=(shared scale-1m)
 questions=${EOR_QUESTIONS:-../shared/data/questions.dev.jsonl}
 for index in "${indexes[@]}"; do
   out=var/bench/scale-quality/$index

@@ -42,9 +42,13 @@ trap unserve EXIT
 capacity() { $py -c "import json; print(json.load(open('$out/capacity/load-capacity.json'))['capacity_per_s'])"; }
 past() {  # the row after a curve that began at row $1 and offered $2 x capacity for 300 s (with room for Poisson's spread)
   $py -c "import math; print($1 + math.ceil(1.3 * $2 * 300 * $(capacity)) + 5)"; }
-at_rate() {  # $1 x capacity for 300 s from row $2 into $out/$3: the cascade, replies awaited past the deadline
+at_rate() {  # $1 x capacity (comma-separated: one 300 s window each) from row $2 into $out/$3: the cascade, replies awaited past the deadline
   $py -m bench.load_curve curve --server $server --capacity "$(capacity)" --multiples "$1" --seconds 300 --grace 130 \
     --systems cascade --split fit --offset "$2" --out "$out/$3"; }
+kill_15b() {  # the 1.5B's engine SIGKILLed under 4 clients, 60 s in, into $out/$1
+  step "the 1.5B's engine SIGKILLed under 4 clients"
+  $py -m bench.load_test reader-fault --server $server --kill-reader Reader_1.5B -c 4 --fault-n 24 \
+    --distinct 12 --kill-after 60 --out "$out/$1"; }
 warm() {  # a fresh service's 4 warm-up Asks by 2 clients (fit rows 1415-1418) into $out/$1
   $py -m bench.load_curve capacity --server $server -n 4 -c 2 --split fit --offset 1415 --out "$out/$1"; }
 
@@ -72,9 +76,7 @@ if [ ! -f "$out/fault.json" ]; then
     at_rate 2 "$o" twice; }
   [ -f "$out/fixed-15x/load-curve.json" ] || { step "1.5x capacity, fixed depth"
     at_rate 1.5 "$(past "$o" 2)" fixed-15x; }
-  step "the 1.5B's engine SIGKILLed under 4 clients"
-  $py -m bench.load_test reader-fault --server $server --kill-reader Reader_1.5B -c 4 --fault-n 24 \
-    --distinct 12 --kill-after 60 --out "$out/fault.json"
+  kill_15b fault.json
   unserve
 fi
 if [ ! -f "$out/load-aware/load-curve.json" ]; then
@@ -112,20 +114,15 @@ fi
 if [ ! -f "$out/fresh-fault.json" ]; then
   serve bench/configs/traffic-fresh.yaml
   [ -f "$out/fresh-then-warm/load-curve.json" ] || { step "a fresh service's first 5 minutes, then 5 more, at 1x"
-    $py -m bench.load_curve curve --server $server --capacity "$(capacity)" --multiples 1,1 --seconds 300 \
-      --grace 130 --systems cascade --split fit --offset 1500 --out "$out/fresh-then-warm"; }
-  step "the 1.5B's engine SIGKILLed under 4 clients"
-  $py -m bench.load_test reader-fault --server $server --kill-reader Reader_1.5B -c 4 --fault-n 24 \
-    --distinct 12 --kill-after 60 --out "$out/fresh-fault.json"
+    at_rate 1,1 1500 fresh-then-warm; }
+  kill_15b fresh-fault.json
   unserve
 fi
 # 7 the kill again on a fresh service, after Admission's service times started afresh on a change between
 # degraded and whole Asks (session 42: in phase 6, an Ask let in 206 s after the kill missed its deadline)
 if [ ! -f "$out/fault-afresh.json" ]; then
   serve bench/configs/traffic-fresh.yaml
-  step "the 1.5B's engine SIGKILLed under 4 clients"
-  $py -m bench.load_test reader-fault --server $server --kill-reader Reader_1.5B -c 4 --fault-n 24 \
-    --distinct 12 --kill-after 60 --out "$out/fault-afresh.json"
+  kill_15b fault-afresh.json
   unserve
 fi
 # 8 Wiki@10's curve from 0.25x (session 40 ran it at 1x and 3x only): 0.25, 1.5 and 2x of the same capacity,

@@ -251,8 +251,9 @@ def build_faiss(out: Path, shards: int, passages: int, settings: DenseIndexSetti
     dim = int(vecs[0].shape[1]) if vecs else 0
     factory = settings.factory_for(passages)
     template = faiss.index_factory(dim, factory, faiss.METRIC_INNER_PRODUCT)
-    if hasattr(faiss.downcast_index(template), "hnsw"):
-        faiss.downcast_index(template).hnsw.efConstruction = settings.ef_construction
+    graph = faiss.downcast_index(template)
+    if hasattr(graph, "hnsw"):
+        graph.hnsw.efConstruction = settings.ef_construction
     if not template.is_trained:
         template.train(sample_rows(vecs, settings.train_sample, seed=0))
     parts = split_rows([len(v) for v in vecs], settings.index_shards)

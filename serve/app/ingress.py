@@ -306,12 +306,11 @@ class EorIngress(Placed, HealthChecks):
         for a in answers:  # no wrong OK: a question nothing answered fails the Ask
             failed = a.result.failed
             if failed and not any(c.answer and not c.error for c in a.result.candidates):
+                lost = (f"no retriever answered {a.result.question[:80]!r} within the "
+                        f"{spec.deadline.seconds:g} s deadline")
                 if all(c.error_kind == TIMEOUT for c in a.result.candidates if c.error):  # nothing is down: no time
-                    raise DeadlineExceeded(f"no retriever answered {a.result.question[:80]!r} within the "
-                                           f"{spec.deadline.seconds:g} s deadline; the service is busy: "
-                                           "try again later, or with a longer deadline")
-                raise NothingAnswered(f"no retriever answered {a.result.question[:80]!r} within the "
-                                      f"{spec.deadline.seconds:g} s deadline ({len(failed)} failed or missed it: "
+                    raise DeadlineExceeded(f"{lost}; the service is busy: try again later, or with a longer deadline")
+                raise NothingAnswered(f"{lost} ({len(failed)} failed or missed it: "
                                       f"{', '.join(failed[:6])}{', ...' if len(failed) > 6 else ''}); Health "
                                       "names the parts that are down")
         replies = []
