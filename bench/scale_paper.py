@@ -1,0 +1,160 @@
+"""Issue 54's 21M passages on paper: the DPR Wikipedia (the EoR paper's Wiki source) indexed the way
+`eor index` does it, projected from what the scale benchmark measured here.
+
+    python -m bench.scale_paper --report var/bench/scale/scale-14k.json --report var/bench/scale/scale-100k.json \
+        [--corpus var/corpora/scale-1m.jsonl.gz] [--passages 21015324] [--node-cores 32] [--gpu-tflops 100] \
+        [--out var/bench/scale/paper-21m.json]
+
+Measured (the reports of `bench.scale_index`): the corpus encoder's passages/s per core (the best report:
+the encoder alone), and disk per passage (the largest report). The encoder's tokens per passage are counted
+on a sample of `--corpus` with its own tokenizer, as `eor index` embeds them (title, then text).
+Projected, each with its rule:
+- CPU: embedding is one `map_batches` over encoder actors (a Ray Data job), so it grows with the cores:
+  hours = passages / (per-core rate x cores). Two nodes sharing one build were shown (tests/serve/test_indexing.py).
+- GPU: no GPU was measured. The encoder's FLOPs per passage (its shapes, the tokens counted) over an
+  assumed sustained rate (`--gpu-tflops`), stated beside the figure as an assumption.
+- The index: bytes per vector of the factory (HNSW32,SQ8: 384 code bytes and 2M 4-byte links at level 0),
+  and its build time scaled by N log N from a measured build (`--hnsw-seconds` on `--hnsw-vectors`).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import re
+import sys
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+DPR_WIKI_PASSAGES = 21_015_324  # psgs_w100.tsv, the DPR Wikipedia the EoR paper retrieves from
+# MiniLM-L6 (all-MiniLM-L6-v2): 6 layers, 384 wide, 1,536 in the feed-forward.
+LAYERS, WIDTH, FEED_FORWARD = 6, 384, 1536
+# The HNSW32,SQ8 preview build on 286,720 of the 1M vectors, efConstruction 100, 2 cores (session-42 note).
+HNSW_SECONDS, HNSW_VECTORS, HNSW_CORES = 404.0, 286_720, 2
+
+
+@dataclass(frozen=True)
+class Measured:
+    per_core_rate: float  # passages/s per core, the corpus encoder alone
+    rate_from: str
+    wiki_bytes_per_passage: float
+    se_bytes_per_passage: float
+    disk_from: str
+    tokens_per_passage: float
+
+
+def encoder_flops(tokens: float, layers: int = LAYERS, width: int = WIDTH, ff: int = FEED_FORWARD) -> float:
+    """One passage through the encoder: the projections and feed-forward (2 FLOPs a weight a token), attention's
+    two T x T products."""
+    weights = 4 * width * width + 2 * width * ff
+    return layers * (2 * tokens * weights + 4 * tokens * tokens * width)
+
+
+def bytes_per_vector(factory: str, dims: int = WIDTH) -> float:
+    """Memory of one vector in a faiss index of this factory string (the codes and the graph or list ids)."""
+    code = {"Flat": 4 * dims, "SQ8": dims, "SQ4": dims / 2, "SQfp16": 2 * dims}
+    parts = factory.split(",")
+    last = parts[-1]
+    if last.startswith("PQ"):
+        size = float(re.match(r"PQ(\d+)", last).group(1))
+    elif last in code:
+        size = float(code[last])
+    elif last.startswith("HNSW"):
+        size = float(code["Flat"])
+    else:
+        raise ValueError(f"unknown faiss factory part {last!r} in {factory!r}")
+    first = parts[0]
+    if first.startswith("HNSW"):
+        m = int(re.match(r"HNSW(\d+)", first).group(1))
+        size += 2 * m * 4 * (1 + 1 / m)  # level 0 holds 2M links; the levels above add about 1/M of that
+    elif first.startswith("IVF"):
+        size += 8  # the id stored in the inverted list
+    return size
+
+
+def hnsw_build_hours(passages: int, cores: int, seconds: float = HNSW_SECONDS, vectors: int = HNSW_VECTORS,
+                     measured_cores: int = HNSW_CORES) -> float:
+    """Graph build time, scaled by N log N from the measured build and spread over the cores (faiss adds in
+    parallel with OpenMP)."""
+    scale = passages * math.log(passages) / (vectors * math.log(vectors))
+    return seconds * scale * measured_cores / cores / 3600
+
+
+def measured(reports: list[dict], tokens_per_passage: float) -> Measured:
+    builds = [r for r in reports if r.get("build", {}).get("embed_passages_per_s_per_core")]
+    if not builds:
+        raise SystemExit("eor: no report has a build's passages/s: run bench.scale_index on a built index first")
+    fastest = max(builds, key=lambda r: r["build"]["embed_passages_per_s_per_core"])
+    largest = max(builds, key=lambda r: r["build"]["passages"])
+    disk, n = largest["build"]["disk_gib"], largest["build"]["passages"]
+    return Measured(per_core_rate=fastest["build"]["embed_passages_per_s_per_core"], rate_from=fastest["index"],
+                    wiki_bytes_per_passage=disk["wiki"] * 2**30 / n, se_bytes_per_passage=disk["se"] * 2**30 / n,
+                    disk_from=largest["index"], tokens_per_passage=tokens_per_passage)
+
+
+def plan(m: Measured, passages: int, node_cores: int, nodes: list[int], gpu_tflops: float,
+         factory: str = "HNSW32,SQ8") -> dict:
+    """The projection's rows: embedding hours by where it runs, the index's memory per shard, disk."""
+    flops = encoder_flops(m.tokens_per_passage)
+    embed = [{"where": f"{n} node(s) x {node_cores} cores", "cores": n * node_cores,
+              "embed_hours": round(passages / (m.per_core_rate * n * node_cores) / 3600, 1)} for n in nodes]
+    embed.insert(0, {"where": "this machine, 2 cores", "cores": 2,
+                     "embed_hours": round(passages / (m.per_core_rate * 2) / 3600, 1)})
+    gpu_hours = passages * flops / (gpu_tflops * 1e12) / 3600
+    index_gib = passages * bytes_per_vector(factory) / 2**30
+    return {
+        "passages": passages, "measured": asdict(m),
+        "encoder_gflop_per_passage": round(flops / 1e9, 2),
+        "cpu_effective_gflops_per_core": round(m.per_core_rate * flops / 1e9, 1),
+        "embed": embed,
+        "gpu": {"assumed_sustained_tflops": gpu_tflops, "embed_hours": round(gpu_hours, 2), "measured": False},
+        "index": {"factory": factory, "bytes_per_vector": round(bytes_per_vector(factory)),
+                  "memory_gib": round(index_gib, 1),
+                  "memory_gib_per_shard": {str(s): round(index_gib / s, 1) for s in (1, 4, 8, 16)},
+                  "graph_build_hours": {f"{c} cores": round(hnsw_build_hours(passages, c), 1)
+                                        for c in (2, node_cores)}},
+        "disk_gib": {"wiki": round(passages * m.wiki_bytes_per_passage / 2**30),
+                     "se": round(passages * m.se_bytes_per_passage / 2**30)},
+    }
+
+
+def corpus_tokens(path: Path, every: int = 500, limit: int = 2000) -> float:
+    """Mean encoder tokens (truncated where the encoder truncates) of every `every`-th passage of a JSONL corpus."""
+    from itertools import islice
+
+    from retrievers.corpus import read_jsonl
+    from retrievers.encoder import resolve_encoder_path
+    from retrievers.onnx_encoder import MAX_TOKENS
+    from retrievers.sources.dense_build import passage_text
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(resolve_encoder_path())
+    texts = [passage_text(p) for p in islice(read_jsonl(path), 0, every * limit, every)]
+    counts = [len(tokenizer(t, truncation=True, max_length=MAX_TOKENS)["input_ids"]) for t in texts]
+    return sum(counts) / len(counts)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--report", action="append", required=True, type=Path, help="a bench.scale_index report")
+    ap.add_argument("--corpus", type=Path, default=Path("var/corpora/scale-1m.jsonl.gz"))
+    ap.add_argument("--passages", type=int, default=DPR_WIKI_PASSAGES)
+    ap.add_argument("--node-cores", type=int, default=32)
+    ap.add_argument("--nodes", type=int, action="append", help="cluster sizes (default 1, 4, 16)")
+    ap.add_argument("--gpu-tflops", type=float, default=100.0,
+                    help="assumed sustained TFLOPS of one GPU on this small encoder (not measured)")
+    ap.add_argument("--out", type=Path)
+    args = ap.parse_args(argv)
+    reports = [json.loads(p.read_text()) for p in args.report]
+    result = plan(measured(reports, corpus_tokens(args.corpus)), args.passages, args.node_cores,
+                  args.nodes or [1, 4, 16], args.gpu_tflops)
+    text = json.dumps(result, indent=1)
+    if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(text + "\n")
+    print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,64 @@
+"""The 21M projection's rules: the encoder's FLOPs, a factory's bytes per vector, the measured inputs' choice."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from bench import scale_paper as sp
+
+
+def report(index: str, passages: int, per_core: float, wiki_gib: float, se_gib: float) -> dict:
+    return {"index": index, "build": {"passages": passages, "embed_passages_per_s_per_core": per_core,
+                                      "disk_gib": {"wiki": wiki_gib, "se": se_gib}}}
+
+
+def test_encoder_flops_count_weights_twice_a_token_and_attention_by_the_square():
+    per_token = 2 * (4 * 384 * 384 + 2 * 384 * 1536) * 6
+    assert sp.encoder_flops(1) == per_token + 4 * 384 * 6
+    assert sp.encoder_flops(200) - 200 * per_token == 4 * 200 * 200 * 384 * 6
+
+
+@pytest.mark.parametrize("factory, size", [("Flat", 1536), ("IVF4096,SQ8", 392), ("IVF1024,PQ48", 56),
+                                           ("HNSW32", 1536 + 264), ("HNSW32,SQ8", 384 + 264)])
+def test_bytes_per_vector_by_factory(factory, size):
+    assert sp.bytes_per_vector(factory) == pytest.approx(size)
+
+
+def test_an_unknown_factory_part_is_an_error_naming_it():
+    with pytest.raises(ValueError, match="LSH"):
+        sp.bytes_per_vector("LSH")
+
+
+def test_the_rate_comes_from_the_fastest_build_and_disk_from_the_largest():
+    m = sp.measured([report("small", 10_000, 26.0, 0.04, 0.01), report("big", 100_000, 6.0, 0.4, 0.1)], 150.0)
+    assert (m.per_core_rate, m.rate_from, m.disk_from) == (26.0, "small", "big")
+    assert m.wiki_bytes_per_passage == pytest.approx(0.4 * 2**30 / 100_000)
+
+
+def test_reports_without_a_build_are_refused_in_words():
+    with pytest.raises(SystemExit, match="bench.scale_index"):
+        sp.measured([{"index": "x", "search": {}}], 150.0)
+
+
+def test_the_plan_spreads_embedding_over_cores_and_the_index_over_shards():
+    m = sp.measured([report("big", 100_000, 25.0, 0.4, 0.1)], 150.0)
+    p = sp.plan(m, 10_000_000, node_cores=32, nodes=[1, 4], gpu_tflops=100.0)
+    hours = {row["cores"]: row["embed_hours"] for row in p["embed"]}
+    assert hours[2] == pytest.approx(10_000_000 / 50 / 3600, abs=0.05)
+    assert hours[32] / hours[128] == pytest.approx(4, rel=0.05)
+    shards = p["index"]["memory_gib_per_shard"]
+    assert shards["4"] == pytest.approx(shards["1"] / 4, abs=0.1)
+    assert p["gpu"]["measured"] is False
+    assert p["disk_gib"]["wiki"] == round(0.4 * 100)
+
+
+def test_the_graph_build_at_the_measured_size_is_the_measured_time():
+    assert sp.hnsw_build_hours(sp.HNSW_VECTORS, sp.HNSW_CORES) == pytest.approx(sp.HNSW_SECONDS / 3600)
+
+
+def test_tokens_are_counted_with_the_encoders_own_tokenizer(tmp_path):
+    corpus = tmp_path / "c.jsonl"
+    corpus.write_text("\n".join(json.dumps({"id": str(i), "title": "T", "text": "word " * 20}) for i in range(6)))
+    tokens = sp.corpus_tokens(corpus, every=2, limit=10)
+    assert 20 < tokens < 30  # "T." then 20 words, with [CLS] and [SEP]
