@@ -1,0 +1,85 @@
+"""What a running service holds in memory: the PSS of every process under it, by role.
+
+    python -m bench.service_memory --pid $(pgrep -f "eor serve" | head -1) [--out var/bench/scale/memory-1m.json]
+
+PSS (proportional set size) counts a page shared by k processes as 1/k in each, so the sum over a
+service's processes is what the service takes from the machine: RSS summed counts shared pages (the
+model files mapped by several processes, the corpus's memory-mapped passages) once a process. The
+processes are the `eor serve` process and everything under it (Ray's head is started by it: the GCS, the
+raylet, its workers and actors, and the reader engines those spawn). Roles, by process title: the reader
+engines (vLLM's processes), the index (the search sources' and index shards' actors), the retriever
+groups, Ray itself, and the rest (the ingress, the readers' and voter's actors).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import psutil
+
+ROLES = (  # the first role whose words appear in a process's title and command line (Ray names a replica's
+    # process "ray::ServeReplica:APP:DEPLOYMENT")
+    ("reader engines", ("VLLM", "EngineCore")),
+    ("index", ("IndexShard", ":Source")),
+    ("retriever groups", ("RetrieverGroup",)),
+    ("ray", ("raylet", "gcs_server", "dashboard", "log_monitor", "runtime_env", "monitor.py", "ray::IDLE")),
+)
+
+
+def role(title: str) -> str:
+    for name, words in ROLES:
+        if any(w in title for w in words):
+            return name
+    return "rest"
+
+
+def processes(pid: int) -> list[psutil.Process]:
+    root = psutil.Process(pid)
+    return [root, *root.children(recursive=True)]
+
+
+def measure(pid: int) -> dict:
+    """PSS and RSS (GiB) summed by role, and each process's, largest first; a process gone meanwhile is skipped."""
+    rows = []
+    for p in processes(pid):
+        try:
+            info = p.memory_full_info()
+            title = " ".join([p.name(), *p.cmdline()])[:160]
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            continue
+        rows.append({"pid": p.pid, "title": title, "role": role(title),
+                     "pss_gib": info.pss / 2**30, "rss_gib": info.rss / 2**30})
+    by_role: dict[str, dict] = {}
+    for r in rows:
+        total = by_role.setdefault(r["role"], {"processes": 0, "pss_gib": 0.0, "rss_gib": 0.0})
+        total["processes"] += 1
+        total["pss_gib"] += r["pss_gib"]
+        total["rss_gib"] += r["rss_gib"]
+    rounded = lambda d: {k: round(v, 2) if isinstance(v, float) else v for k, v in d.items()}  # noqa: E731
+    return {"pid": pid, "processes": len(rows),
+            "pss_gib": round(sum(r["pss_gib"] for r in rows), 2), "rss_gib": round(sum(r["rss_gib"] for r in rows), 2),
+            "by_role": {k: rounded(v) for k, v in sorted(by_role.items())},
+            "each": [rounded(r) for r in sorted(rows, key=lambda r: -r["pss_gib"])]}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--pid", type=int, required=True, help="the `eor serve` process")
+    ap.add_argument("--out", type=Path)
+    args = ap.parse_args(argv)
+    try:
+        result = measure(args.pid)
+    except psutil.NoSuchProcess:
+        raise SystemExit(f"eor: no process {args.pid}: start `eor serve` and give its pid")
+    text = json.dumps(result, indent=1)
+    if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(text + "\n")
+    print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
