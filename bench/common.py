@@ -55,6 +55,21 @@ def read_corpus(path: str = DEFAULT_CORPUS) -> dict[str, dict]:
     return out
 
 
+def at_niceness(nice: int):
+    """A `preexec_fn` for a child that must yield the CPU to a service started elsewhere. Linux with
+    autogroup (`/proc/sys/kernel/sched_autogroup_enabled`) shares the CPU between sessions first and by
+    niceness only inside one: `nice -n 19` alone does not yield to a service another shell started.
+    The child gets a session of its own (`start_new_session=True`, set before this runs) and that
+    session's group gets the niceness too."""
+    def apply() -> None:
+        os.nice(nice)
+        try:
+            Path("/proc/self/autogroup").write_text(str(nice))
+        except OSError:
+            pass  # no autogroup in this kernel: the niceness alone decides
+    return apply
+
+
 @contextmanager
 def timer(into: dict, key: str):
     t = time.perf_counter()

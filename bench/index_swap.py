@@ -22,7 +22,7 @@ import threading
 import time
 from pathlib import Path
 
-from bench.common import DEFAULT_QUESTIONS, Timeline
+from bench.common import DEFAULT_QUESTIONS, Timeline, at_niceness
 from bench.load_curve import never_asked
 
 PROBE = {"id": "probe-zorblat", "title": "Zorblat Quenfield",
@@ -65,8 +65,8 @@ def wait_for_generation(client, n: int, timeline: Timeline, limit_s: float = 600
 
 def change(args_: list[str], index: str, timeline: Timeline, nice: int = 0) -> dict:
     t = time.time()
-    proc = subprocess.run(["nice", "-n", str(nice), str(Path(sys.executable).parent / "eor"), "index", *args_,
-                           "--index", index, "--json"], capture_output=True, text=True)
+    proc = subprocess.run([str(Path(sys.executable).parent / "eor"), "index", *args_, "--index", index, "--json"],
+                          capture_output=True, text=True, start_new_session=True, preexec_fn=at_niceness(nice))
     if proc.returncode != 0:
         raise SystemExit(f"eor index {args_[0]} failed: {proc.stderr.strip().splitlines()[-1:]}")
     info = json.loads(proc.stdout.strip().splitlines()[-1])
