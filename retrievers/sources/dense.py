@@ -13,7 +13,8 @@ from retrievers.encoder import Encoder
 from retrievers.sources.base import PASSAGES, KnowledgeSource, MissingIndexError, SourceSetting
 from retrievers.sources.build_lock import builder_pid, wait_for_build
 from retrievers.sources.dense_build import (BUILD_FILE, FORMAT, META_FILE, SHARDS_DIR, DenseIndexSettings,
-                                            build_dense_index, index_file, search_all, set_knob)
+                                            build_dense_index, index_file)
+from retrievers.sources.knn import search_all, set_knob
 from retrievers.sources.passage_store import PassageStore
 from retrievers.types import Passage
 

@@ -31,6 +31,7 @@ import numpy as np
 
 from retrievers.corpus import Document, to_passages
 from retrievers.sources import build_lock
+from retrievers.sources.knn import exact_topk, recall_at, search_all, search_knob, set_knob
 from retrievers.sources.passage_store import read_shard, shard_done, shard_stem, write_shard
 
 AUTO_ANN = "HNSW32,SQ8"  # "auto"'s index at or above exact_below passages (the module's docstring: why)
@@ -238,9 +239,29 @@ def _embed(pending: list[int], folder: Path, embed: Embedder, passages: int, sha
     return time.time() - t, encoder_s
 
 
-def load_vectors(folder: Path, shards: int) -> list[np.ndarray]:
-    """Every shard's vectors, memory-mapped (read as needed, never all held)."""
-    return [np.load(vectors_path(folder, i), mmap_mode="r") for i in range(shards)]
+class ShardVectors(Sequence[np.ndarray]):
+    """Every shard's vectors, each read from its file when asked and let go after: never all held. (A memory
+    map of them all would keep every page read in the build's resident set: 1.6 GiB at 1M passages.)"""
+
+    def __init__(self, folder: Path, shards: int) -> None:
+        self.paths = [vectors_path(folder, i) for i in range(shards)]
+        self.lengths = [_count(folder, i) for i in range(shards)]
+
+    def __len__(self) -> int:
+        return len(self.paths)
+
+    def __getitem__(self, i: int) -> np.ndarray:  # type: ignore[override]
+        if not -len(self) <= i < len(self):
+            raise IndexError(i)
+        return np.load(self.paths[i])
+
+
+def load_vectors(folder: Path, shards: int) -> ShardVectors:
+    return ShardVectors(folder, shards)
+
+
+def _lengths(vecs: Sequence[np.ndarray]) -> list[int]:
+    return list(vecs.lengths) if isinstance(vecs, ShardVectors) else [len(v) for v in vecs]
 
 
 def build_faiss(out: Path, shards: int, passages: int, settings: DenseIndexSettings) -> dict:
@@ -256,8 +277,8 @@ def build_faiss(out: Path, shards: int, passages: int, settings: DenseIndexSetti
         graph.hnsw.efConstruction = settings.ef_construction
     if not template.is_trained:
         template.train(sample_rows(vecs, settings.train_sample, seed=0))
-    parts = split_rows([len(v) for v in vecs], settings.index_shards)
-    starts = np.cumsum([0, *[len(v) for v in vecs]])
+    parts = split_rows(_lengths(vecs), settings.index_shards)
+    starts = np.cumsum([0, *_lengths(vecs)])
     indexes = []
     for k, (first, last) in enumerate(parts):
         index = faiss.clone_index(template)
@@ -308,67 +329,13 @@ def split_rows(counts: Sequence[int], parts: int) -> list[tuple[int, int]]:
 
 def sample_rows(vecs: Sequence[np.ndarray], n: int, seed: int) -> np.ndarray:
     """`n` rows drawn without replacement across the shards (all of them when fewer)."""
-    total = sum(len(v) for v in vecs)
+    lengths = _lengths(vecs)
+    total = sum(lengths)
     rows = np.sort(np.random.default_rng(seed).choice(total, size=min(n, total), replace=False))
-    starts = np.cumsum([0, *[len(v) for v in vecs]])
+    starts = np.cumsum([0, *lengths])
     shard = np.searchsorted(starts, rows, side="right") - 1
-    return np.stack([vecs[s][r - starts[s]] for s, r in zip(shard, rows)]).astype(np.float32)
-
-
-def exact_topk(queries: np.ndarray, vecs: Sequence[np.ndarray], k: int) -> tuple[np.ndarray, np.ndarray]:
-    """Brute-force inner-product top k over memory-mapped shards (the reference recall is against)."""
-    parts, start = [], 0
-    for v in vecs:
-        scores = queries @ np.asarray(v, dtype=np.float32).T
-        kk = min(k, scores.shape[1])
-        top = np.argpartition(-scores, kk - 1, axis=1)[:, :kk]
-        parts.append((np.take_along_axis(scores, top, 1), top + start))
-        start += len(v)
-    return merge_topk(parts, k)
-
-
-def merge_topk(parts: Sequence[tuple[np.ndarray, np.ndarray]], k: int) -> tuple[np.ndarray, np.ndarray]:
-    """Each query's best k over several (scores, ids) results; faiss's empty slots (-1) last."""
-    scores = np.concatenate([np.where(i >= 0, s, -np.inf) for s, i in parts], axis=1)
-    ids = np.concatenate([i for _, i in parts], axis=1)
-    order = np.argsort(-scores, axis=1, kind="stable")[:, :k]
-    return np.take_along_axis(scores, order, 1), np.take_along_axis(ids, order, 1)
-
-
-def search_all(indexes: Sequence, queries: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
-    return merge_topk([index.search(queries, k) for index in indexes], k)
-
-
-def recall_at(found: np.ndarray, exact: tuple[np.ndarray, np.ndarray], k: int = 10) -> float:
-    """Mean share of each query's exact top k that the index found, `exact` being a deeper exact
-    (scores, ids): a row tied with the k-th counts too, so ties broken otherwise are no loss."""
-    scores, ids = exact
-    out = []
-    for f, s, e in zip(found[:, :k].tolist(), scores.tolist(), ids.tolist()):
-        kk = min(k, len(s))  # an index of fewer than k rows
-        tied = {i for x, i in zip(s, e) if x >= s[kk - 1] - 1e-6}
-        out.append(min(kk, len(set(f) & tied)) / kk)
-    return float(np.mean(out))
-
-
-def search_knob(index) -> str:
-    """The knob that trades speed for recall in this index: "nprobe" (IVF), "efSearch" (HNSW), or ""."""
-    import faiss
-
-    inner = faiss.downcast_index(index.index) if isinstance(index, (faiss.IndexIDMap, faiss.IndexIDMap2)) else index
-    try:
-        faiss.extract_index_ivf(inner)
-        return "nprobe"
-    except RuntimeError:
-        return "efSearch" if "HNSW" in type(inner).__name__ else ""
-
-
-def set_knob(indexes: Sequence, knob: str, value: int) -> None:
-    import faiss
-
-    params = faiss.ParameterSpace()
-    for index in indexes:
-        params.set_index_parameter(index, knob, value)
+    picked = [vecs[s][rows[shard == s] - starts[s]] for s in np.unique(shard)]  # each shard read once
+    return np.concatenate(picked).astype(np.float32)
 
 
 def tune(indexes: Sequence, queries: np.ndarray, exact: tuple[np.ndarray, np.ndarray],

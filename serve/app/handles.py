@@ -180,14 +180,14 @@ class RemoteSource:
 
 class RemoteIndexShards:
     """A dense index split over index-shard actors, searched as one faiss index: every shard
-    asked at once, each query's top k merged (retrievers/sources/dense_build.py: merge_topk)."""
+    asked at once, each query's top k merged (retrievers/sources/knn.py: merge_topk)."""
 
     def __init__(self, handles: Sequence[Any], index_dir: str = ""):
         self.handles = list(handles)
         self.index_dir = index_dir  # the base the shards search ("": the one each loaded first)
 
     def search(self, vectors, k: int):
-        from retrievers.sources.dense_build import merge_topk
+        from retrievers.sources.knn import merge_topk
 
         t = time.perf_counter()
         pending = [h.search.remote(vectors, int(k), self.index_dir) for h in self.handles]

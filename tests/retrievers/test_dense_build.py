@@ -10,7 +10,8 @@ import pytest
 from retrievers.corpus import Document
 from retrievers.sources.dense import DenseSource
 from retrievers.sources.dense_build import (BUILD_FILE, META_FILE, SHARDS_DIR, DenseIndexSettings, build_dense_index,
-                                            exact_topk, load_vectors, merge_topk, split_rows, vectors_path)
+                                            load_vectors, sample_rows, split_rows, vectors_path,
+                                            write_vectors)
 from retrievers.sources.passage_store import PassageStore, read_shard
 
 
@@ -129,24 +130,23 @@ def test_index_shards_return_what_one_index_returns(tmp_path):
     assert sum(map(len, map(untied, a))) > 40, sum(map(len, map(untied, a)))
 
 
-def test_merge_topk_keeps_the_best_k_and_puts_empty_slots_last():
-    s1, i1 = np.array([[0.9, 0.5, -1.0]]), np.array([[4, 2, -1]])
-    s2, i2 = np.array([[0.7, 0.6, 0.1]]), np.array([[10, 11, 12]])
-    scores, ids = merge_topk([(s1, i1), (s2, i2)], 4)
-    assert ids.tolist() == [[4, 10, 11, 2]] and scores.tolist() == [[0.9, 0.7, 0.6, 0.5]]
-    _, ids = merge_topk([(s1, i1)], 3)
-    assert ids.tolist() == [[4, 2, -1]]
+def test_build_shards_split_the_rows_contiguously():
     assert split_rows([10] * 10, 3) == [(0, 4), (4, 7), (7, 10)]
     assert split_rows([10, 10], 5) == [(0, 1), (1, 2)]
 
 
-def test_exact_topk_over_shards_is_the_brute_force_answer():
-    rng = np.random.default_rng(3)
-    shards = [rng.normal(size=(n, 8)).astype(np.float32) for n in (5, 9, 3)]
-    q = rng.normal(size=(4, 8)).astype(np.float32)
-    scores, ids = exact_topk(q, shards, 6)
-    full = np.concatenate(shards)
-    assert ids.tolist() == np.argsort(-(q @ full.T), axis=1)[:, :6].tolist()
+def test_shard_vectors_are_read_a_shard_at_a_time_and_sampled_as_from_memory(tmp_path):
+    rng = np.random.default_rng(5)
+    shards = [rng.normal(size=(n, 4)).astype(np.float32) for n in (7, 3, 11)]
+    for i, v in enumerate(shards):
+        write_vectors(tmp_path, i, v)
+    on_disk = load_vectors(tmp_path, 3)
+    assert on_disk.lengths == [7, 3, 11] and len(on_disk) == 3
+    assert type(on_disk[2]) is np.ndarray and np.array_equal(on_disk[-1], shards[2])  # read whole, not mapped
+    with pytest.raises(IndexError):
+        on_disk[3]
+    assert np.array_equal(sample_rows(on_disk, 9, seed=2), sample_rows(shards, 9, seed=2))
+    assert np.array_equal(np.sort(sample_rows(on_disk, 50, seed=2), axis=0), np.sort(np.concatenate(shards), axis=0))
 
 
 def test_passages_are_read_by_row_from_disk_across_shards(tmp_path):
