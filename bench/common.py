@@ -1,8 +1,10 @@
 """Helpers shared by the bench scripts: question and corpus files, timing."""
 from __future__ import annotations
 
+import errno
 import json
 import os
+import subprocess
 import threading
 import time
 from contextlib import contextmanager
@@ -55,19 +57,30 @@ def read_corpus(path: str = DEFAULT_CORPUS) -> dict[str, dict]:
     return out
 
 
-def at_niceness(nice: int):
-    """A `preexec_fn` for a child that must yield the CPU to a service started elsewhere. Linux with
-    autogroup (`/proc/sys/kernel/sched_autogroup_enabled`) shares the CPU between sessions first and by
-    niceness only inside one: `nice -n 19` alone does not yield to a service another shell started.
-    The child gets a session of its own (`start_new_session=True`, set before this runs) and that
-    session's group gets the niceness too."""
-    def apply() -> None:
-        os.nice(nice)
+def start_niced(cmd: list[str], nice: int, **popen) -> subprocess.Popen:
+    """Start a command that must yield the CPU to a service started elsewhere. Linux with autogroup
+    (`/proc/sys/kernel/sched_autogroup_enabled`) shares the CPU between sessions first and by niceness
+    only inside one: `nice -n 19` alone does not yield to a service another shell started. The command
+    runs niced, in a session of its own (so Ctrl-C here does not reach it: stop it with `proc.send_signal`),
+    whose group this process then nices too."""
+    proc = subprocess.Popen(["nice", "-n", str(nice), *cmd], start_new_session=True, **popen)
+    set_autogroup_nice(proc.pid, nice)
+    return proc
+
+
+def set_autogroup_nice(pid: int, nice: int, tries: int = 5) -> bool:
+    """Nice the autogroup of `pid`'s session; False where the kernel has none or the process ended. The
+    kernel refuses a second write within 100 ms (EAGAIN) without CAP_SYS_ADMIN: wait and write again."""
+    path = Path(f"/proc/{pid}/autogroup")
+    for _ in range(tries):
         try:
-            Path("/proc/self/autogroup").write_text(str(nice))
-        except OSError:
-            pass  # no autogroup in this kernel: the niceness alone decides
-    return apply
+            path.write_text(str(nice))
+            return True
+        except OSError as exc:
+            if exc.errno != errno.EAGAIN:
+                return False
+            time.sleep(0.11)
+    return False
 
 
 @contextmanager

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import signal
 import subprocess
 import sys
 import tempfile
@@ -22,7 +23,7 @@ import threading
 import time
 from pathlib import Path
 
-from bench.common import DEFAULT_QUESTIONS, Timeline, at_niceness
+from bench.common import DEFAULT_QUESTIONS, Timeline, start_niced
 from bench.load_curve import never_asked
 
 PROBE = {"id": "probe-zorblat", "title": "Zorblat Quenfield",
@@ -65,11 +66,17 @@ def wait_for_generation(client, n: int, timeline: Timeline, limit_s: float = 600
 
 def change(args_: list[str], index: str, timeline: Timeline, nice: int = 0) -> dict:
     t = time.time()
-    proc = subprocess.run([str(Path(sys.executable).parent / "eor"), "index", *args_, "--index", index, "--json"],
-                          capture_output=True, text=True, start_new_session=True, preexec_fn=at_niceness(nice))
+    proc = start_niced([str(Path(sys.executable).parent / "eor"), "index", *args_, "--index", index, "--json"], nice,
+                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        stdout, stderr = proc.communicate()
+    except BaseException:  # its own session: Ctrl-C here does not reach it
+        proc.send_signal(signal.SIGINT)
+        proc.wait()
+        raise
     if proc.returncode != 0:
-        raise SystemExit(f"eor index {args_[0]} failed: {proc.stderr.strip().splitlines()[-1:]}")
-    info = json.loads(proc.stdout.strip().splitlines()[-1])
+        raise SystemExit(f"eor index {args_[0]} failed: {stderr.strip().splitlines()[-1:]}")
+    info = json.loads(stdout.strip().splitlines()[-1])
     timeline.note(event=f"index {args_[0]}", seconds=round(time.time() - t, 1), generation=info["generation"])
     return info
 

@@ -13,8 +13,11 @@ Projected, each with its rule:
   hours = passages / (per-core rate x cores). Two nodes sharing one build were shown (tests/serve/test_indexing.py).
 - GPU: no GPU was measured. The encoder's FLOPs per passage (its shapes, the tokens counted) over an
   assumed sustained rate (`--gpu-tflops`), stated beside the figure as an assumption.
-- The index: bytes per vector of the factory (HNSW32,SQ8: 384 code bytes and 2M 4-byte links at level 0),
-  and its build time scaled by N log N from a measured build (`--hnsw-seconds` on `--hnsw-vectors`).
+- The index: bytes per vector of the factory as `eor index` writes it (HNSW32,SQ8: 384 code bytes, 2M 4-byte
+  links at level 0 and ~1 above, the graph's offset and level, the id map), and its graph's build time scaled
+  by N log N from a measured build (`--hnsw-seconds` on `--hnsw-vectors` and `--hnsw-cores`). Disk: the
+  largest report's, less its own index file, plus the factory's. The index step runs in one process
+  (dense_build.py: build_faiss): the whole graph in its memory, whatever `index_shards` says.
 """
 from __future__ import annotations
 
@@ -29,15 +32,18 @@ from pathlib import Path
 DPR_WIKI_PASSAGES = 21_015_324  # psgs_w100.tsv, the DPR Wikipedia the EoR paper retrieves from
 # MiniLM-L6 (all-MiniLM-L6-v2): 6 layers, 384 wide, 1,536 in the feed-forward.
 LAYERS, WIDTH, FEED_FORWARD = 6, 384, 1536
-# The HNSW32,SQ8 preview build on 286,720 of the 1M vectors, efConstruction 100, 2 cores (session-42 note).
-HNSW_SECONDS, HNSW_VECTORS, HNSW_CORES = 404.0, 286_720, 2
+# The HNSW32,SQ8 preview build on 286,720 of the 1M vectors, efConstruction 100 (session-42 note): beside the 1M
+# build in another session, so about one of the two cores (autogroup: the session-43 note).
+HNSW_SECONDS, HNSW_VECTORS, HNSW_CORES = 404.0, 286_720, 1
+ID_MAP_BYTES = 8, 48  # IndexIDMap2 around an index without ids of its own: on disk the id; in memory its reverse map too
 
 
 @dataclass(frozen=True)
 class Measured:
     per_core_rate: float  # passages/s per core, the corpus encoder alone
     rate_from: str
-    wiki_bytes_per_passage: float
+    cores: int  # of the machine the reports were measured on
+    wiki_bytes_per_passage: float  # on disk, but its faiss index: passages, offsets, vectors
     se_bytes_per_passage: float
     disk_from: str
     tokens_per_passage: float
@@ -50,8 +56,9 @@ def encoder_flops(tokens: float, layers: int = LAYERS, width: int = WIDTH, ff: i
     return layers * (2 * tokens * weights + 4 * tokens * tokens * width)
 
 
-def bytes_per_vector(factory: str, dims: int = WIDTH) -> float:
-    """Memory of one vector in a faiss index of this factory string (the codes and the graph or list ids)."""
+def bytes_per_vector(factory: str, dims: int = WIDTH, in_memory: bool = True) -> float:
+    """One vector in a faiss index of this factory string as `eor index` writes it: its code, the graph or the
+    inverted list's id, and the IndexIDMap2 it wraps an index without ids in (dense_build.py: build_faiss)."""
     code = {"Flat": 4 * dims, "SQ8": dims, "SQ4": dims / 2, "SQfp16": 2 * dims}
     parts = factory.split(",")
     last = parts[-1]
@@ -64,12 +71,14 @@ def bytes_per_vector(factory: str, dims: int = WIDTH) -> float:
     else:
         raise ValueError(f"unknown faiss factory part {last!r} in {factory!r}")
     first = parts[0]
+    if first.startswith("IVF"):
+        return size + 8  # the id kept in the inverted list
     if first.startswith("HNSW"):
         m = int(re.match(r"HNSW(\d+)", first).group(1))
-        size += 2 * m * 4 * (1 + 1 / m)  # level 0 holds 2M links; the levels above add about 1/M of that
-    elif first.startswith("IVF"):
-        size += 8  # the id stored in the inverted list
-    return size
+        # level 0 holds 2M links of 4 bytes; a vector reaches level l >= 1 with chance M^-l, M links each there:
+        # M / (M - 1) links above level 0 in all; and its offset (8 bytes) and level (4) in the graph
+        size += 2 * m * 4 + 4 * m / (m - 1) + 12
+    return size + ID_MAP_BYTES[in_memory]
 
 
 def hnsw_build_hours(passages: int, cores: int, seconds: float = HNSW_SECONDS, vectors: int = HNSW_VECTORS,
@@ -87,19 +96,21 @@ def measured(reports: list[dict], tokens_per_passage: float) -> Measured:
     fastest = max(builds, key=lambda r: r["build"]["embed_passages_per_s_per_core"])
     largest = max(builds, key=lambda r: r["build"]["passages"])
     disk, n = largest["build"]["disk_gib"], largest["build"]["passages"]
+    index_file = bytes_per_vector(largest["build"].get("factory", "Flat"), in_memory=False)
     return Measured(per_core_rate=fastest["build"]["embed_passages_per_s_per_core"], rate_from=fastest["index"],
-                    wiki_bytes_per_passage=disk["wiki"] * 2**30 / n, se_bytes_per_passage=disk["se"] * 2**30 / n,
+                    cores=int(fastest.get("cores") or 2),
+                    wiki_bytes_per_passage=disk["wiki"] * 2**30 / n - index_file, se_bytes_per_passage=disk["se"] * 2**30 / n,
                     disk_from=largest["index"], tokens_per_passage=tokens_per_passage)
 
 
 def plan(m: Measured, passages: int, node_cores: int, nodes: list[int], gpu_tflops: float,
-         factory: str = "HNSW32,SQ8") -> dict:
+         factory: str = "HNSW32,SQ8", hnsw: tuple[float, int, int] = (HNSW_SECONDS, HNSW_VECTORS, HNSW_CORES)) -> dict:
     """The projection's rows: embedding hours by where it runs, the index's memory per shard, disk."""
     flops = encoder_flops(m.tokens_per_passage)
     embed = [{"where": f"{n} node(s) x {node_cores} cores", "cores": n * node_cores,
               "embed_hours": round(passages / (m.per_core_rate * n * node_cores) / 3600, 1)} for n in nodes]
-    embed.insert(0, {"where": "this machine, 2 cores", "cores": 2,
-                     "embed_hours": round(passages / (m.per_core_rate * 2) / 3600, 1)})
+    embed.insert(0, {"where": f"the measured machine, {m.cores} cores", "cores": m.cores,
+                     "embed_hours": round(passages / (m.per_core_rate * m.cores) / 3600, 1)})
     gpu_hours = passages * flops / (gpu_tflops * 1e12) / 3600
     index_gib = passages * bytes_per_vector(factory) / 2**30
     return {
@@ -111,25 +122,28 @@ def plan(m: Measured, passages: int, node_cores: int, nodes: list[int], gpu_tflo
         "index": {"factory": factory, "bytes_per_vector": round(bytes_per_vector(factory)),
                   "memory_gib": round(index_gib, 1),
                   "memory_gib_per_shard": {str(s): round(index_gib / s, 1) for s in (1, 4, 8, 16)},
-                  "graph_build_hours": {f"{c} cores": round(hnsw_build_hours(passages, c), 1)
-                                        for c in (2, node_cores)}},
-        "disk_gib": {"wiki": round(passages * m.wiki_bytes_per_passage / 2**30),
+                  "graph_build_hours": {f"{c} cores": round(hnsw_build_hours(passages, c, *hnsw), 1)
+                                        for c in (m.cores, node_cores)},
+                  "graph_measured": dict(zip(("seconds", "vectors", "cores"), hnsw))},
+        "disk_gib": {"wiki": round(passages * (m.wiki_bytes_per_passage + bytes_per_vector(factory, in_memory=False))
+                                   / 2**30),
                      "se": round(passages * m.se_bytes_per_passage / 2**30)},
     }
 
 
-def corpus_tokens(path: Path, every: int = 500, limit: int = 2000) -> float:
-    """Mean encoder tokens (truncated where the encoder truncates) of every `every`-th passage of a JSONL corpus."""
+def corpus_tokens(path: Path, every: int = 500, limit: int = 2000, words: int = 100) -> float:
+    """Mean encoder tokens (truncated where the encoder truncates) of every `every`-th passage of a JSONL corpus,
+    cut into passages as `eor index` cuts it."""
     from itertools import islice
 
-    from retrievers.corpus import read_jsonl
+    from retrievers.corpus import read_jsonl, to_passages
     from retrievers.encoder import resolve_encoder_path
     from retrievers.onnx_encoder import MAX_TOKENS
     from retrievers.sources.dense_build import passage_text
     from transformers import AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(resolve_encoder_path())
-    texts = [passage_text(p) for p in islice(read_jsonl(path), 0, every * limit, every)]
+    texts = [passage_text(p) for p in islice(to_passages(read_jsonl(path), words), 0, every * limit, every)]
     counts = [len(tokenizer(t, truncation=True, max_length=MAX_TOKENS)["input_ids"]) for t in texts]
     return sum(counts) / len(counts)
 
@@ -143,11 +157,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--nodes", type=int, action="append", help="cluster sizes (default 1, 4, 16)")
     ap.add_argument("--gpu-tflops", type=float, default=100.0,
                     help="assumed sustained TFLOPS of one GPU on this small encoder (not measured)")
+    ap.add_argument("--hnsw-seconds", type=float, default=HNSW_SECONDS, help="a measured graph build's seconds")
+    ap.add_argument("--hnsw-vectors", type=int, default=HNSW_VECTORS, help="... over this many vectors")
+    ap.add_argument("--hnsw-cores", type=int, default=HNSW_CORES, help="... on this many cores")
     ap.add_argument("--out", type=Path)
     args = ap.parse_args(argv)
     reports = [json.loads(p.read_text()) for p in args.report]
     result = plan(measured(reports, corpus_tokens(args.corpus)), args.passages, args.node_cores,
-                  args.nodes or [1, 4, 16], args.gpu_tflops)
+                  args.nodes or [1, 4, 16], args.gpu_tflops,
+                  hnsw=(args.hnsw_seconds, args.hnsw_vectors, args.hnsw_cores))
     text = json.dumps(result, indent=1)
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)

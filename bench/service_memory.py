@@ -19,11 +19,12 @@ from pathlib import Path
 
 import psutil
 
-ROLES = (  # the first role whose words appear in a process's title and command line (Ray names a replica's
-    # process "ray::ServeReplica:APP:DEPLOYMENT")
+ROLES = (  # the first role whose words appear in a process's title and command line. Ray names a replica's
+    # process "ray::ServeReplica:APP:DEPLOYMENT"; eor's deployments: Source_<name> and Source_<name>_shard<k>
+    # (serve/config.py: source_deployment), Retrievers_<i>, Reader_<name>, Voter, EorIngress.
     ("reader engines", ("VLLM", "EngineCore")),
-    ("index", ("IndexShard", ":Source")),
-    ("retriever groups", ("RetrieverGroup",)),
+    ("index", (":Source_",)),
+    ("retriever groups", (":Retrievers_",)),
     ("ray", ("raylet", "gcs_server", "dashboard", "log_monitor", "runtime_env", "monitor.py", "ray::IDLE")),
 )
 

@@ -241,7 +241,7 @@ def _embed(pending: list[int], folder: Path, embed: Embedder, passages: int, sha
 
 class ShardVectors(Sequence[np.ndarray]):
     """Every shard's vectors, each read from its file when asked and let go after: never all held. (A memory
-    map of them all would keep every page read in the build's resident set: 1.6 GiB at 1M passages.)"""
+    map of them all would keep every page read in the build's resident set: 1.5 GiB at 1M passages.)"""
 
     def __init__(self, folder: Path, shards: int) -> None:
         self.paths = [vectors_path(folder, i) for i in range(shards)]

@@ -1,4 +1,4 @@
-"""A child started to yield the CPU: its niceness, and its own session's group at the same niceness."""
+"""A command started to yield the CPU: niced, in a session of its own, that session's group niced too."""
 from __future__ import annotations
 
 import os
@@ -8,22 +8,28 @@ from pathlib import Path
 
 import pytest
 
-from bench.common import at_niceness
+from bench.common import set_autogroup_nice, start_niced
+
+REPORT = "import os, time; time.sleep(0.5); print(os.nice(0), os.getsid(0), os.getpid())"
 
 
-def test_the_child_runs_niced_in_a_session_and_autogroup_of_its_own():
-    out = subprocess.run([sys.executable, "-c", "import os; print(os.nice(0), os.getsid(0), os.getpid())"],
-                         capture_output=True, text=True, check=True, start_new_session=True,
-                         preexec_fn=at_niceness(7)).stdout.split()
-    nice, sid, pid = map(int, out)
+def test_the_command_runs_niced_in_a_session_of_its_own():
+    proc = start_niced([sys.executable, "-c", REPORT], 7, stdout=subprocess.PIPE, text=True)
+    nice, sid, pid = map(int, proc.communicate()[0].split())
     assert nice == min(19, os.nice(0) + 7)
-    assert sid == pid != os.getsid(0)
+    assert sid == pid == proc.pid and sid != os.getsid(0)
 
 
 @pytest.mark.skipif(not Path("/proc/self/autogroup").exists(), reason="this kernel has no autogroup")
-def test_the_childs_autogroup_is_niced_not_this_ones():
+def test_its_sessions_group_is_niced_and_this_ones_is_not():
     before = Path("/proc/self/autogroup").read_text()
-    out = subprocess.run([sys.executable, "-c", "print(open('/proc/self/autogroup').read())"], capture_output=True,
-                         text=True, check=True, start_new_session=True, preexec_fn=at_niceness(7)).stdout
-    assert out.strip().endswith("nice 7")
+    proc = start_niced([sys.executable, "-c", "import time; time.sleep(0.5); print(open('/proc/self/autogroup').read())"],
+                       7, stdout=subprocess.PIPE, text=True)
+    assert proc.communicate()[0].strip().endswith("nice 7")
     assert Path("/proc/self/autogroup").read_text() == before
+
+
+def test_a_process_that_ended_is_no_error():
+    proc = subprocess.Popen([sys.executable, "-c", "pass"])
+    proc.wait()
+    assert set_autogroup_nice(proc.pid, 7) is False

@@ -4,35 +4,48 @@ from __future__ import annotations
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import psutil
 import pytest
 
 from bench import service_memory as sm
+from serve.config import source_deployment
+
+
+REPLICA = "ray::ServeReplica:eor:"
 
 
 @pytest.mark.parametrize("title, role", [
     ("VLLM::EngineCore", "reader engines"), ("VLLM::Worker", "reader engines"),
-    ("ray::ServeReplica:eor:IndexShard-0", "index"), ("ray::ServeReplica:eor:Source-Wiki", "index"),
-    ("ray::ServeReplica:eor:RetrieverGroup", "retriever groups"), ("/x/raylet --node", "ray"),
-    ("ray::ServeReplica:eor:Reader-1.5B", "rest"), ("python eor serve", "rest")])
+    (REPLICA + source_deployment("Wiki"), "index"), (REPLICA + source_deployment("Wiki") + "_shard0", "index"),
+    (REPLICA + source_deployment("SE"), "index"), (REPLICA + "Retrievers_0", "retriever groups"),
+    ("/x/raylet --node", "ray"), (REPLICA + "Reader_1.5B", "rest"), (REPLICA + "Voter", "rest"),
+    ("python eor serve", "rest")])
 def test_a_process_role_comes_from_its_title(title, role):
     assert sm.role(title) == role
+
+
+def test_the_deployment_names_are_the_applications():
+    """The names the roles match are those serve/app/application.py gives its deployments."""
+    text = (Path(__file__).resolve().parents[2] / "serve" / "app" / "application.py").read_text()
+    assert 'f"Retrievers_{i}"' in text and 'f"{source_deployment(name)}_shard{k}"' in text
 
 
 def test_the_sum_covers_the_process_and_its_children():
     child = subprocess.Popen([sys.executable, "-c", "import time; b = bytearray(64 << 20); time.sleep(60)"])
     try:
         deadline = time.time() + 20
-        while psutil.Process(child.pid).memory_info().rss < 64 << 20 and time.time() < deadline:
+        while psutil.Process(child.pid).memory_info().rss < 64 << 20:
+            assert time.time() < deadline, "the child never held its 64 MiB"
             time.sleep(0.1)
         result = sm.measure(psutil.Process().pid)
     finally:
         child.kill()
         child.wait()
-    assert child.pid in {r["pid"] for r in result["each"]}
+    row = next(r for r in result["each"] if r["pid"] == child.pid)
+    assert row["pss_gib"] >= 60 / 1024  # its bytearray: pages of its own
     assert result["processes"] >= 2
-    assert result["pss_gib"] >= 64 / 1024  # the child's bytearray, its own pages
     assert result["pss_gib"] <= result["rss_gib"] + 0.01
     assert sum(v["processes"] for v in result["by_role"].values()) == result["processes"]
 
