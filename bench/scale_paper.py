@@ -17,7 +17,7 @@ Projected, each with its rule:
   links at level 0 and ~1 above, the graph's offset and level, the id map), and its graph's build time scaled
   by N log N from a measured build (`--hnsw-seconds` on `--hnsw-vectors` and `--hnsw-cores`). Disk: the
   largest report's, less its own index file, plus the factory's. The index step runs in one process
-  (dense_build.py: build_faiss): the whole graph in its memory, whatever `index_shards` says.
+  (dense_build.py: build_faiss), one file's graph at a time: `index_shards` divides its memory, not its time.
 """
 from __future__ import annotations
 

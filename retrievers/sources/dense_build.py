@@ -31,7 +31,7 @@ import numpy as np
 
 from retrievers.corpus import Document, to_passages
 from retrievers.sources import build_lock
-from retrievers.sources.knn import exact_topk, recall_at, search_all, search_knob, set_knob
+from retrievers.sources.knn import exact_topk, merge_topk, recall_at, search_knob, set_knob
 from retrievers.sources.passage_store import read_shard, shard_done, shard_stem, write_shard
 
 AUTO_ANN = "HNSW32,SQ8"  # "auto"'s index at or above exact_below passages (the module's docstring: why)
@@ -265,7 +265,9 @@ def _lengths(vecs: Sequence[np.ndarray]) -> list[int]:
 
 
 def build_faiss(out: Path, shards: int, passages: int, settings: DenseIndexSettings) -> dict:
-    """The faiss index (in `index_shards` files) over every shard's vectors, and its recall@10."""
+    """The faiss index (in `index_shards` files) over every shard's vectors, and its recall@10. One file's
+    index is built, searched at each knob value and written before the next: the step holds one at a time,
+    so `index_shards` divides its memory (at 21M passages HNSW32,SQ8 is ~14 GiB whole)."""
     import faiss
 
     vecs = load_vectors(out / SHARDS_DIR, shards)
@@ -279,7 +281,9 @@ def build_faiss(out: Path, shards: int, passages: int, settings: DenseIndexSetti
         template.train(sample_rows(vecs, settings.train_sample, seed=0))
     parts = split_rows(_lengths(vecs), settings.index_shards)
     starts = np.cumsum([0, *_lengths(vecs)])
-    indexes = []
+    queries = sample_rows(vecs, settings.recall_queries, seed=1)
+    exact = exact_topk(queries, vecs, 20)
+    knob, ladder, found = "", [0], {}  # found: knob value -> each file's (scores, ids) for the queries
     for k, (first, last) in enumerate(parts):
         index = faiss.clone_index(template)
         if not _takes_ids(index):
@@ -287,16 +291,19 @@ def build_faiss(out: Path, shards: int, passages: int, settings: DenseIndexSetti
         for i in range(first, last):
             index.add_with_ids(np.ascontiguousarray(vecs[i], dtype=np.float32),
                                np.arange(starts[i], starts[i + 1], dtype=np.int64))
-        indexes.append(index)
-    queries = sample_rows(vecs, settings.recall_queries, seed=1)
-    exact = exact_topk(queries, vecs, 20)
-    knob, value = tune(indexes, queries, exact, settings)
-    recall = recall_at(search_all(indexes, queries, 10)[1], exact)
-    for k, index in enumerate(indexes):
+        if k == 0:
+            knob, ladder = knob_ladder(index, settings)
+        for value in ladder:
+            if knob:
+                set_knob([index], knob, value)
+            found.setdefault(value, []).append(index.search(queries, 10))
         faiss.write_index(index, str(out / index_file(k)))
+        del index
+    recalls = {value: recall_at(merge_topk(found[value], 10)[1], exact) for value in ladder}
+    value = next((v for v in ladder if recalls[v] >= settings.target_recall), ladder[-1])
     return {"passages": passages, "dim": dim, "factory": factory,
             "index_shards": [[int(starts[a]), int(starts[b] - starts[a])] for a, b in parts],
-            "search": {knob: value} if knob else {}, "recall_at_10": round(recall, 4),
+            "search": {knob: value} if knob else {}, "recall_at_10": round(recalls[value], 4),
             "recall_queries": len(queries)}
 
 
@@ -338,23 +345,17 @@ def sample_rows(vecs: Sequence[np.ndarray], n: int, seed: int) -> np.ndarray:
     return np.concatenate(picked).astype(np.float32)
 
 
-def tune(indexes: Sequence, queries: np.ndarray, exact: tuple[np.ndarray, np.ndarray],
-         settings: DenseIndexSettings) -> tuple[str, int]:
-    """Set the search knob: the configured value, else the smallest power of two whose
-    recall@10 reaches the target (at most the number of lists, or 1024 for efSearch)."""
-    knob = search_knob(indexes[0]) if indexes else ""
+def knob_ladder(index, settings: DenseIndexSettings) -> tuple[str, list[int]]:
+    """The index's search knob and the values the build tries, smallest first: the configured one, else powers
+    of two up to the number of lists (IVF) or 1,024 (efSearch). The build keeps the first whose recall@10
+    reaches the target, or the last."""
+    knob = search_knob(index)
     if not knob:
-        return "", 0
+        return "", [0]
     fixed = settings.nprobe if knob == "nprobe" else settings.ef_search
     if fixed:
-        set_knob(indexes, knob, fixed)
-        return knob, fixed
+        return knob, [fixed]
     import faiss
 
-    top = faiss.extract_index_ivf(indexes[0]).nlist if knob == "nprobe" else 1024
-    value = 1
-    while True:
-        set_knob(indexes, knob, value)
-        if value >= top or recall_at(search_all(indexes, queries, 10)[1], exact) >= settings.target_recall:
-            return knob, value
-        value *= 2
+    top = faiss.extract_index_ivf(index).nlist if knob == "nprobe" else 1024
+    return knob, [2**i for i in range(int(np.log2(top)) + 1)] + ([top] if top & (top - 1) else [])

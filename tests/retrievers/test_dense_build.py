@@ -130,6 +130,26 @@ def test_index_shards_return_what_one_index_returns(tmp_path):
     assert sum(map(len, map(untied, a))) > 40, sum(map(len, map(untied, a)))
 
 
+def test_an_ann_index_in_files_built_one_at_a_time_reports_the_recall_its_files_give(tmp_path):
+    """The build searches each file as it is built; loaded back with the knob it chose, the files give that recall,
+    and the knob is the smallest power of two reaching the target."""
+    from retrievers.sources.dense import load_index_shards
+    from retrievers.sources.knn import exact_topk, recall_at, search_all, set_knob
+
+    settings = DenseIndexSettings(shard_passages=64, exact_below=100, recall_queries=100, index_shards=3,
+                                  ef_construction=16, target_recall=0.97)
+    meta = build_dense_index(corpus(600), tmp_path / "idx", HashEncoder(), settings=settings)
+    assert meta["factory"] == "HNSW32,SQ8" and len(meta["index_shards"]) == 3
+    queries = sample_rows(load_vectors(tmp_path / "idx" / SHARDS_DIR, meta["shards"]), 100, seed=1)
+    exact = exact_topk(queries, load_vectors(tmp_path / "idx" / SHARDS_DIR, meta["shards"]), 20)
+    files = load_index_shards(tmp_path / "idx", meta, settings)
+    assert recall_at(search_all(files, queries, 10)[1], exact) == pytest.approx(meta["recall_at_10"])
+    ef = meta["search"]["efSearch"]
+    assert meta["recall_at_10"] >= 0.97 and ef > 1  # this corpus and seed: a few steps up the ladder
+    set_knob(files, "efSearch", ef // 2)
+    assert recall_at(search_all(files, queries, 10)[1], exact) < 0.97
+
+
 def test_build_shards_split_the_rows_contiguously():
     assert split_rows([10] * 10, 3) == [(0, 4), (4, 7), (7, 10)]
     assert split_rows([10, 10], 5) == [(0, 1), (1, 2)]
