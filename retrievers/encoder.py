@@ -55,6 +55,9 @@ class Encoder:
     # `corpus_dtype`), "onnx-int8" (retrievers/onnx_encoder.py: ~2.7x torch fp32 on CPUs without
     # bf16), or "auto": torch where the CPU has bf16 or the model is on a GPU, else onnx-int8.
     corpus_backend: str = "auto"
+    # The int8 corpus encoder's threads; 0: every core of the machine. An encoder actor of a Ray build
+    # sets the cores it was given: 32 actors of one core on a 32-core node must not run 32 threads each.
+    threads: int = 0
 
     def __post_init__(self) -> None:
         if self.corpus_backend not in CORPUS_BACKENDS:
@@ -111,7 +114,7 @@ class Encoder:
             if self._int8 is None:
                 from retrievers.onnx_encoder import OnnxInt8Encoder
 
-                self._int8 = OnnxInt8Encoder(self.path, batch_size=min(self.batch_size, 32))
+                self._int8 = OnnxInt8Encoder(self.path, batch_size=min(self.batch_size, 32), threads=self.threads)
             return self._int8.encode(texts) if texts else self._encode([], False, bf16=False)
         bf16 = self.corpus_dtype == "bfloat16" or (
             self.corpus_dtype == "auto" and self.device == "cpu" and cpu_has_bf16())

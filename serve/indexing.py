@@ -34,7 +34,7 @@ class ShardEncoder:
         from retrievers.encoder import Encoder
 
         torch.set_num_threads(threads)
-        self.encoder = Encoder(encoder_name, corpus_backend=corpus_backend, device=device)
+        self.encoder = Encoder(encoder_name, corpus_backend=corpus_backend, device=device, threads=threads)
 
     def __call__(self, batch: dict) -> dict:
         out = {"shard": [], "rows": [], "vectors": [], "node": [], "seconds": []}

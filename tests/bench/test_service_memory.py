@@ -10,7 +10,8 @@ import psutil
 import pytest
 
 from bench import service_memory as sm
-from serve.config import source_deployment
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 REPLICA = "ray::ServeReplica:eor:"
@@ -18,8 +19,7 @@ REPLICA = "ray::ServeReplica:eor:"
 
 @pytest.mark.parametrize("title, role", [
     ("VLLM::EngineCore", "reader engines"), ("VLLM::Worker", "reader engines"),
-    (REPLICA + source_deployment("Wiki"), "index"), (REPLICA + source_deployment("Wiki") + "_shard0", "index"),
-    (REPLICA + source_deployment("SE"), "index"), (REPLICA + "Retrievers_0", "retriever groups"),
+    (REPLICA + "Source_Wiki", "index"), (REPLICA + "Source_Wiki_shard0", "index"), (REPLICA + "Source_SE", "index"), (REPLICA + "Retrievers_0", "retriever groups"),
     ("/x/raylet --node", "ray"), (REPLICA + "Reader_1.5B", "rest"), (REPLICA + "Voter", "rest"),
     ("python eor serve", "rest")])
 def test_a_process_role_comes_from_its_title(title, role):
@@ -27,9 +27,11 @@ def test_a_process_role_comes_from_its_title(title, role):
 
 
 def test_the_deployment_names_are_the_applications():
-    """The names the roles match are those serve/app/application.py gives its deployments."""
-    text = (Path(__file__).resolve().parents[2] / "serve" / "app" / "application.py").read_text()
+    """The names the roles match are those the server gives its deployments (read as text: this bench runs in an
+    environment without the server's packages)."""
+    text = (ROOT / "serve" / "app" / "application.py").read_text()
     assert 'f"Retrievers_{i}"' in text and 'f"{source_deployment(name)}_shard{k}"' in text
+    assert 'return f"Source_{name}"' in (ROOT / "serve" / "config.py").read_text()
 
 
 def test_the_sum_covers_the_process_and_its_children():

@@ -1,0 +1,35 @@
+"""The int8 ONNX corpus encoder (the default on CPUs without bf16): close to torch fp32, its vectors not moved
+by its thread count, and the threads an encoder is given are the ones its session runs."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from retrievers.encoder import Encoder
+
+PASSAGES = ["Leonardo da Vinci painted the Mona Lisa in the early sixteenth century.",
+            "Glaciers are slow rivers of ice that carve valleys.",
+            "The Treaty of Westphalia ended the Thirty Years' War in 1648.",
+            "Photosynthesis turns light, water and carbon dioxide into sugar and oxygen."]
+
+
+@pytest.fixture(scope="module")
+def one_thread():
+    return Encoder(corpus_backend="onnx-int8", threads=1)
+
+
+@pytest.mark.slow
+def test_int8_vectors_are_normalised_and_near_torch_fp32(one_thread, encoder):
+    int8 = one_thread.encode_corpus(PASSAGES)
+    fp32 = encoder.encode(PASSAGES)
+    assert int8.shape == (4, 384) and int8.dtype == np.float32
+    np.testing.assert_allclose(np.linalg.norm(int8, axis=1), 1.0, rtol=1e-5)
+    assert (np.sum(int8 * fp32, axis=1) >= 0.97).all()  # session 38: >= 0.979 over 4,000 passages
+
+
+@pytest.mark.slow
+def test_the_thread_count_changes_no_vector_and_is_the_sessions(one_thread):
+    two = Encoder(corpus_backend="onnx-int8", threads=2)
+    assert np.array_equal(one_thread.encode_corpus(PASSAGES), two.encode_corpus(PASSAGES))
+    assert one_thread._int8._session.get_session_options().intra_op_num_threads == 1
+    assert two._int8._session.get_session_options().intra_op_num_threads == 2
