@@ -215,7 +215,13 @@ def checked_choice(saved: SavedWeights, source: str, pool: Sequence[str], reader
     chosen, warnings = for_readers(saved, readers, f"voter {saved.digest} [{source}]")
     if chosen is not saved:
         source = f"{source}, single-reader fallback"
-    check_compatible(chosen, pool, metrics)
+        try:
+            check_compatible(chosen, pool, metrics)
+        except ValueError as exc:  # say first why the fallback was taken: the reason is the readers, not the pool
+            why = warnings[0].removesuffix(": running its single-reader fallback")
+            raise ValueError(f"{why}; its single-reader fallback does not fit this pool either ({exc})") from None
+    else:
+        check_compatible(chosen, pool, metrics)
     return VoterChoice(chosen, metric_options(chosen, nli_model), source, warnings)
 
 

@@ -20,6 +20,7 @@ import hashlib
 import json
 import logging
 import os
+import re
 import shutil
 import tempfile
 import threading
@@ -27,6 +28,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from serve.app.errors import StartFailed
 from serve.config import EorConfig, actor_groups, config_from_dict, load_config
 
 log = logging.getLogger(__name__)
@@ -195,7 +197,12 @@ class LocalService:
             serve.start(proxy_location="HeadOnly", http_options=http_options(svc), **grpc)
         else:
             serve.start(proxy_location="Disabled")
-        handle = self._deploy(None)
+        try:
+            handle = self._deploy(None)
+        except RuntimeError as exc:  # Ray Serve's "Deploying application eor failed: ..."
+            reasons = deploy_failures(APP_NAME)
+            self.stop()
+            raise StartFailed(f"the service did not start: {reasons or exc}") from None
         self._start_front(handle)
         return self
 
@@ -276,6 +283,24 @@ class LocalService:
 
     def __exit__(self, *exc) -> None:
         self.stop()
+
+
+def deploy_failures(app: str) -> str:
+    """Each failed deployment of `app` and the last line of its replicas' error ("Voter: the weights were
+    fitted for ..."), from Ray Serve's status; "" when it cannot be read."""
+    from ray import serve
+
+    try:
+        status = serve.status().applications.get(app)
+    except Exception:  # noqa: BLE001 - the start already failed: say what is known
+        return ""
+    reasons = []
+    for name, d in (status.deployments.items() if status else []):
+        if "UNHEALTHY" in str(d.status) or "FAIL" in str(d.status):
+            lines = [line.strip() for line in (d.message or "").splitlines() if line.strip()]
+            last = re.sub(r"^[\w.]+(Error|Exception): ", "", lines[-1]) if lines else str(d.status)
+            reasons.append(f"{name}: {last}")
+    return "; ".join(reasons)
 
 
 def http_options(svc) -> dict:

@@ -230,14 +230,19 @@ def voter_from_files(pool: list[str], readers: dict[str, str], path: str | None)
     from serve.paths import pushed_voter_path
     from voter.question_vote import choose_voter
 
+    pushed = pushed_voter_path()
     try:
-        return choose_voter(pool, readers, weights=path or None, fallback=str(pushed_voter_path()))
+        return choose_voter(pool, readers, weights=path or None, fallback=str(pushed))
     except ValueError as exc:
         if path:  # a voter file named in the config must load
             raise
-        log.error("the last pushed voter (%s) does not fit this service: %s; using the shipped voter",
-                  pushed_voter_path(), exc)
+        if not pushed.exists():
+            raise ValueError(f"the shipped voter does not fit this service: {exc}") from None
+        log.error("the last pushed voter (%s) does not fit this service: %s; using the shipped voter", pushed, exc)
+    try:
         return choose_voter(pool, readers)
+    except ValueError as exc:
+        raise ValueError(f"the shipped voter does not fit this service: {exc}") from None
 
 
 def asked_readers(settings) -> set[str] | None:

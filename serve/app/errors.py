@@ -59,6 +59,13 @@ class FailedPrecondition(ServiceError):
     code = grpc.StatusCode.FAILED_PRECONDITION
 
 
+class StartFailed(ServiceError):
+    """`eor serve` could not start the application: a deployment's replicas failed to start; the
+    details name each and the last line of its error, not Ray's traceback."""
+
+    code = grpc.StatusCode.UNAVAILABLE
+
+
 class TooLarge(ServiceError):
     """A request body over the front's limit: RESOURCE_EXHAUSTED, as gRPC answers an over-size
     message; over HTTP 413, not 429 (the caller must send less, not wait)."""

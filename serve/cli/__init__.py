@@ -26,7 +26,7 @@ from typing import Callable
 
 from retrievers.sources.base import MissingIndexError
 from retrievers.spec import SpecError
-from serve.app.errors import engine_died, engine_stopped
+from serve.app.errors import StartFailed, engine_died, engine_stopped
 from serve.cli.ask import cmd_ask
 from serve.cli.bench import cmd_bench, run_bench
 from serve.cli.calibrate import LINE_METHODS, cmd_calibrate
@@ -281,7 +281,8 @@ def run_reporting_errors(command: Callable[[], int]) -> int:
     here and in the warm reader that answers for `eor ask`."""
     try:
         return command()
-    except (MissingIndexError, FileNotFoundError, SpecError, KeyError, ValueError, NotImplementedError) as exc:
+    except (MissingIndexError, FileNotFoundError, SpecError, KeyError, ValueError, NotImplementedError,
+            StartFailed) as exc:
         msg = exc.args[0] if isinstance(exc, KeyError) and exc.args else str(exc)
         print(f"eor: error: {msg}", file=sys.stderr)
         return 2

@@ -37,6 +37,11 @@ def cmd_serve(args) -> int:
           f"actor{'s' if n_actors != 1 else ''}, {layout}; "
           f"the readers load their models first)...", file=sys.stderr)
     print(engines_line(settings), file=sys.stderr)
+    if settings.voter.weights != "equal":  # a voter that does not fit is said before Ray starts, in one line
+        from serve.app.deployments import voter_from_files
+        from serve.config_readers import reader_models
+
+        voter_from_files(list(settings.pool.specs), reader_models(settings), settings.voter.weights)
     service = LocalService(settings).start()
     stop_on_sigterm()  # main() did too; the service's own startup may have reset it
     try:

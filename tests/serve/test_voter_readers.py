@@ -139,3 +139,38 @@ def test_a_reader_not_prepared_here_leaves_its_members_out_and_the_fallback_answ
     assert made[-1].pool.specs == ONE_READER_POOL and "single-reader fallback]" in out
     assert "eor: warning: reader 1.5B (qwen2.5-coder-1.5b) is not prepared on this machine" in err
     assert "Traceback" not in err
+
+
+def test_a_fallback_that_does_not_fit_either_says_first_why_it_was_taken(tmp_path):
+    from voter.question_vote import checked_choice
+
+    with_fallback = reader_voter(fallback=reader_voter(ONE_READER_POOL, readers={}))
+    other_model = {"": "qwen2.5-coder-0.5b", "1.5B": "qwen2.5-coder-0.5b"}  # the 1.5B slot on another model
+    with pytest.raises(ValueError, match=r"reader 1\.5B is qwen2\.5-coder-0\.5b here, the voter was fitted with "
+                                         r"qwen2\.5-coder-1\.5b; its single-reader fallback does not fit this pool "
+                                         r"either \(the weights were fitted for a different retriever pool"):
+        checked_choice(with_fallback, "shipped", TWO_READER_POOL, other_model)
+    assert checked_choice(with_fallback, "shipped", ONE_READER_POOL, other_model).source == \
+        "shipped, single-reader fallback"
+
+
+def test_a_shipped_voter_that_does_not_fit_stops_eor_serve_in_one_line_before_ray_starts(tmp_path, eor_home, capsys,
+                                                                                       monkeypatch):
+    import serve.app.application
+    import serve.builder
+
+    from serve.app.deployments import voter_from_files
+
+    readers = {"": "qwen2.5-coder-0.5b", "1.5B": "qwen2.5-coder-0.5b"}
+    pool = list(EorConfig().pool.specs)
+    with pytest.raises(ValueError, match="^the shipped voter does not fit this service: voter [0-9a-f]+ \\[shipped\\]: "
+                                         "reader 1.5B is qwen2.5-coder-0.5b here"):
+        voter_from_files(pool, readers, None)  # no voter pushed in this EOR_HOME: the shipped one is named
+    monkeypatch.setattr(serve.builder, "runnable_config", lambda c: (c, []))  # as if both readers were prepared
+    monkeypatch.setattr(serve.app.application.LocalService, "start",
+                        lambda self: pytest.fail("Ray started for a voter that does not fit"))
+    config = tmp_path / "lean.yaml"
+    config.write_text("readers:\n  1.5B: {model: qwen2.5-coder-0.5b}\n")
+    assert main(["serve", "--config", str(config), "--no-http"]) == 2
+    err = capsys.readouterr().err
+    assert "eor: error: the shipped voter does not fit this service" in err and "Traceback" not in err

@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# Issue 54: what a running `eor serve` holds in memory over an index, by role (bench/service_memory.py):
+#   bench/memory_run.sh INDEX OFFSET [CONFIG] [OUT]
+# Starts `eor serve --index INDEX --config CONFIG` (default bench/configs/memory-lean.yaml), asks 4 questions
+# by 2 clients (fit-split rows OFFSET.. : never asked by a fit or a benchmark, say which), measures the PSS of
+# every process under the service, and stops it. Report: OUT (default var/bench/scale/memory-INDEX.json).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+index=$1; offset=$2; config=${3:-bench/configs/memory-lean.yaml}; out=${4:-var/bench/scale/memory-$index.json}
+log=var/logs/memory-$index.log
+mkdir -p var/logs "$(dirname "$out")"
+.venv/bin/eor serve --config "$config" --index "$index" --no-http >"$log" 2>&1 &
+pid=$!
+trap 'kill -TERM $pid 2>/dev/null; for _ in $(seq 120); do kill -0 $pid 2>/dev/null || break; sleep 1; done; .venv/bin/ray stop --force >/dev/null 2>&1 || true' EXIT
+for _ in $(seq 900); do
+  grep -q "^eor gRPC:" "$log" 2>/dev/null && break
+  kill -0 $pid 2>/dev/null || { tail -5 "$log"; exit 1; }
+  sleep 1
+done
+.venv/bin/python -m bench.load_curve capacity --server 127.0.0.1:50051 -n 4 -c 2 --split fit --offset "$offset" \
+  --out "$(dirname "$out")/memory-asks-$index"
+.venv/bin/python -m bench.service_memory --pid $pid --out "$out"
