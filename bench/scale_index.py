@@ -8,7 +8,9 @@ the `eor index` run when given): passages, the index kind and its recall@10 agai
 embedding step's passages/s beside the encoder's own rate in the same run (its seconds inside
 `encode_corpus`: what the pipeline adds is the difference), per core, peak RSS and disk.
 Search: each source's latency per call at batch 1 and at batch 32 (p50 / p99, ms) over NQ questions
-of ../shared/data, and the gold passage's recall@10 among the distractors. Answer quality at each
+of ../shared/data, the query's encoding included (no memo: until session 43 the recall pass left every
+query's vector remembered, so Wiki's figures were the index and the passages' fetch alone), and the gold
+passage's recall@10 among the distractors. Answer quality at each
 size is `eor eval` over the same index (docs/benchmarks.md, "Real corpora").
 """
 from __future__ import annotations
@@ -145,7 +147,8 @@ def main(argv: list[str] | None = None) -> dict:
     report["search"] = {}
     for n in args.generation or [generations.current_number(root)]:
         gen = generations.load(root, n)
-        figures = search_figures(make_sources(config, Encoder(), generation=gen), gen, root, rows)
+        # no memo of query vectors: each search encodes its question, as a new question's does in the service
+        figures = search_figures(make_sources(config, Encoder(memo_size=0), generation=gen), gen, root, rows)
         if args.generation:
             figures = {"generation": n, "documents_added": len(gen.docs()), "ids_hidden": len(gen.hidden), **figures}
             report["search"].setdefault("generations", []).append(figures)
