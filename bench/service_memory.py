@@ -41,8 +41,23 @@ def processes(pid: int) -> list[psutil.Process]:
     return [root, *root.children(recursive=True)]
 
 
+def pss_kinds(pid: int) -> dict[str, float]:
+    """The process's PSS by kind (GiB): its own objects (anon), mapped files (libraries, memory-mapped indexes),
+    shared memory (vLLM's and Ray's queues); {} where the kernel has no smaps_rollup."""
+    kinds = {}
+    try:
+        for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
+            key, _, value = line.partition(":")
+            if key in ("Pss_Anon", "Pss_File", "Pss_Shmem"):
+                kinds[key.removeprefix("Pss_").lower() + "_gib"] = int(value.split()[0]) / 2**20
+    except (OSError, ValueError):
+        return {}
+    return kinds
+
+
 def measure(pid: int) -> dict:
-    """PSS and RSS (GiB) summed by role, and each process's, largest first; a process gone meanwhile is skipped."""
+    """PSS and RSS (GiB) summed by role, and each process's, largest first, PSS split by kind where the kernel
+    tells; a process gone meanwhile is skipped."""
     rows = []
     for p in processes(pid):
         try:
@@ -51,13 +66,14 @@ def measure(pid: int) -> dict:
         except (psutil.NoSuchProcess, psutil.AccessDenied):
             continue
         rows.append({"pid": p.pid, "title": title, "role": role(title),
-                     "pss_gib": info.pss / 2**30, "rss_gib": info.rss / 2**30})
+                     "pss_gib": info.pss / 2**30, "rss_gib": info.rss / 2**30, **pss_kinds(p.pid)})
     by_role: dict[str, dict] = {}
     for r in rows:
-        total = by_role.setdefault(r["role"], {"processes": 0, "pss_gib": 0.0, "rss_gib": 0.0})
+        total = by_role.setdefault(r["role"], {"processes": 0})
         total["processes"] += 1
-        total["pss_gib"] += r["pss_gib"]
-        total["rss_gib"] += r["rss_gib"]
+        for key in ("pss_gib", "rss_gib", "anon_gib", "file_gib", "shmem_gib"):
+            if key in r:
+                total[key] = total.get(key, 0.0) + r[key]
     rounded = lambda d: {k: round(v, 2) if isinstance(v, float) else v for k, v in d.items()}  # noqa: E731
     return {"pid": pid, "processes": len(rows),
             "pss_gib": round(sum(r["pss_gib"] for r in rows), 2), "rss_gib": round(sum(r["rss_gib"] for r in rows), 2),
