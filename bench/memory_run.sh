@@ -11,12 +11,20 @@ log=var/logs/memory-$index.log
 mkdir -p var/logs "$(dirname "$out")"
 .venv/bin/eor serve --config "$config" --index "$index" --no-http >"$log" 2>&1 &
 pid=$!
-trap 'kill -TERM $pid 2>/dev/null; for _ in $(seq 120); do kill -0 $pid 2>/dev/null || break; sleep 1; done; .venv/bin/ray stop --force >/dev/null 2>&1 || true' EXIT
+stop() {  # this service only: its own Ray goes with it; `ray stop` only if it did not end in 120 s
+  kill -TERM "$pid" 2>/dev/null || true
+  for _ in $(seq 120); do kill -0 "$pid" 2>/dev/null || return 0; sleep 1; done
+  kill -KILL "$pid" 2>/dev/null || true
+  .venv/bin/ray stop --force >/dev/null 2>&1 || true
+}
+trap stop EXIT
+ready=0
 for _ in $(seq 900); do
-  grep -q "^eor gRPC:" "$log" 2>/dev/null && break
-  kill -0 $pid 2>/dev/null || { tail -5 "$log"; exit 1; }
+  grep -q "^eor gRPC:" "$log" 2>/dev/null && { ready=1; break; }
+  kill -0 "$pid" 2>/dev/null || { tail -5 "$log"; exit 1; }
   sleep 1
 done
+[ "$ready" = 1 ] || { echo "eor serve not ready after 900 s: $log"; exit 1; }
 .venv/bin/python -m bench.load_curve capacity --server 127.0.0.1:50051 -n 4 -c 2 --split fit --offset "$offset" \
   --out "$(dirname "$out")/memory-asks-$index"
 .venv/bin/python -m bench.service_memory --pid $pid --out "$out"

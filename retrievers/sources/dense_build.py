@@ -267,7 +267,8 @@ def _lengths(vecs: Sequence[np.ndarray]) -> list[int]:
 def build_faiss(out: Path, shards: int, passages: int, settings: DenseIndexSettings) -> dict:
     """The faiss index (in `index_shards` files) over every shard's vectors, and its recall@10. One file's
     index is built, searched at each knob value and written before the next: the step holds one at a time,
-    so `index_shards` divides its memory (at 21M passages HNSW32,SQ8 is ~14 GiB whole)."""
+    so `index_shards` divides its memory (at 21M passages HNSW32,SQ8 is ~14 GiB whole). The knob chosen is
+    meta.json's `search`, which every reader applies (dense.py: load_index_shards); a file holds the last tried."""
     import faiss
 
     vecs = load_vectors(out / SHARDS_DIR, shards)
@@ -358,4 +359,4 @@ def knob_ladder(index, settings: DenseIndexSettings) -> tuple[str, list[int]]:
     import faiss
 
     top = faiss.extract_index_ivf(index).nlist if knob == "nprobe" else 1024
-    return knob, [2**i for i in range(int(np.log2(top)) + 1)] + ([top] if top & (top - 1) else [])
+    return knob, [2**i for i in range(top.bit_length())] + ([top] if top & (top - 1) else [])

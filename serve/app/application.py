@@ -199,10 +199,16 @@ class LocalService:
             serve.start(proxy_location="Disabled")
         try:
             handle = self._deploy(None)
-        except RuntimeError as exc:  # Ray Serve's "Deploying application eor failed: ..."
-            reasons = deploy_failures(APP_NAME)
-            self.stop()
-            raise StartFailed(f"the service did not start: {reasons or exc}") from None
+        except RuntimeError as exc:
+            failed = start_failure(exc)
+            if failed is None:
+                raise  # not a deployment that failed to start: a bug, with its traceback
+            log.error("the eor application did not start", exc_info=exc)  # the traceback: the log only
+            try:
+                self.stop()
+            except Exception:  # noqa: BLE001 - the failed start is what the caller must hear
+                log.exception("stopping Ray after the failed start")
+            raise failed from None
         self._start_front(handle)
         return self
 
@@ -283,6 +289,14 @@ class LocalService:
 
     def __exit__(self, *exc) -> None:
         self.stop()
+
+
+def start_failure(exc: RuntimeError) -> StartFailed | None:
+    """Ray Serve's "Deploying application eor failed: ..." as one line naming each failed deployment and its
+    error; None for any other RuntimeError."""
+    if not str(exc).startswith(f"Deploying application {APP_NAME} failed"):
+        return None
+    return StartFailed(f"the service did not start: {deploy_failures(APP_NAME) or exc}")
 
 
 def deploy_failures(app: str) -> str:

@@ -30,6 +30,13 @@ def cmd_serve(args) -> int:
     if svc.host not in ("127.0.0.1", "localhost", "::1") and not (svc.tls_cert and os.environ.get(svc.token_env)):
         print(f"eor: warning: listening on {svc.host} without TLS and a bearer token (${svc.token_env})",
               file=sys.stderr)
+    if settings.voter.weights != "equal" and not svc.ray_address:
+        # a voter that does not fit is said before Ray starts, in one line (on a cluster the Voter reads its
+        # files on a node, which may hold what this machine does not: it says so there)
+        from serve.app.deployments import voter_from_files
+        from serve.config_readers import reader_models
+
+        voter_from_files(list(settings.pool.specs), reader_models(settings), settings.voter.weights)
     t = time.time()
     n_actors = len(actor_groups(settings))
     layout = f"service.retriever_actors: {actor_layout(settings)}"
@@ -37,11 +44,6 @@ def cmd_serve(args) -> int:
           f"actor{'s' if n_actors != 1 else ''}, {layout}; "
           f"the readers load their models first)...", file=sys.stderr)
     print(engines_line(settings), file=sys.stderr)
-    if settings.voter.weights != "equal":  # a voter that does not fit is said before Ray starts, in one line
-        from serve.app.deployments import voter_from_files
-        from serve.config_readers import reader_models
-
-        voter_from_files(list(settings.pool.specs), reader_models(settings), settings.voter.weights)
     service = LocalService(settings).start()
     stop_on_sigterm()  # main() did too; the service's own startup may have reset it
     try:

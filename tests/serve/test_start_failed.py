@@ -6,7 +6,7 @@ from types import SimpleNamespace
 
 import ray.serve
 
-from serve.app.application import deploy_failures
+from serve.app.application import deploy_failures, start_failure
 from serve.app.errors import StartFailed
 
 
@@ -32,3 +32,10 @@ def test_a_start_failure_is_one_line_for_the_cli():
     def fail():
         raise StartFailed("the service did not start: Voter: it does not fit")
     assert run_reporting_errors(fail) == 2
+
+
+def test_only_rays_deploy_failure_becomes_a_start_failure(monkeypatch):
+    monkeypatch.setattr(ray.serve, "status", lambda: SimpleNamespace(applications={}))
+    failed = start_failure(RuntimeError("Deploying application eor failed: Failed to update the deployments ['Voter']."))
+    assert isinstance(failed, StartFailed) and str(failed).startswith("the service did not start: Deploying application")
+    assert start_failure(RuntimeError("faiss: something else broke")) is None  # a bug keeps its traceback

@@ -141,7 +141,7 @@ def test_a_reader_not_prepared_here_leaves_its_members_out_and_the_fallback_answ
     assert "Traceback" not in err
 
 
-def test_a_fallback_that_does_not_fit_either_says_first_why_it_was_taken(tmp_path):
+def test_a_fallback_that_does_not_fit_either_says_first_why_it_was_taken():
     from voter.question_vote import checked_choice
 
     with_fallback = reader_voter(fallback=reader_voter(ONE_READER_POOL, readers={}))
