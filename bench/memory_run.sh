@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Issue 54: what a running `eor serve` holds in memory over an index, by role (bench/service_memory.py):
 #   bench/memory_run.sh INDEX OFFSET [CONFIG] [OUT]
-# Starts `eor serve --index INDEX --config CONFIG` (default bench/configs/memory-lean.yaml), asks 4 questions
+# Starts `eor serve --index INDEX --config CONFIG` (default bench/configs/memory-lean.yaml; - for none: the shipped
+# settings), asks 4 questions
 # by 2 clients (fit-split rows OFFSET.. : never asked by a fit or a benchmark, say which), measures the PSS of
 # every process under the service, and stops it. Report: OUT (default var/bench/scale/memory-INDEX.json).
 set -euo pipefail
@@ -9,7 +10,8 @@ cd "$(dirname "$0")/.."
 index=$1; offset=$2; config=${3:-bench/configs/memory-lean.yaml}; out=${4:-var/bench/scale/memory-$index.json}
 log=var/logs/memory-$index.log
 mkdir -p var/logs "$(dirname "$out")"
-.venv/bin/eor serve --config "$config" --index "$index" --no-http >"$log" 2>&1 &
+with_config=(--config "$config"); [ "$config" = - ] && with_config=()  # "-": the shipped settings
+.venv/bin/eor serve "${with_config[@]}" --index "$index" --no-http >"$log" 2>&1 &
 pid=$!
 stop() {  # this service only: its own Ray goes with it; `ray stop` only if it did not end in 120 s
   kill -TERM "$pid" 2>/dev/null || true
