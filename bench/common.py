@@ -83,6 +83,15 @@ def set_autogroup_nice(pid: int, nice: int, tries: int = 5) -> bool:
     return False
 
 
+def emit_json(report: dict, out: Path | None) -> None:
+    """A bench's report: printed as JSON on stdout, and written to `out` too when given."""
+    text = json.dumps(report, indent=1)
+    if out:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(text + "\n")
+    print(text)
+
+
 @contextmanager
 def timer(into: dict, key: str):
     t = time.perf_counter()

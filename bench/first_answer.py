@@ -21,6 +21,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from bench.common import emit_json
+
 MODELS = ("qwen2.5-coder-0.5b", "qwen2.5-coder-1.5b")
 
 
@@ -63,9 +65,7 @@ def main(argv: list[str] | None = None) -> dict:
     args = ap.parse_args(argv)
     report = {"question": args.question, "cores": os.cpu_count(),
               "ways": [one_way(False, args.question), one_way(True, args.question)]}
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(report, indent=1) + "\n")
-    print(json.dumps(report, indent=1))
+    emit_json(report, args.out)
     return report
 
 

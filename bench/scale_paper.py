@@ -29,6 +29,8 @@ import sys
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from bench.common import emit_json
+
 DPR_WIKI_PASSAGES = 21_015_324  # psgs_w100.tsv, the DPR Wikipedia the EoR paper retrieves from
 # MiniLM-L6 (all-MiniLM-L6-v2): 6 layers, 384 wide, 1,536 in the feed-forward.
 LAYERS, WIDTH, FEED_FORWARD = 6, 384, 1536
@@ -167,11 +169,7 @@ def main(argv: list[str] | None = None) -> int:
     result = plan(measured(reports, corpus_tokens(args.corpus)), args.passages, args.node_cores,
                   args.nodes or [1, 4, 16], args.gpu_tflops,
                   hnsw=(args.hnsw_seconds, args.hnsw_vectors, args.hnsw_cores))
-    text = json.dumps(result, indent=1)
-    if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(text + "\n")
-    print(text)
+    emit_json(result, args.out)
     return 0
 
 

@@ -13,11 +13,12 @@ groups, Ray itself, and the rest (the ingress, the readers' and voter's actors).
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
 import psutil
+
+from bench.common import emit_json
 
 ROLES = (  # the first role whose words appear in a process's title and command line. Ray names a replica's
     # process "ray::ServeReplica:APP:DEPLOYMENT"; eor's deployments: Source_<name> and Source_<name>_shard<k>
@@ -90,11 +91,7 @@ def main(argv: list[str] | None = None) -> int:
         result = measure(args.pid)
     except psutil.NoSuchProcess:
         raise SystemExit(f"eor: no process {args.pid}: start `eor serve` and give its pid")
-    text = json.dumps(result, indent=1)
-    if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(text + "\n")
-    print(text)
+    emit_json(result, args.out)
     return 0
 
 

@@ -280,8 +280,8 @@ def build_faiss(out: Path, shards: int, passages: int, settings: DenseIndexSetti
         graph.hnsw.efConstruction = settings.ef_construction
     if not template.is_trained:
         template.train(sample_rows(vecs, settings.train_sample, seed=0))
-    parts = split_rows(_lengths(vecs), settings.index_shards)
-    starts = np.cumsum([0, *_lengths(vecs)])
+    parts = split_rows(vecs.lengths, settings.index_shards)
+    starts = np.cumsum([0, *vecs.lengths])
     queries = sample_rows(vecs, settings.recall_queries, seed=1)
     exact = exact_topk(queries, vecs, 20)
     knob, ladder, found = "", [0], {}  # found: knob value -> each file's (scores, ids) for the queries

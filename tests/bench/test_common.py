@@ -33,3 +33,14 @@ def test_a_process_that_ended_is_no_error():
     proc = subprocess.Popen([sys.executable, "-c", "pass"])
     proc.wait()
     assert set_autogroup_nice(proc.pid, 7) is False
+
+
+def test_a_report_is_printed_and_written_the_same(tmp_path, capsys):
+    import json
+
+    from bench.common import emit_json
+
+    emit_json({"a": 1}, tmp_path / "deep" / "r.json")
+    assert json.loads(capsys.readouterr().out) == {"a": 1} == json.loads((tmp_path / "deep" / "r.json").read_text())
+    emit_json({"b": 2}, None)
+    assert json.loads(capsys.readouterr().out) == {"b": 2}
