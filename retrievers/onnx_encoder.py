@@ -36,12 +36,9 @@ def model_key(folder: str) -> str:
     return digest[:16]
 
 
-def export_int8(folder: str, out: Path) -> Path:
-    """Export the transformer to ONNX (dynamic batch and length), then quantize it to int8."""
-    import tempfile
-
+def export_fp32(folder: str, out: Path) -> Path:
+    """The transformer as an fp32 ONNX graph (dynamic batch and length): last hidden state out."""
     import torch
-    from onnxruntime.quantization import QuantType, quantize_dynamic
     from transformers import AutoModel, AutoTokenizer
 
     class Hidden(torch.nn.Module):  # positional inputs in, last hidden state out
@@ -53,19 +50,35 @@ def export_int8(folder: str, out: Path) -> Path:
             return self.model(input_ids=input_ids, attention_mask=attention_mask,
                               token_type_ids=token_type_ids).last_hidden_state
 
-    out.parent.mkdir(parents=True, exist_ok=True)
     model = AutoModel.from_pretrained(folder).eval()
     sample = AutoTokenizer.from_pretrained(folder)(["a short text", "another"], padding=True, return_tensors="pt")
+    with torch.no_grad():
+        torch.onnx.export(Hidden(model), tuple(sample[k] for k in INPUTS), str(out), input_names=list(INPUTS),
+                          output_names=["hidden"], opset_version=17, dynamo=False,
+                          dynamic_axes={k: {0: "batch", 1: "tokens"} for k in (*INPUTS, "hidden")})
+    return out
+
+
+def export_int8(folder: str, out: Path) -> Path:
+    """Export the transformer to ONNX, then quantize its MatMuls to int8 (per channel, dynamic)."""
+    import tempfile
+
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    out.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=out.parent) as tmp:
-        fp32 = Path(tmp) / "fp32.onnx"
-        with torch.no_grad():
-            torch.onnx.export(Hidden(model), tuple(sample[k] for k in INPUTS), str(fp32), input_names=list(INPUTS),
-                              output_names=["hidden"], opset_version=17, dynamo=False,
-                              dynamic_axes={k: {0: "batch", 1: "tokens"} for k in (*INPUTS, "hidden")})
+        fp32 = export_fp32(folder, Path(tmp) / "fp32.onnx")
         part = Path(tmp) / "int8.onnx"
         quantize_dynamic(str(fp32), str(part), weight_type=QuantType.QInt8, per_channel=True)
         part.replace(out)  # by rename: two exporting at once leave one whole file
     return out
+
+
+def mean_pooled(hidden: np.ndarray, attention_mask: np.ndarray) -> np.ndarray:
+    """Unit vectors: the mean of each text's token states, padding left out (sentence-transformers' pooling)."""
+    mask = attention_mask[..., None].astype(np.float32)
+    vecs = (hidden * mask).sum(1) / np.maximum(mask.sum(1), 1e-9)
+    return vecs / np.maximum(np.linalg.norm(vecs, axis=1, keepdims=True), 1e-12)
 
 
 class OnnxInt8Encoder:
@@ -94,6 +107,10 @@ class OnnxInt8Encoder:
                 self._tokenizer = AutoTokenizer.from_pretrained(self.folder)
         return self
 
+    def hidden(self, feeds: dict[str, np.ndarray]) -> np.ndarray:
+        """The last hidden state of one tokenized batch (`INPUTS`, int64)."""
+        return self.load()._session.run(None, feeds)[0]
+
     def encode(self, texts: Sequence[str]) -> np.ndarray:
         self.load()
         texts = list(texts)
@@ -103,10 +120,7 @@ class OnnxInt8Encoder:
             rows = order[i : i + self.batch_size]
             enc = self._tokenizer([texts[j] for j in rows], padding=True, truncation=True, max_length=MAX_TOKENS,
                                   return_tensors="np")
-            hidden = self._session.run(None, {k: enc[k].astype(np.int64) for k in INPUTS})[0]
-            mask = enc["attention_mask"][..., None].astype(np.float32)
-            vecs = (hidden * mask).sum(1) / np.maximum(mask.sum(1), 1e-9)
-            vecs /= np.maximum(np.linalg.norm(vecs, axis=1, keepdims=True), 1e-12)
+            vecs = mean_pooled(self.hidden({k: enc[k].astype(np.int64) for k in INPUTS}), enc["attention_mask"])
             if out.shape[1] == 0:
                 out = np.zeros((len(texts), vecs.shape[1]), dtype=np.float32)
             out[rows] = vecs

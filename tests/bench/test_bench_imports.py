@@ -14,7 +14,7 @@ from pathlib import Path
 BENCH = Path(__file__).resolve().parents[2] / "bench"
 FORBIDDEN = {"serve", "retrievers", "voter", "fitting"}
 SHARED = {"fitting.paired"}  # a server-side module the bench shares: standard library and SciPy only
-IN_PROCESS = {"autoscale.py", "scale_paper.py", "cluster.py", "delivered_calibration.py", "encoder_backends.py", "engine_settings.py", "group_bytes.py", "load_curve.py", "load_test.py", "logprob_agreement.py", "model_compare.py", "prefix_share.py", "reader_batching.py", "reader_priority.py", "retrieval_recall.py", "scale_corpus.py", "scale_index.py", "scale_model.py", "verifier_probe.py",
+IN_PROCESS = {"autoscale.py", "scale_paper.py", "cluster.py", "delivered_calibration.py", "encoder_alternatives.py", "encoder_backends.py", "engine_settings.py", "group_bytes.py", "load_curve.py", "load_test.py", "logprob_agreement.py", "model_compare.py", "prefix_share.py", "reader_batching.py", "reader_priority.py", "retrieval_recall.py", "scale_corpus.py", "scale_index.py", "scale_model.py", "verifier_probe.py",
               "voter_objective.py"}
 
 

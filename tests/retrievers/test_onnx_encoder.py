@@ -33,3 +33,23 @@ def test_the_thread_count_changes_no_vector_and_is_the_sessions(one_thread):
     assert np.array_equal(one_thread.encode_corpus(PASSAGES), two.encode_corpus(PASSAGES))
     assert one_thread._int8._session.get_session_options().intra_op_num_threads == 1
     assert two._int8._session.get_session_options().intra_op_num_threads == 2
+
+
+def test_mean_pooling_leaves_the_padding_out_and_gives_unit_vectors():
+    from retrievers.onnx_encoder import mean_pooled
+
+    hidden = np.array([[[3.0, 4.0], [100.0, -7.0]], [[1.0, 0.0], [0.0, 1.0]]], dtype=np.float32)
+    mask = np.array([[1, 0], [1, 1]])
+    np.testing.assert_allclose(mean_pooled(hidden, mask), [[0.6, 0.8], [0.5**0.5, 0.5**0.5]], rtol=1e-6)
+
+
+@pytest.mark.slow
+def test_a_batchs_hidden_state_is_what_encode_pools(one_thread):
+    from transformers import AutoTokenizer
+
+    from retrievers.onnx_encoder import INPUTS, mean_pooled
+
+    vectors = one_thread.encode_corpus(PASSAGES[:1])
+    enc = AutoTokenizer.from_pretrained(one_thread.path)(PASSAGES[:1], return_tensors="np")
+    hidden = one_thread._int8.hidden({k: enc[k].astype(np.int64) for k in INPUTS})
+    assert np.array_equal(mean_pooled(hidden, enc["attention_mask"]), vectors)

@@ -1,0 +1,152 @@
+"""Other ways to run the corpus encoder on a CPU, against the shipped int8 ONNX model: speed (interleaved
+rounds, one run) and how far each moves the vectors from the torch fp32 model the queries use.
+
+    python -m bench.encoder_alternatives [--texts 256] [--threads 1] [--extra-path DIR] [--out F.json]
+
+- `onnx-int8`: the shipped corpus encoder (retrievers/onnx_encoder.py: onnxruntime, dynamic int8);
+- `onnx-int8-fused`: the same after onnxruntime's transformer optimizer (fused GELU, skip layer norms);
+- `openvino-fp32`, `openvino-int8`: OpenVINO on the fp32 export, and that model statically quantized by
+  NNCF (calibrated on `--calibration` other passages). They run where `openvino` and `nncf` import: the
+  project does not install them; `pip install --target DIR openvino nncf`, then `--extra-path DIR`
+  (once for each folder).
+Passages: the corpus's (default the shared one), after `--skip` (a scale corpus's distractors lie past
+its first 14,434), tokenized once and batched as the shipped encoder batches them (32, sorted by length).
+"""
+from __future__ import annotations
+
+import argparse
+import itertools
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+from bench.common import DEFAULT_CORPUS, emit_json
+from retrievers.corpus import read_jsonl, to_passages
+from retrievers.encoder import Encoder
+from retrievers.onnx_encoder import INPUTS, MAX_TOKENS, OnnxInt8Encoder, export_fp32, mean_pooled
+from retrievers.sources.dense_build import passage_text
+
+BATCH = 32  # the shipped int8 encoder's batch (retrievers/encoder.py: min(batch_size, 32))
+
+
+def batches(tokenizer, texts: list[str], size: int = BATCH) -> list[tuple[np.ndarray, dict, np.ndarray]]:
+    """(rows, model inputs, attention mask) per batch, longest texts first, as OnnxInt8Encoder batches."""
+    order = np.argsort([-len(t) for t in texts], kind="stable")
+    out = []
+    for i in range(0, len(texts), size):
+        rows = order[i : i + size]
+        enc = tokenizer([texts[j] for j in rows], padding=True, truncation=True, max_length=MAX_TOKENS,
+                        return_tensors="np")
+        out.append((rows, {k: enc[k].astype(np.int64) for k in INPUTS}, enc["attention_mask"]))
+    return out
+
+
+def embed(run, prepared, n: int) -> np.ndarray:
+    out = np.zeros((n, 0), dtype=np.float32)
+    for rows, feeds, mask in prepared:
+        vecs = mean_pooled(run(feeds), mask)
+        if out.shape[1] == 0:
+            out = np.zeros((n, vecs.shape[1]), dtype=np.float32)
+        out[rows] = vecs
+    return out
+
+
+def closeness(vecs: np.ndarray, reference: np.ndarray) -> dict:
+    cos = (vecs * reference).sum(1)
+    return {"cosine_to_fp32_min": round(float(cos.min()), 4), "cosine_to_fp32_mean": round(float(cos.mean()), 5)}
+
+
+def onnx_runners(folder: str, fp32: Path, work: Path, threads: int) -> dict:
+    import onnxruntime as ort
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+    from onnxruntime.transformers.optimizer import optimize_model
+
+    shipped = OnnxInt8Encoder(folder, threads=threads).load()
+    fused, path = work / "fused-fp32.onnx", work / "fused-int8.onnx"
+    optimize_model(str(fp32), model_type="bert", num_heads=0, hidden_size=0, opt_level=1).save_model_to_file(str(fused))
+    # DefaultTensorType: the fused graph's custom ops defeat the quantizer's shape inference
+    quantize_dynamic(str(fused), str(path), weight_type=QuantType.QInt8, per_channel=True,
+                     extra_options={"DefaultTensorType": 1})
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = threads
+    session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+    return {"onnx-int8": shipped.hidden, "onnx-int8-fused": lambda feeds: session.run(None, feeds)[0]}
+
+
+def openvino_runners(fp32: Path, calibration: list[dict], threads: int) -> dict:
+    try:
+        import nncf
+        import openvino as ov
+    except ImportError as exc:
+        return {"openvino": f"not installed here ({exc.name}): pip install --target DIR openvino nncf, "
+                            "then --extra-path DIR"}
+    core = ov.Core()
+    model = core.read_model(str(fp32))
+    int8 = nncf.quantize(core.read_model(str(fp32)), nncf.Dataset(calibration), model_type=nncf.ModelType.TRANSFORMER,
+                         subset_size=len(calibration))
+    runners = {}
+    for name, m in (("openvino-fp32", model), ("openvino-int8", int8)):
+        request = core.compile_model(m, "CPU", {"INFERENCE_NUM_THREADS": threads,
+                                                "PERFORMANCE_HINT": "LATENCY"}).create_infer_request()
+        runners[name] = lambda feeds, r=request: r.infer(feeds)[0]
+    return runners
+
+
+def main(argv: list[str] | None = None) -> dict:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--corpus", default=DEFAULT_CORPUS)
+    ap.add_argument("--skip", type=int, default=0, help="passages of the corpus passed over first")
+    ap.add_argument("--texts", type=int, default=256)
+    ap.add_argument("--calibration", type=int, default=320, help="passages NNCF calibrates on (not timed)")
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--extra-path", action="append", default=[],
+                    help="a folder holding openvino or nncf, looked in after the venv")
+    ap.add_argument("--batch-sizes", default="1,4,32", help="the shipped model's vectors at these batch sizes too")
+    ap.add_argument("--out", type=Path)
+    args = ap.parse_args(argv)
+    sys.path.extend(args.extra_path)
+    passages = itertools.islice(to_passages(read_jsonl(args.corpus)), args.skip,
+                                args.skip + args.calibration + args.texts)
+    texts = [passage_text(p) for p in passages]
+    calibrate, texts = texts[: args.calibration], texts[args.calibration :]
+    encoder = Encoder(memo_size=0).load()
+    reference = encoder.encode(texts)  # torch fp32, as every query: what a corpus vector is compared with
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(encoder.path)
+    prepared = batches(tokenizer, texts)
+    with tempfile.TemporaryDirectory() as tmp:
+        fp32 = export_fp32(encoder.path, Path(tmp) / "fp32.onnx")
+        runners = onnx_runners(encoder.path, fp32, Path(tmp), args.threads)
+        calibration = [feeds for _, feeds, _ in batches(tokenizer, calibrate, 8)]
+        runners.update(openvino_runners(fp32, calibration, args.threads))
+        missing = {k: v for k, v in runners.items() if isinstance(v, str)}
+        runners = {k: v for k, v in runners.items() if not isinstance(v, str)}
+        times: dict[str, list[float]] = {k: [] for k in runners}
+        vecs = {}
+        for _ in range(args.rounds):
+            for name, run in runners.items():
+                t = time.perf_counter()
+                vecs[name] = embed(run, prepared, len(texts))
+                times[name].append(time.perf_counter() - t)
+    base = sum(times["onnx-int8"])
+    report = {"corpus": str(args.corpus), "skip": args.skip, "texts": len(texts), "threads": args.threads,
+              "rounds": args.rounds, "backends": {}, "not_run": missing}
+    for name in runners:
+        report["backends"][name] = {"passages_per_s": [round(len(texts) / t, 1) for t in times[name]],
+                                    "speed_vs_onnx_int8": round(base / sum(times[name]), 2),
+                                    **closeness(vecs[name], reference)}
+    # dynamic int8 scales activations per batch: the same passage in another batch gets another vector
+    report["onnx_int8_by_batch"] = {size: closeness(embed(runners["onnx-int8"], batches(tokenizer, texts, size),
+                                                          len(texts)), reference)
+                                    for size in (int(b) for b in args.batch_sizes.split(",") if b)}
+    emit_json(report, args.out)
+    return report
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
