@@ -1,0 +1,61 @@
+"""bench/scale_1m.sh: issue 54's 1M steps in order, each skipped once its report exists. Run against a copy
+whose commands are fakes that log their arguments and write the report each step is judged by."""
+from __future__ import annotations
+
+import os
+import shutil
+import stat
+import subprocess
+from pathlib import Path
+
+import pytest
+
+SCRIPT = Path(__file__).resolve().parents[2] / "bench" / "scale_1m.sh"
+
+FAKE = """#!/usr/bin/env bash
+echo "$(basename "$0") $*" >> "$CALLS"
+args=" $* "
+case "$args" in
+  *" bench.scale_corpus "*) touch var/corpora/scale-1m.jsonl.gz ;;
+  *" index --corpus "*) mkdir -p var/indexes/scale-1m && touch var/indexes/scale-1m/index.json ;;
+  *" bench.scale_index "*) touch var/bench/scale/scale-1m.json ;;
+esac
+"""
+MEMORY = """#!/usr/bin/env bash
+echo "memory_run.sh $*" >> "$CALLS"
+touch "${4:-var/bench/scale/memory-$1.json}"
+"""
+
+
+def fake_checkout(tmp: Path) -> Path:
+    (tmp / "bench").mkdir()
+    (tmp / ".venv" / "bin").mkdir(parents=True)
+    shutil.copy(SCRIPT, tmp / "bench" / "scale_1m.sh")
+    for path, text in ((".venv/bin/python", FAKE), (".venv/bin/eor", FAKE), ("bench/memory_run.sh", MEMORY),
+                       ("bench/scale_quality.sh", 'echo "scale_quality.sh $*" >> "$CALLS"\n')):
+        (tmp / path).write_text(text if text.startswith("#!") else "#!/usr/bin/env bash\n" + text)
+        (tmp / path).chmod((tmp / path).stat().st_mode | stat.S_IEXEC)
+    return tmp
+
+
+def run(checkout: Path) -> list[str]:
+    calls = checkout / "calls.log"
+    calls.write_text("")
+    out = subprocess.run(["bash", str(checkout / "bench" / "scale_1m.sh"), "50"], capture_output=True, text=True,
+                         env={**os.environ, "CALLS": str(calls)}, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert "every step done" in out.stdout
+    return calls.read_text().splitlines()
+
+
+@pytest.mark.skipif(not Path("/usr/bin/time").exists(), reason="the build step runs under /usr/bin/time")
+def test_every_step_runs_in_order_then_only_the_quality_eval_which_resumes_itself(tmp_path):
+    checkout = fake_checkout(tmp_path)
+    calls = run(checkout)
+    assert [c.split()[:2] for c in calls] == [
+        ["python", "-m"], ["eor", "index"], ["python", "-m"], ["memory_run.sh", "scale-1m"],
+        ["memory_run.sh", "scale-1m"], ["scale_quality.sh", "50"]]
+    assert "bench.scale_corpus --size 1000000" in calls[0] and "bench.scale_index --index scale-1m" in calls[2]
+    assert calls[3] == "memory_run.sh scale-1m 1572" and calls[4].startswith("memory_run.sh scale-1m 1576 - ")
+    assert calls[5] == "scale_quality.sh 50 shared scale-1m"
+    assert run(checkout) == ["scale_quality.sh 50 shared scale-1m"]
