@@ -28,5 +28,5 @@ for _ in $(seq 900); do
 done
 [ "$ready" = 1 ] || { echo "eor serve not ready after 900 s: $log"; exit 1; }
 .venv/bin/python -m bench.load_curve capacity --server 127.0.0.1:50051 -n 4 -c 2 --split fit --offset "$offset" \
-  --out "$(dirname "$out")/memory-asks-$index"
+  --out "$(dirname "$out")/$(basename "$out" .json | sed 's/^memory-/memory-asks-/')"  # memory-asks-INDEX[-...]
 .venv/bin/python -m bench.service_memory --pid $pid --out "$out"

@@ -10,15 +10,18 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 n=${1:-100}
-index=scale-1m; out=var/bench/scale
+index=scale-1m; out=var/bench/scale; home=${EOR_HOME:-var}  # eor keeps its indexes under $EOR_HOME
 corpus=var/corpora/$index.jsonl.gz
 mkdir -p "$out" var/logs var/corpora
 say() { echo "$(date -u +%FT%TZ) $*"; }
 [ -f "$corpus" ] || { say "the 1M corpus"; .venv/bin/python -m bench.scale_corpus --size 1000000 --out "$corpus"; }
-[ -f "var/indexes/$index/index.json" ] || { say "building $index (log: var/logs/index-1m.log)"
-  /usr/bin/time -v -o "$out/build-1m-final.time" .venv/bin/eor index --corpus "$corpus" --index "$index" --json \
-    >>var/logs/index-1m.log 2>&1; }
+[ -f "$home/indexes/$index/index.json" ] || { say "building $index (log: var/logs/index-1m.log)"
+  # one build at a time: a second would write the same shards and the same time log
+  flock -n var/logs/index-1m.lock /usr/bin/time -v -o "$out/build-1m-final.time" .venv/bin/eor index \
+    --corpus "$corpus" --index "$index" --json >>var/logs/index-1m.log 2>&1 \
+    || { say "the build stopped or another holds var/logs/index-1m.lock: var/logs/index-1m.log"; exit 1; }; }
 [ -f "$out/$index.json" ] || { say "search and recall at 1M"
+  [ -s "$out/build-1m-final.time" ] || say "no build time log ($out/build-1m-final.time): no peak RSS in the report"
   .venv/bin/python -m bench.scale_index --index "$index" --time-log "$out/build-1m-final.time" --out "$out/$index.json"; }
 [ -f "$out/memory-$index.json" ] || { say "PSS by role, both slots on the 0.5B"; bench/memory_run.sh "$index" 1572; }
 [ -f "$out/memory-$index-shipped.json" ] || { say "PSS by role, the shipped settings"

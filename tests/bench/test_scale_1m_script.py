@@ -15,6 +15,7 @@ SCRIPT = Path(__file__).resolve().parents[2] / "bench" / "scale_1m.sh"
 FAKE = """#!/usr/bin/env bash
 echo "$(basename "$0") $*" >> "$CALLS"
 args=" $* "
+[ -n "${FAIL:-}" ] && [[ "$args" == *" $FAIL "* ]] && exit 1
 case "$args" in
   *" bench.scale_corpus "*) touch var/corpora/scale-1m.jsonl.gz ;;
   *" index --corpus "*) mkdir -p var/indexes/scale-1m && touch var/indexes/scale-1m/index.json ;;
@@ -38,24 +39,33 @@ def fake_checkout(tmp: Path) -> Path:
     return tmp
 
 
-def run(checkout: Path) -> list[str]:
+def run(checkout: Path, fail: str = "") -> tuple[subprocess.CompletedProcess, list[str]]:
     calls = checkout / "calls.log"
     calls.write_text("")
+    env = {k: v for k, v in os.environ.items() if k != "EOR_HOME"} | {"CALLS": str(calls), "FAIL": fail}
     out = subprocess.run(["bash", str(checkout / "bench" / "scale_1m.sh"), "50"], capture_output=True, text=True,
-                         env={**os.environ, "CALLS": str(calls)}, timeout=60)
-    assert out.returncode == 0, out.stderr
-    assert "every step done" in out.stdout
-    return calls.read_text().splitlines()
+                         env=env, timeout=60)
+    return out, calls.read_text().splitlines()
 
 
 @pytest.mark.skipif(not Path("/usr/bin/time").exists(), reason="the build step runs under /usr/bin/time")
 def test_every_step_runs_in_order_then_only_the_quality_eval_which_resumes_itself(tmp_path):
     checkout = fake_checkout(tmp_path)
-    calls = run(checkout)
+    out, calls = run(checkout)
+    assert out.returncode == 0 and "every step done" in out.stdout, out.stderr
     assert [c.split()[:2] for c in calls] == [
         ["python", "-m"], ["eor", "index"], ["python", "-m"], ["memory_run.sh", "scale-1m"],
         ["memory_run.sh", "scale-1m"], ["scale_quality.sh", "50"]]
     assert "bench.scale_corpus --size 1000000" in calls[0] and "bench.scale_index --index scale-1m" in calls[2]
+    assert "--time-log var/bench/scale/build-1m-final.time" in calls[2]
     assert calls[3] == "memory_run.sh scale-1m 1572" and calls[4].startswith("memory_run.sh scale-1m 1576 - ")
     assert calls[5] == "scale_quality.sh 50 shared scale-1m"
-    assert run(checkout) == ["scale_quality.sh 50 shared scale-1m"]
+    assert run(checkout)[1] == ["scale_quality.sh 50 shared scale-1m"]
+    assert (checkout / "var/bench/scale/build-1m-final.time").stat().st_size > 0  # what --time-log reads
+
+
+@pytest.mark.skipif(not Path("/usr/bin/time").exists(), reason="the build step runs under /usr/bin/time")
+def test_a_build_that_stops_stops_the_chain_and_says_where_to_look(tmp_path):
+    out, calls = run(fake_checkout(tmp_path), fail="index")
+    assert out.returncode != 0 and "var/logs/index-1m.log" in out.stdout
+    assert [c.split()[0] for c in calls] == ["python", "eor"]  # nothing after the build
