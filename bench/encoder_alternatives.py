@@ -15,6 +15,7 @@ its first 14,434), tokenized once and batched as the shipped encoder batches the
 from __future__ import annotations
 
 import argparse
+import contextlib
 import itertools
 import sys
 import tempfile
@@ -85,8 +86,9 @@ def openvino_runners(fp32: Path, calibration: list[dict], threads: int) -> dict:
                             "then --extra-path DIR"}
     core = ov.Core()
     model = core.read_model(str(fp32))
-    int8 = nncf.quantize(core.read_model(str(fp32)), nncf.Dataset(calibration), model_type=nncf.ModelType.TRANSFORMER,
-                         subset_size=len(calibration))
+    with contextlib.redirect_stdout(sys.stderr):  # NNCF's progress bars: stdout is the report's
+        int8 = nncf.quantize(core.read_model(str(fp32)), nncf.Dataset(calibration),
+                             model_type=nncf.ModelType.TRANSFORMER, subset_size=len(calibration))
     runners = {}
     for name, m in (("openvino-fp32", model), ("openvino-int8", int8)):
         settings = {"INFERENCE_NUM_THREADS": threads, "PERFORMANCE_HINT": "LATENCY",
