@@ -4,7 +4,8 @@
         [--questions 200] [--generation N ...] [--out var/bench/scale/scale-100k.json]
 
 Build (from the index's own records, dense_build.py's meta.json, and `/usr/bin/time -v`'s log of
-the `eor index` run when given): passages, the index kind and its recall@10 against exact, the
+the `eor index` run when given): passages, the index kind and its recall@10 against exact (the build's, on
+passages as queries; and on the NQ questions' vectors, `recall_at_10_questions`), the
 embedding step's passages/s beside the encoder's own rate in the same run (its seconds inside
 `encode_corpus`: what the pipeline adds is the difference), per core, peak RSS and disk.
 Search: each source's latency per call at batch 1 and at batch 32 (p50 / p99, ms) over NQ questions
@@ -101,6 +102,20 @@ def ann_figures(root: Path, factory: str, queries: np.ndarray) -> dict:
             "batch_32": latencies_vec(search, queries, 32)}
 
 
+def question_recall(wiki: Path, vectors: np.ndarray) -> dict:
+    """The dense index's recall@10 against exact search, the questions' vectors as queries (the build's own
+    figure takes passages of the corpus as queries): what a real question loses to the ANN."""
+    from retrievers.sources.dense import load_index_shards
+    from retrievers.sources.dense_build import SHARDS_DIR, DenseIndexSettings, load_vectors
+    from retrievers.sources.knn import exact_topk, recall_at, search_all
+
+    meta = json.loads((wiki / "meta.json").read_text())
+    files = load_index_shards(wiki, meta, DenseIndexSettings())  # the build's knob, as a source applies it
+    exact = exact_topk(vectors, load_vectors(wiki / SHARDS_DIR, meta["shards"]), 20)
+    return {"factory": meta["factory"], "search": meta["search"], "questions": len(vectors),
+            "recall_at_10": round(recall_at(search_all(files, vectors, 10)[1], exact), 4)}
+
+
 def search_figures(sources: dict, gen, root: Path, rows: list[dict]) -> dict:
     """Each source's gold recall@10 and latency at batch 1 and 32, at generation `gen`."""
     queries = [r["question"] for r in rows]
@@ -155,6 +170,8 @@ def main(argv: list[str] | None = None) -> dict:
         else:
             report["search"] = figures
     vectors = Encoder().encode(queries)
+    current = generations.load(root, generations.current_number(root))
+    report["build"]["recall_at_10_questions"] = question_recall(current.source_dir(root, "Wiki"), vectors)
     report["ann"] = [ann_figures(root, f, vectors) for f in args.ann]
     print(json.dumps(report, indent=1))
     if args.out:

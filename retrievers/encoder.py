@@ -120,6 +120,11 @@ class Encoder:
             self.corpus_dtype == "auto" and self.device == "cpu" and cpu_has_bf16())
         return self._encode(texts, show_progress, bf16=bf16)
 
+    def release_corpus(self) -> None:
+        """Let the int8 corpus model go (loaded again when next asked): an index build's step after embedding
+        needs the ~0.4 GiB its session holds, not the model. The torch model stays: queries use it."""
+        self._int8 = None
+
     def _encode(self, texts: Sequence[str], show_progress: bool, bf16: bool) -> np.ndarray:
         import contextlib
 

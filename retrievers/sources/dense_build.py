@@ -31,7 +31,7 @@ import numpy as np
 
 from retrievers.corpus import Document, to_passages
 from retrievers.sources import build_lock
-from retrievers.sources.knn import exact_topk, merge_topk, recall_at, search_knob, set_knob
+from retrievers.sources.knn import exact_topk, merge_topk, recall_at, search_knob, set_knob, without_own_row
 from retrievers.sources.passage_store import read_shard, shard_done, shard_stem, write_shard
 
 AUTO_ANN = "HNSW32,SQ8"  # "auto"'s index at or above exact_below passages (the module's docstring: why)
@@ -196,6 +196,8 @@ def build_dense_index(docs: Iterable[Document], out_dir: str | Path, encoder, pa
     shards, passages = state["shards"], state["passages"]
     pending = [i for i in range(shards) if not vectors_path(folder, i).exists()]
     embed_s, encode_s = _embed(pending, folder, embedder or local_embedder(encoder), passages, shards, progress)
+    if hasattr(encoder, "release_corpus"):
+        encoder.release_corpus()  # the index step's memory beside the encoder's, at 1M: ~0.75 GiB beside ~1 GiB
     meta = build_faiss(out, shards, passages, settings)
     meta.update({"format": FORMAT, "encoder": encoder.name, "corpus_backend": _backend(encoder),
                  "passage_words": passage_words, "shards": shards, "settings": asdict(settings),
@@ -265,7 +267,8 @@ def _lengths(vecs: Sequence[np.ndarray]) -> list[int]:
 
 
 def build_faiss(out: Path, shards: int, passages: int, settings: DenseIndexSettings) -> dict:
-    """The faiss index (in `index_shards` files) over every shard's vectors, and its recall@10. One file's
+    """The faiss index (in `index_shards` files) over every shard's vectors, and its recall@10 against exact
+    (`recall_queries` passages of the corpus as queries, each one's own row left out of both sides). One file's
     index is built, searched at each knob value and written before the next: the step holds one at a time,
     so `index_shards` divides its memory (at 21M passages HNSW32,SQ8 is ~14 GiB whole). The knob chosen is
     meta.json's `search`, which every reader applies (dense.py: load_index_shards); a file holds the last tried."""
@@ -282,8 +285,9 @@ def build_faiss(out: Path, shards: int, passages: int, settings: DenseIndexSetti
         template.train(sample_rows(vecs, settings.train_sample, seed=0))
     parts = split_rows(vecs.lengths, settings.index_shards)
     starts = np.cumsum([0, *vecs.lengths])
+    own = sample_ids(vecs.lengths, settings.recall_queries, seed=1)  # the queries: passages of the corpus
     queries = sample_rows(vecs, settings.recall_queries, seed=1)
-    exact = exact_topk(queries, vecs, 20)
+    exact = without_own_row(exact_topk(queries, vecs, 21), own, 20)
     knob, ladder, found = "", [0], {}  # found: knob value -> each file's (scores, ids) for the queries
     for k, (first, last) in enumerate(parts):
         index = faiss.clone_index(template)
@@ -297,10 +301,10 @@ def build_faiss(out: Path, shards: int, passages: int, settings: DenseIndexSetti
         for value in ladder:
             if knob:
                 set_knob([index], knob, value)
-            found.setdefault(value, []).append(index.search(queries, 10))
+            found.setdefault(value, []).append(index.search(queries, 11))
         faiss.write_index(index, str(out / index_file(k)))
         del index
-    recalls = {value: recall_at(merge_topk(found[value], 10)[1], exact) for value in ladder}
+    recalls = {value: recall_at(without_own_row(merge_topk(found[value], 11), own, 10)[1], exact) for value in ladder}
     value = next((v for v in ladder if recalls[v] >= settings.target_recall), ladder[-1])
     return {"passages": passages, "dim": dim, "factory": factory,
             "index_shards": [[int(starts[a]), int(starts[b] - starts[a])] for a, b in parts],
@@ -335,11 +339,16 @@ def split_rows(counts: Sequence[int], parts: int) -> list[tuple[int, int]]:
     return out
 
 
-def sample_rows(vecs: Sequence[np.ndarray], n: int, seed: int) -> np.ndarray:
-    """`n` rows drawn without replacement across the shards (all of them when fewer)."""
-    lengths = _lengths(vecs)
+def sample_ids(lengths: Sequence[int], n: int, seed: int) -> np.ndarray:
+    """`n` row numbers drawn without replacement across shards of these lengths (all when fewer), in order."""
     total = sum(lengths)
-    rows = np.sort(np.random.default_rng(seed).choice(total, size=min(n, total), replace=False))
+    return np.sort(np.random.default_rng(seed).choice(total, size=min(n, total), replace=False))
+
+
+def sample_rows(vecs: Sequence[np.ndarray], n: int, seed: int) -> np.ndarray:
+    """The vectors of `sample_ids`' rows (the same seed, the same rows)."""
+    lengths = _lengths(vecs)
+    rows = sample_ids(lengths, n, seed)
     starts = np.cumsum([0, *lengths])
     shard = np.searchsorted(starts, rows, side="right") - 1
     picked = [vecs[s][rows[shard == s] - starts[s]] for s in np.unique(shard)]  # each shard read once

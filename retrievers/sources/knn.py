@@ -27,6 +27,14 @@ def merge_topk(parts: Sequence[tuple[np.ndarray, np.ndarray]], k: int) -> tuple[
     return np.take_along_axis(scores, order, 1), np.take_along_axis(ids, order, 1)
 
 
+def without_own_row(result: tuple[np.ndarray, np.ndarray], own: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """Each query's first k (scores, ids) but its own row: a query drawn from the corpus finds itself first,
+    in any index, so counting it would flatter recall (one of ten for free)."""
+    scores, ids = result
+    order = np.argsort(ids == np.asarray(own)[:, None], axis=1, kind="stable")[:, :k]  # others first, in order
+    return np.take_along_axis(scores, order, 1), np.take_along_axis(ids, order, 1)
+
+
 def search_all(indexes: Sequence, queries: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
     return merge_topk([index.search(queries, k) for index in indexes], k)
 

@@ -26,6 +26,10 @@ DONE_FILE = "lucene.json"
 RECORDS_FILE = "records.sqlite"  # the corpus records by page, kept: what a merge rebuilds pages from
 MAX_OVERFETCH = 1000  # hidden pages a generation's base search asks beyond k (more: merge the generation)
 FILE_PAGES = 50_000  # pages per input file: Anserini's indexer gives each thread a file
+INDEXER_HEAP_MB = 1024  # the indexing JVM's heap
+# Lucene writes a segment out once its buffer holds this much: Anserini's default (4,096 MB) never would inside
+# a 1 GiB heap, so every thread's whole segment stayed in memory to the end (a 1M-page build near the cap)
+INDEXER_BUFFER_MB = 256
 
 
 def build_lucene_index(docs: Iterable[Document], out_dir: str | Path, threads: int = 2, corpus_id: str = "",
@@ -61,10 +65,10 @@ def build_lucene_index(docs: Iterable[Document], out_dir: str | Path, threads: i
                 part.close()
         target = out / LUCENE_DIR
         shutil.rmtree(target, ignore_errors=True)
-        cmd = [java_binary(), "-Xmx1g", "-cp", anserini_jar(), "io.anserini.index.IndexCollection",
+        cmd = [java_binary(), f"-Xmx{INDEXER_HEAP_MB}m", "-cp", anserini_jar(), "io.anserini.index.IndexCollection",
                "-collection", "JsonCollection", "-input", tmp, "-index", str(target),
                "-generator", "DefaultLuceneDocumentGenerator", "-threads", str(threads),
-               "-storePositions", "-storeDocvectors", "-storeRaw"]
+               "-memoryBuffer", str(INDEXER_BUFFER_MB), "-storePositions", "-storeDocvectors", "-storeRaw"]
         proc = subprocess.run(cmd, capture_output=True, text=True)
         if proc.returncode != 0:
             raise RuntimeError(f"Lucene indexing failed:\n{proc.stdout[-2000:]}\n{proc.stderr[-2000:]}")

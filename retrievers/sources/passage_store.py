@@ -12,6 +12,7 @@ from __future__ import annotations
 import bisect
 import json
 import os
+import weakref
 from pathlib import Path
 from typing import Iterable, Sequence
 
@@ -73,6 +74,8 @@ class PassageStore:
         self._starts = list(np.cumsum([0, *counts[:-1]]).tolist()) if counts else []
         self._size = int(sum(counts))
         self._fds: list[int | None] = [None] * shards
+        # a store let go unclosed (an index generation swapped out) closes its files when collected: 262 a 1M index
+        weakref.finalize(self, _close_all, self._fds)
 
     def __len__(self) -> int:
         return self._size
@@ -133,7 +136,11 @@ class PassageStore:
         return np.asarray(sorted(found), dtype=np.int64)
 
     def close(self) -> None:
-        for i, fd in enumerate(self._fds):
-            if fd is not None:
-                os.close(fd)
-                self._fds[i] = None
+        _close_all(self._fds)
+
+
+def _close_all(fds: list[int | None]) -> None:
+    for i, fd in enumerate(fds):
+        if fd is not None:
+            os.close(fd)
+            fds[i] = None

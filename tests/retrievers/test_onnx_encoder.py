@@ -53,3 +53,11 @@ def test_a_batchs_hidden_state_is_what_encode_pools(one_thread):
     enc = AutoTokenizer.from_pretrained(one_thread.path)(PASSAGES[:1], return_tensors="np")
     hidden = one_thread._int8.hidden({k: enc[k].astype(np.int64) for k in INPUTS})
     assert np.array_equal(mean_pooled(hidden, enc["attention_mask"]), vectors)
+
+
+@pytest.mark.slow
+def test_the_int8_model_let_go_after_a_build_comes_back_the_same():
+    enc = Encoder(corpus_backend="onnx-int8", threads=1)
+    before = enc.encode_corpus(PASSAGES)
+    enc.release_corpus()
+    assert enc._int8 is None and np.array_equal(enc.encode_corpus(PASSAGES), before)
