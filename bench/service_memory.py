@@ -1,6 +1,7 @@
 """What a running service holds in memory: the PSS of every process under it, by role.
 
     python -m bench.service_memory --pid $(pgrep -f "eor serve" | head -1) [--out var/bench/scale/memory-1m.json]
+    python -m bench.service_memory --pid BUILD_PID --watch 10 --out F.json   (a job's peak, sampled until it ends)
 
 PSS (proportional set size) counts a page shared by k processes as 1/k in each, so the sum over a
 service's processes is what the service takes from the machine: RSS summed counts shared pages (the
@@ -13,7 +14,9 @@ groups, Ray itself, and the rest (the ingress, the readers' and voter's actors).
 from __future__ import annotations
 
 import argparse
+import json
 import sys
+import time
 from pathlib import Path
 
 import psutil
@@ -82,15 +85,41 @@ def measure(pid: int) -> dict:
             "each": [rounded(r) for r in sorted(rows, key=lambda r: -r["pss_gib"])]}
 
 
+def watch(pid: int, every: float, out: Path | None = None) -> dict:
+    """The sample with the largest PSS summed over the tree, every `every` seconds until the process ends (each
+    new peak written to `out` as it comes: a watcher killed with its job keeps what it saw). A build's peak is
+    its processes' sum at one time (Lucene's JVM beside the build), where `/usr/bin/time` gives the largest one."""
+    peak, samples, start = None, 0, time.time()
+    while True:
+        try:
+            if psutil.Process(pid).status() == psutil.STATUS_ZOMBIE:  # ended, not yet reaped by its parent
+                break
+            now = measure(pid)
+        except psutil.NoSuchProcess:
+            break
+        samples += 1
+        if peak is None or now["pss_gib"] > peak["pss_gib"]:
+            peak = {**now, "at_s": round(time.time() - start)}
+            if out is not None:
+                out.parent.mkdir(parents=True, exist_ok=True)
+                out.write_text(json.dumps({**peak, "samples": samples, "every_s": every}, indent=1))
+        time.sleep(every)
+    if peak is None:
+        raise psutil.NoSuchProcess(pid)
+    return {**peak, "samples": samples, "every_s": every, "watched_s": round(time.time() - start)}
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--pid", type=int, required=True, help="the `eor serve` process")
+    ap.add_argument("--pid", type=int, required=True, help="the `eor serve` process (or any, with --watch)")
+    ap.add_argument("--watch", type=float, metavar="SECONDS",
+                    help="sample every SECONDS until the process ends; report the largest sum (a build's peak)")
     ap.add_argument("--out", type=Path)
     args = ap.parse_args(argv)
     try:
-        result = measure(args.pid)
+        result = watch(args.pid, args.watch, args.out) if args.watch else measure(args.pid)
     except psutil.NoSuchProcess:
-        raise SystemExit(f"eor: no process {args.pid}: start `eor serve` and give its pid")
+        raise SystemExit(f"eor: no process {args.pid}: start `eor serve` (or the build) and give its pid")
     emit_json(result, args.out)
     return 0
 

@@ -45,7 +45,10 @@ def run(checkout: Path, fail: str = "") -> tuple[subprocess.CompletedProcess, li
     env = {k: v for k, v in os.environ.items() if k != "EOR_HOME"} | {"CALLS": str(calls), "FAIL": fail}
     out = subprocess.run(["bash", str(checkout / "bench" / "scale_1m.sh"), "50"], capture_output=True, text=True,
                          env=env, timeout=60)
-    return out, calls.read_text().splitlines()
+    lines = calls.read_text().splitlines()
+    watchers = [c for c in lines if "bench.service_memory" in c]  # beside the build, in the background
+    assert all("--watch" in c for c in watchers)
+    return out, [c for c in lines if c not in watchers]
 
 
 @pytest.mark.skipif(not Path("/usr/bin/time").exists(), reason="the build step runs under /usr/bin/time")
@@ -53,6 +56,7 @@ def test_every_step_runs_in_order_then_only_the_quality_eval_which_resumes_itsel
     checkout = fake_checkout(tmp_path)
     out, calls = run(checkout)
     assert out.returncode == 0 and "every step done" in out.stdout, out.stderr
+    assert "--watch 10 --out var/bench/scale/build-1m-tree.json" in (checkout / "calls.log").read_text()
     assert [c.split()[:2] for c in calls] == [
         ["python", "-m"], ["eor", "index"], ["python", "-m"], ["memory_run.sh", "scale-1m"],
         ["memory_run.sh", "scale-1m"], ["scale_quality.sh", "50"]]

@@ -1,6 +1,7 @@
 """The service's memory by role: every process under the given one, PSS summed (a real child process)."""
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import time
@@ -58,3 +59,20 @@ def test_the_sum_covers_the_process_and_its_children():
 def test_a_pid_that_is_gone_is_said_in_words():
     with pytest.raises(SystemExit, match="no process"):
         sm.main(["--pid", "999999999"])
+
+
+def test_watching_a_job_reports_its_largest_moment_until_it_ends(tmp_path):
+    """A parent that starts a child holding 96 MiB for a while, then ends: the peak is the sum at that time."""
+    child = "import time; b = bytearray(96 << 20); time.sleep(2)"
+    job = subprocess.Popen([sys.executable, "-c", "import subprocess, sys, time; time.sleep(0.5); "
+                            f"subprocess.run([sys.executable, '-c', {child!r}]); time.sleep(0.5)"])
+    out = tmp_path / "peak.json"
+    result = sm.watch(job.pid, 0.2, out)
+    job.wait()
+    assert result["processes"] == 2 and result["pss_gib"] >= 90 / 1024 and result["samples"] >= 5
+    assert json.loads(out.read_text())["pss_gib"] == result["pss_gib"]  # written as it came
+
+
+def test_watching_a_pid_that_is_gone_is_said_in_words():
+    with pytest.raises(SystemExit, match="no process"):
+        sm.main(["--pid", "999999999", "--watch", "1"])
