@@ -38,7 +38,9 @@ LAYERS, WIDTH, FEED_FORWARD = 6, 384, 1536
 # over 409,600 of the 1M vectors on this machine's 2 cores alone: 286 s (session-43 note). Session 42's preview,
 # 404 s for 286,720, ran beside the build in another session: about one core (autogroup).
 HNSW_SECONDS, HNSW_VECTORS, HNSW_CORES = 286.3, 409_600, 2
-ID_MAP_BYTES = 8, 48  # IndexIDMap2 around an index without ids of its own: on disk the id; in memory its reverse map too
+# IndexIDMap around an index without ids of its own: an id a vector (until session 44 an IndexIDMap2, whose reverse
+# map took ~48 bytes more a vector in memory: ~1 GiB at 21M, and nothing used it)
+ID_BYTES = 8
 
 
 @dataclass(frozen=True)
@@ -59,9 +61,10 @@ def encoder_flops(tokens: float, layers: int = LAYERS, width: int = WIDTH, ff: i
     return layers * (2 * tokens * weights + 4 * tokens * tokens * width)
 
 
-def bytes_per_vector(factory: str, dims: int = WIDTH, in_memory: bool = True) -> float:
+def bytes_per_vector(factory: str, dims: int = WIDTH) -> float:
     """One vector in a faiss index of this factory string as `eor index` writes it: its code, the graph or the
-    inverted list's id, and the IndexIDMap2 it wraps an index without ids in (dense_build.py: build_faiss)."""
+    inverted list's id, and the IndexIDMap it wraps an index without ids in (dense_build.py: build_faiss); the
+    same in memory as on disk."""
     code = {"Flat": 4 * dims, "SQ8": dims, "SQ4": dims / 2, "SQfp16": 2 * dims}
     parts = factory.split(",")
     last = parts[-1]
@@ -81,7 +84,7 @@ def bytes_per_vector(factory: str, dims: int = WIDTH, in_memory: bool = True) ->
         # level 0 holds 2M links of 4 bytes; a vector reaches level l >= 1 with chance M^-l, M links each there:
         # M / (M - 1) links above level 0 in all; and its offset (8 bytes) and level (4) in the graph
         size += 2 * m * 4 + 4 * m / (m - 1) + 12
-    return size + ID_MAP_BYTES[in_memory]
+    return size + ID_BYTES
 
 
 def hnsw_build_hours(passages: int, cores: int, seconds: float = HNSW_SECONDS, vectors: int = HNSW_VECTORS,
@@ -99,7 +102,7 @@ def measured(reports: list[dict], tokens_per_passage: float) -> Measured:
     fastest = max(builds, key=lambda r: r["build"]["embed_passages_per_s_per_core"])
     largest = max(builds, key=lambda r: r["build"]["passages"])
     disk, n = largest["build"]["disk_gib"], largest["build"]["passages"]
-    index_file = bytes_per_vector(largest["build"].get("factory", "Flat"), in_memory=False)
+    index_file = bytes_per_vector(largest["build"].get("factory", "Flat"))
     return Measured(per_core_rate=fastest["build"]["embed_passages_per_s_per_core"], rate_from=fastest["index"],
                     cores=int(fastest.get("cores") or 2),
                     wiki_bytes_per_passage=disk["wiki"] * 2**30 / n - index_file, se_bytes_per_passage=disk["se"] * 2**30 / n,
@@ -128,7 +131,7 @@ def plan(m: Measured, passages: int, node_cores: int, nodes: list[int], gpu_tflo
                   "graph_build_hours": {f"{c} cores": round(hnsw_build_hours(passages, c, *hnsw), 1)
                                         for c in (m.cores, node_cores)},
                   "graph_measured": dict(zip(("seconds", "vectors", "cores"), hnsw))},
-        "disk_gib": {"wiki": round(passages * (m.wiki_bytes_per_passage + bytes_per_vector(factory, in_memory=False))
+        "disk_gib": {"wiki": round(passages * (m.wiki_bytes_per_passage + bytes_per_vector(factory))
                                    / 2**30),
                      "se": round(passages * m.se_bytes_per_passage / 2**30)},
     }

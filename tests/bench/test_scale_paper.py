@@ -30,7 +30,7 @@ def test_bytes_per_vector_on_disk_is_what_faiss_writes(factory):
         index = faiss.index_factory(64, factory, faiss.METRIC_INNER_PRODUCT)
         index.train(vectors[:1000])
         if not factory.startswith("IVF"):
-            index = faiss.IndexIDMap2(index)
+            index = faiss.IndexIDMap(index)
         index.add_with_ids(vectors, np.arange(n, dtype=np.int64))
         return len(faiss.serialize_index(index))
 
@@ -40,16 +40,15 @@ def test_bytes_per_vector_on_disk_is_what_faiss_writes(factory):
         per_vector = (serialized(2000) - serialized(1000)) / 1000  # the codebooks and headers cancel
     finally:
         faiss.omp_set_num_threads(threads)
-    assert sp.bytes_per_vector(factory, dims=64, in_memory=False) == pytest.approx(per_vector, rel=0.05)
+    assert sp.bytes_per_vector(factory, dims=64) == pytest.approx(per_vector, rel=0.05)
 
 
 def test_a_pq_code_is_its_bytes_and_the_lists_id():
     assert sp.bytes_per_vector("IVF1024,PQ48") == 48 + 8
 
 
-def test_in_memory_a_wrapped_index_holds_its_reverse_map_too():
-    assert sp.bytes_per_vector("HNSW32,SQ8", in_memory=True) - sp.bytes_per_vector("HNSW32,SQ8", in_memory=False) == 40
-    assert sp.bytes_per_vector("IVF4096,SQ8", in_memory=True) == sp.bytes_per_vector("IVF4096,SQ8", in_memory=False)
+def test_an_hnsw_vector_is_its_code_links_offset_level_and_id():
+    assert sp.bytes_per_vector("HNSW32,SQ8") == pytest.approx(384 + 2 * 32 * 4 + 4 * 32 / 31 + 12 + 8)
 
 
 def test_an_unknown_factory_part_is_an_error_naming_it():
@@ -60,7 +59,7 @@ def test_an_unknown_factory_part_is_an_error_naming_it():
 def test_the_rate_comes_from_the_fastest_build_and_disk_from_the_largest():
     m = sp.measured([report("small", 10_000, 26.0, 0.04, 0.01), report("big", 100_000, 6.0, 0.4, 0.1)], 150.0)
     assert (m.per_core_rate, m.rate_from, m.disk_from) == (26.0, "small", "big")
-    assert m.wiki_bytes_per_passage == pytest.approx(0.4 * 2**30 / 100_000 - sp.bytes_per_vector("Flat", in_memory=False))
+    assert m.wiki_bytes_per_passage == pytest.approx(0.4 * 2**30 / 100_000 - sp.bytes_per_vector("Flat"))
 
 
 def test_reports_without_a_build_are_refused_in_words():
@@ -77,7 +76,7 @@ def test_the_plan_spreads_embedding_over_cores_and_the_index_over_shards():
     shards = p["index"]["memory_gib_per_shard"]
     assert shards["4"] == pytest.approx(shards["1"] / 4, abs=0.1)
     assert p["gpu"]["measured"] is False
-    swapped = 0.4 * 2**30 / 100_000 - (1536 + 8) + sp.bytes_per_vector("HNSW32,SQ8", in_memory=False)  # Flat out
+    swapped = 0.4 * 2**30 / 100_000 - (1536 + 8) + sp.bytes_per_vector("HNSW32,SQ8")  # Flat out
     assert p["disk_gib"]["wiki"] == round(10_000_000 * swapped / 2**30)
 
 
