@@ -90,9 +90,10 @@ def watch(pid: int, every: float, out: Path | None = None) -> dict:
     new peak written to `out` as it comes: a watcher killed with its job keeps what it saw). A build's peak is
     its processes' sum at one time (Lucene's JVM beside the build), where `/usr/bin/time` gives the largest one."""
     peak, samples, start = None, 0, time.time()
+    job = psutil.Process(pid)  # is_running() checks its start time too: a pid used again is not this job
     while True:
         try:
-            if psutil.Process(pid).status() == psutil.STATUS_ZOMBIE:  # ended, not yet reaped by its parent
+            if not job.is_running() or job.status() == psutil.STATUS_ZOMBIE:  # ended (reaped or not yet)
                 break
             now = measure(pid)
         except psutil.NoSuchProcess:
@@ -102,7 +103,9 @@ def watch(pid: int, every: float, out: Path | None = None) -> dict:
             peak = {**now, "at_s": round(time.time() - start)}
             if out is not None:
                 out.parent.mkdir(parents=True, exist_ok=True)
-                out.write_text(json.dumps({**peak, "samples": samples, "every_s": every}, indent=1))
+                tmp = out.with_name(out.name + ".tmp")
+                tmp.write_text(json.dumps({**peak, "samples": samples, "every_s": every}, indent=1))
+                tmp.replace(out)
         time.sleep(every)
     if peak is None:
         raise psutil.NoSuchProcess(pid)

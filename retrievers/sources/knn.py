@@ -31,6 +31,7 @@ def without_own_row(result: tuple[np.ndarray, np.ndarray], own: np.ndarray, k: i
     """Each query's first k (scores, ids) but its own row: a query drawn from the corpus finds itself first,
     in any index, so counting it would flatter recall (one of ten for free)."""
     scores, ids = result
+    k = min(k, ids.shape[1] - 1)  # a result of every row (a small index): its own row is the one left out
     order = np.argsort(ids == np.asarray(own)[:, None], axis=1, kind="stable")[:, :k]  # others first, in order
     return np.take_along_axis(scores, order, 1), np.take_along_axis(ids, order, 1)
 
@@ -46,6 +47,9 @@ def recall_at(found: np.ndarray, exact: tuple[np.ndarray, np.ndarray], k: int = 
     out = []
     for f, s, e in zip(found[:, :k].tolist(), scores.tolist(), ids.tolist()):
         kk = min(k, len(s))  # an index of fewer than k rows
+        if kk == 0:  # nothing to find (one passage, its own row left out)
+            out.append(1.0)
+            continue
         tied = {i for x, i in zip(s, e) if x >= s[kk - 1] - 1e-6}
         out.append(min(kk, len(set(f) & tied)) / kk)
     return float(np.mean(out))

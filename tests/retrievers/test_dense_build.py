@@ -163,6 +163,14 @@ def test_a_query_drawn_from_the_corpus_is_left_out_of_its_own_neighbours():
     ids = np.array([[4, 2, 9], [3, 4, 8]])
     kept = without_own_row((scores, ids), np.array([4, 5]), 2)  # row 0 found itself first; row 1 did not
     assert kept[1].tolist() == [[2, 9], [3, 4]] and kept[0].tolist() == [[0.9, 0.8], [0.7, 0.6]]
+    whole = without_own_row((scores, ids), np.array([9, 3]), 5)  # every row of a 3-row index: two left, never self
+    assert whole[1].tolist() == [[4, 2], [4, 8]]
+
+
+@pytest.mark.parametrize("n", [1, 5, 10, 11, 25])
+def test_an_exact_index_of_any_size_reports_full_recall(tmp_path, n):
+    meta = build_dense_index(corpus(n), tmp_path / "idx", HashEncoder(), settings=SMALL)
+    assert meta["factory"] == "Flat" and meta["recall_at_10"] == 1.0
 
 
 def test_the_corpus_encoder_is_let_go_before_the_index_step(tmp_path):
