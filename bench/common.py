@@ -83,13 +83,19 @@ def set_autogroup_nice(pid: int, nice: int, tries: int = 5) -> bool:
     return False
 
 
+def write_json(report: dict, out: Path) -> str:
+    """`report` as JSON in `out` (its folder made), by rename: a reader never sees half a file. Returns the text."""
+    text = json.dumps(report, indent=1)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(out.name + ".tmp")
+    tmp.write_text(text + "\n")
+    tmp.replace(out)
+    return text
+
+
 def emit_json(report: dict, out: Path | None) -> None:
     """A bench's report: printed as JSON on stdout, and written to `out` too when given."""
-    text = json.dumps(report, indent=1)
-    if out:
-        out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(text + "\n")
-    print(text)
+    print(write_json(report, out) if out else json.dumps(report, indent=1))
 
 
 @contextmanager

@@ -27,7 +27,7 @@ from pathlib import Path
 
 import numpy as np
 
-from bench.common import DEFAULT_QUESTIONS, read_questions
+from bench.common import DEFAULT_QUESTIONS, emit_json, read_questions
 from retrievers.corpus import base_id
 from retrievers.encoder import Encoder
 from retrievers.sources import generations
@@ -173,10 +173,7 @@ def main(argv: list[str] | None = None) -> dict:
     current = generations.load(root, generations.current_number(root))
     report["build"]["recall_at_10_questions"] = question_recall(current.source_dir(root, "Wiki"), vectors)
     report["ann"] = [ann_figures(root, f, vectors) for f in args.ann]
-    print(json.dumps(report, indent=1))
-    if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps(report, indent=1))
+    emit_json(report, args.out)
     return report
 
 

@@ -14,14 +14,13 @@ groups, Ray itself, and the rest (the ingress, the readers' and voter's actors).
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 from pathlib import Path
 
 import psutil
 
-from bench.common import emit_json
+from bench.common import emit_json, write_json
 
 ROLES = (  # the first role whose words appear in a process's title and command line. Ray names a replica's
     # process "ray::ServeReplica:APP:DEPLOYMENT"; eor's deployments: Source_<name> and Source_<name>_shard<k>
@@ -102,10 +101,7 @@ def watch(pid: int, every: float, out: Path | None = None) -> dict:
         if peak is None or now["pss_gib"] > peak["pss_gib"]:
             peak = {**now, "at_s": round(time.time() - start)}
             if out is not None:
-                out.parent.mkdir(parents=True, exist_ok=True)
-                tmp = out.with_name(out.name + ".tmp")
-                tmp.write_text(json.dumps({**peak, "samples": samples, "every_s": every}, indent=1))
-                tmp.replace(out)
+                write_json({**peak, "samples": samples, "every_s": every}, out)
         time.sleep(every)
     if peak is None:
         raise psutil.NoSuchProcess(pid)

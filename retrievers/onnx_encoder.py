@@ -14,7 +14,7 @@ import hashlib
 import os
 import threading
 from pathlib import Path
-from typing import Sequence
+from typing import Iterator, Sequence
 
 import numpy as np
 
@@ -74,6 +74,18 @@ def export_int8(folder: str, out: Path) -> Path:
     return out
 
 
+def length_sorted_batches(tokenizer, texts: Sequence[str],
+                          size: int) -> Iterator[tuple[np.ndarray, dict[str, np.ndarray], np.ndarray]]:
+    """(rows, model inputs, attention mask) of each batch of `size`, longest texts first: similar lengths
+    together, less padding. A batch's make-up moves its vectors (int8 scales activations per batch)."""
+    order = np.argsort([-len(t) for t in texts], kind="stable")
+    for i in range(0, len(texts), size):
+        rows = order[i : i + size]
+        enc = tokenizer([texts[j] for j in rows], padding=True, truncation=True, max_length=MAX_TOKENS,
+                        return_tensors="np")
+        yield rows, {k: enc[k].astype(np.int64) for k in INPUTS}, enc["attention_mask"]
+
+
 def mean_pooled(hidden: np.ndarray, attention_mask: np.ndarray) -> np.ndarray:
     """Unit vectors: the mean of each text's token states, padding left out (sentence-transformers' pooling)."""
     mask = attention_mask[..., None].astype(np.float32)
@@ -115,12 +127,8 @@ class OnnxInt8Encoder:
         self.load()
         texts = list(texts)
         out = np.zeros((len(texts), 0), dtype=np.float32)
-        order = np.argsort([-len(t) for t in texts], kind="stable")  # similar lengths together: less padding
-        for i in range(0, len(texts), self.batch_size):
-            rows = order[i : i + self.batch_size]
-            enc = self._tokenizer([texts[j] for j in rows], padding=True, truncation=True, max_length=MAX_TOKENS,
-                                  return_tensors="np")
-            vecs = mean_pooled(self.hidden({k: enc[k].astype(np.int64) for k in INPUTS}), enc["attention_mask"])
+        for rows, feeds, mask in length_sorted_batches(self._tokenizer, texts, self.batch_size):
+            vecs = mean_pooled(self.hidden(feeds), mask)
             if out.shape[1] == 0:
                 out = np.zeros((len(texts), vecs.shape[1]), dtype=np.float32)
             out[rows] = vecs

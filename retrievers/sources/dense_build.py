@@ -286,7 +286,7 @@ def build_faiss(out: Path, shards: int, passages: int, settings: DenseIndexSetti
     parts = split_rows(vecs.lengths, settings.index_shards)
     starts = np.cumsum([0, *vecs.lengths])
     own = sample_ids(vecs.lengths, settings.recall_queries, seed=1)  # the queries: passages of the corpus
-    queries = sample_rows(vecs, settings.recall_queries, seed=1)
+    queries = rows_of(vecs, own)
     exact = without_own_row(exact_topk(queries, vecs, 21), own, 20)
     knob, ladder, found = "", [0], {}  # found: knob value -> each file's (scores, ids) for the queries
     for k, (first, last) in enumerate(parts):
@@ -347,11 +347,15 @@ def sample_ids(lengths: Sequence[int], n: int, seed: int) -> np.ndarray:
 
 def sample_rows(vecs: Sequence[np.ndarray], n: int, seed: int) -> np.ndarray:
     """The vectors of `sample_ids`' rows (the same seed, the same rows)."""
+    return rows_of(vecs, sample_ids(_lengths(vecs), n, seed))
+
+
+def rows_of(vecs: Sequence[np.ndarray], rows: np.ndarray) -> np.ndarray:
+    """The vectors at these row numbers (in order) across the shards, each shard read once."""
     lengths = _lengths(vecs)
-    rows = sample_ids(lengths, n, seed)
     starts = np.cumsum([0, *lengths])
     shard = np.searchsorted(starts, rows, side="right") - 1
-    picked = [vecs[s][rows[shard == s] - starts[s]] for s in np.unique(shard)]  # each shard read once
+    picked = [vecs[s][rows[shard == s] - starts[s]] for s in np.unique(shard)]
     return np.concatenate(picked).astype(np.float32)
 
 
