@@ -1,21 +1,18 @@
 """Other ways to run the corpus encoder on a CPU, against the shipped int8 ONNX model: speed (interleaved
 rounds, one run) and how far each moves the vectors from the torch fp32 model the queries use.
 
-    python -m bench.encoder_alternatives [--texts 256] [--threads 1] [--extra-path DIR] [--out F.json]
+    python -m bench.encoder_alternatives [--texts 256] [--threads 1] [--out F.json]
 
 - `onnx-int8`: the shipped corpus encoder (retrievers/onnx_encoder.py: onnxruntime, dynamic int8);
 - `onnx-int8-fused`: the same after onnxruntime's transformer optimizer (fused GELU, skip layer norms);
-- `openvino-fp32`, `openvino-int8`: OpenVINO on the fp32 export, and that model statically quantized by
-  NNCF (calibrated on `--calibration` other passages). They run where `openvino` and `nncf` import: the
-  project does not install them; `pip install --target DIR openvino nncf`, then `--extra-path DIR`
-  (once for each folder).
+- `openvino-fp32`, `openvino-int8`: OpenVINO on the fp32 export, and the shipped static int8 model
+  (retrievers/openvino_encoder.py: NNCF, calibrated on the embedded corpus; "auto" on CPUs with VNNI).
 Passages: the corpus's (default the shared one), after `--skip` (a scale corpus's distractors lie past
 its first 14,434), tokenized once and batched as the shipped encoder batches them (32, sorted by length).
 """
 from __future__ import annotations
 
 import argparse
-import contextlib
 import itertools
 import sys
 import tempfile
@@ -70,25 +67,21 @@ def onnx_runners(folder: str, fp32: Path, work: Path, threads: int) -> dict:
     return {"onnx-int8": shipped.hidden, "onnx-int8-fused": lambda feeds: session.run(None, feeds)[0]}
 
 
-def openvino_runners(fp32: Path, calibration: list[dict], threads: int) -> dict:
+def openvino_runners(folder: str, fp32: Path, threads: int) -> dict:
+    """OpenVINO on the fp32 export, and the shipped static int8 model (retrievers/openvino_encoder.py)."""
     try:
-        import nncf
         import openvino as ov
+
+        from retrievers.openvino_encoder import OpenVinoInt8Encoder, available
     except ImportError as exc:
-        return {"openvino": f"not installed here ({exc.name}): pip install --target DIR openvino nncf, "
-                            "then --extra-path DIR"}
-    core = ov.Core()
-    model = core.read_model(str(fp32))
-    with contextlib.redirect_stdout(sys.stderr):  # NNCF's progress bars: stdout is the report's
-        int8 = nncf.quantize(core.read_model(str(fp32)), nncf.Dataset(calibration),
-                             model_type=nncf.ModelType.TRANSFORMER, subset_size=len(calibration))
-    runners = {}
-    for name, m in (("openvino-fp32", model), ("openvino-int8", int8)):
-        settings = {"INFERENCE_NUM_THREADS": threads, "PERFORMANCE_HINT": "LATENCY",
-                    "INFERENCE_PRECISION_HINT": "f32"}  # else bf16 on CPUs that have it: not the fp32 row
-        request = core.compile_model(m, "CPU", settings).create_infer_request()
-        runners[name] = lambda feeds, r=request: r.infer(feeds)[0]
-    return runners
+        return {"openvino": f"not installed here ({exc.name}): requirements/cpu.in installs it"}
+    if not available():
+        return {"openvino": "not installed here (nncf): requirements/cpu.in installs it"}
+    settings = {"INFERENCE_NUM_THREADS": threads, "PERFORMANCE_HINT": "LATENCY",
+                "INFERENCE_PRECISION_HINT": "f32"}  # else bf16 on CPUs that have it: not the fp32 row
+    request = ov.Core().compile_model(str(fp32), "CPU", settings).create_infer_request()
+    return {"openvino-fp32": lambda feeds: request.infer(feeds)[0],
+            "openvino-int8": OpenVinoInt8Encoder(folder, threads=threads).load().hidden}
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -96,19 +89,14 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--corpus", default=DEFAULT_CORPUS)
     ap.add_argument("--skip", type=int, default=0, help="passages of the corpus passed over first")
     ap.add_argument("--texts", type=int, default=256)
-    ap.add_argument("--calibration", type=int, default=320, help="passages NNCF calibrates on (not timed)")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--threads", type=int, default=1)
-    ap.add_argument("--extra-path", action="append", default=[],
-                    help="a folder holding openvino or nncf, looked in after the venv")
     ap.add_argument("--batch-sizes", default="1,4,32", help="the shipped model's vectors at these batch sizes too")
     ap.add_argument("--out", type=Path)
     args = ap.parse_args(argv)
-    sys.path.extend(args.extra_path)
     passages = itertools.islice(to_passages(read_jsonl(args.corpus)), args.skip,
-                                args.skip + args.calibration + args.texts)
+                                args.skip + args.texts)
     texts = [passage_text(p) for p in passages]
-    calibrate, texts = texts[: args.calibration], texts[args.calibration :]
     encoder = Encoder(memo_size=0).load()
     reference = encoder.encode(texts)  # torch fp32, as every query: what a corpus vector is compared with
     from transformers import AutoTokenizer
@@ -118,8 +106,7 @@ def main(argv: list[str] | None = None) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         fp32 = export_fp32(encoder.path, Path(tmp) / "fp32.onnx")
         runners = onnx_runners(encoder.path, fp32, Path(tmp), args.threads)
-        calibration = [feeds for _, feeds, _ in batches(tokenizer, calibrate, 8)]
-        runners.update(openvino_runners(fp32, calibration, args.threads))
+        runners.update(openvino_runners(encoder.path, fp32, args.threads))
         missing = {k: v for k, v in runners.items() if isinstance(v, str)}
         runners = {k: v for k, v in runners.items() if not isinstance(v, str)}
         times: dict[str, list[float]] = {k: [] for k in runners}

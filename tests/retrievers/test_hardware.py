@@ -1,4 +1,4 @@
-"""The bf16 choice and its override (EOR_CPU_BF16), used by the reader and the encoder."""
+"""The bf16 and VNNI checks and their override (EOR_CPU_BF16), used by the reader and the encoder."""
 from __future__ import annotations
 
 import pytest
@@ -40,3 +40,14 @@ def test_the_cpu_signature_names_torchs_kernel_choice(monkeypatch):
     assert native.startswith("native-") and hardware.cpu_signature() == native
     monkeypatch.setenv("ATEN_CPU_CAPABILITY", "AVX2")
     assert hardware.cpu_signature() == "avx2-" + native.split("-", 1)[1]
+
+
+def test_vnni_is_read_from_the_cpu_flags_and_the_fp32_class_emulation_says_no(monkeypatch):
+    monkeypatch.setattr(hardware, "cpu_flags", lambda: frozenset({"avx2", "avx512f", "avx512_vnni"}))
+    monkeypatch.delenv(hardware.BF16_ENV, raising=False)
+    assert hardware.cpu_has_vnni()
+    monkeypatch.setenv(hardware.BF16_ENV, "0")
+    assert not hardware.cpu_has_vnni()
+    monkeypatch.setattr(hardware, "cpu_flags", lambda: frozenset({"avx2", "fma"}))
+    monkeypatch.delenv(hardware.BF16_ENV)
+    assert not hardware.cpu_has_vnni()
