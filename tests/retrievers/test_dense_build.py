@@ -28,6 +28,9 @@ class HashEncoder:
     def load(self):
         return self
 
+    def release_corpus(self):
+        pass
+
     def encode(self, texts, show_progress=False):
         out = np.zeros((len(texts), 32), dtype=np.float32)
         for i, t in enumerate(texts):

@@ -25,6 +25,9 @@ class LetterEncoder:
     def load(self):
         return self
 
+    def release_corpus(self):
+        pass
+
     def encode(self, texts, show_progress=False):
         out = np.zeros((len(texts), 26), dtype=np.float32)
         for i, t in enumerate(texts):
