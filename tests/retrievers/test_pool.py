@@ -589,7 +589,8 @@ def test_rerank_is_one_encoder_call_per_round_for_the_whole_batch_and_orders_as_
         cands = by_spec(result)
         chunks = [p for p in cands["SE@RR@10"].context.passages]
         sims = cosine(memo_encoder, q, chunks)
-        assert list(sims) == sorted(sims, reverse=True)
+        # in order up to float noise: a chunk's vector embedded in a batch and alone differ by ~1e-8 (AVX512)
+        assert all(a >= b - 1e-6 for a, b in zip(sims, sims[1:]))
         assert all(math.isclose(p.score, float(x), abs_tol=1e-6) for p, x in zip(chunks, sims))
     s.pool.run(questions)  # a second round over the same work would reuse it; a new run embeds again
     assert counting.calls == 2
