@@ -1,5 +1,5 @@
-"""Other ways to run the corpus encoder on a CPU, against the shipped int8 ONNX model: speed (interleaved
-rounds, one run) and how far each moves the vectors from the torch fp32 model the queries use.
+"""Ways to run the corpus encoder on a CPU, against onnxruntime's int8 (the default without VNNI): speed
+(interleaved rounds, one run) and how far each moves the vectors from the torch fp32 model the queries use.
 
     python -m bench.encoder_alternatives [--texts 256] [--threads 1] [--out F.json]
 

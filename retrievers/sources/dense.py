@@ -13,7 +13,7 @@ from retrievers.encoder import Encoder
 from retrievers.sources.base import PASSAGES, KnowledgeSource, MissingIndexError, SourceSetting
 from retrievers.sources.build_lock import builder_pid, wait_for_build
 from retrievers.sources.dense_build import (BUILD_FILE, FORMAT, META_FILE, SHARDS_DIR, DenseIndexSettings,
-                                            build_dense_index, index_file)
+                                            as_recorded, build_dense_index, index_file)
 from retrievers.sources.knn import search_all, set_knob
 from retrievers.sources.passage_store import PassageStore
 from retrievers.types import Passage
@@ -62,8 +62,9 @@ class DenseSource(KnowledgeSource):
             return None
         source = cls.from_setting(setting)
         flat = replace(source.settings, factory="Flat", index_shards=1)
-        return build_dense_index(docs, delta_dir, source.encoder, settings=flat, corpus_id="generation delta",
-                                 embedder=reusing_embedder(source.encoder, previous))
+        encoder = as_recorded(source.encoder, setting.index_dir)  # the base's corpus backend, not this machine's
+        return build_dense_index(docs, delta_dir, encoder, settings=flat, corpus_id="generation delta",
+                                 embedder=reusing_embedder(encoder, previous))
 
     @classmethod
     def merge_generation(cls, setting: SourceSetting, delta_dir: str | None, hidden: frozenset[str],

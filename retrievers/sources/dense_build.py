@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import json
 import time
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Iterable, Iterator, Sequence, TextIO
 
@@ -139,6 +139,28 @@ def chunks(items: Iterable[Document], size: int) -> Iterator[list[Document]]:
         yield chunk
 
 
+def recorded_corpus_kind(out_dir: str | Path) -> str | None:
+    """The corpus backend the index at `out_dir` (finished, or begun) embeds with; None where there is none."""
+    for name in (META_FILE, BUILD_FILE):
+        path = Path(out_dir) / name
+        if path.exists():
+            data = json.loads(path.read_text(encoding="utf-8"))
+            kind = data.get("corpus_backend") or data.get("fingerprint", {}).get("corpus_backend")
+            if kind:
+                return kind
+    return None
+
+
+def as_recorded(encoder: CorpusEncoder, out_dir: str | Path) -> CorpusEncoder:
+    """`encoder`, or where it would choose its backend itself ("auto") a copy with the one the index at
+    `out_dir` records: a resumed build, an added document and a cluster's actors embed as the index began
+    (a machine or release whose "auto" differs would otherwise be refused, or mix two models' vectors)."""
+    kind = recorded_corpus_kind(out_dir)
+    if kind and kind != encoder.corpus_kind and getattr(encoder, "corpus_backend", None) == "auto":
+        return replace(encoder, corpus_backend=kind)
+    return encoder
+
+
 def _start(out: Path, fingerprint: dict) -> dict:
     """The build's state, new or resumed; another build's folder is refused, saying what differs."""
     path = out / BUILD_FILE
@@ -180,6 +202,7 @@ def build_dense_index(docs: Iterable[Document], out_dir: str | Path, encoder: Co
     """Build (or resume) the index at `out_dir`; returns its meta (passages, factory, recall@10...).
     `corpus_id` names the corpus (path, size, time) so a resume over another one is refused."""
     out = Path(out_dir)
+    encoder = as_recorded(encoder, out)
     folder = out / SHARDS_DIR
     fingerprint = {"corpus": corpus_id, "encoder": encoder.name, "passage_words": passage_words,
                    "shard_passages": settings.shard_passages, "corpus_backend": encoder.corpus_kind}

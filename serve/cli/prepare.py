@@ -66,6 +66,7 @@ def cmd_index(args) -> int:
 
     from retrievers.corpus import Corpus
     from retrievers.encoder import Encoder
+    from retrievers.sources.dense_build import as_recorded
     from serve.builder import build_indexes, describe_index, index_path
     from serve.cli.console import Console
 
@@ -77,11 +78,15 @@ def cmd_index(args) -> int:
         raise ValueError(f"corpus {args.corpus or '(embedded)'} has no documents")
     if args.fresh:
         shutil.rmtree(index_path(config.index.name), ignore_errors=True)
+    encoder = Encoder(config.index.encoder)
+    dense = [name for name, conf in config.index.sources.items() if conf.backend == "dense"]
+    if dense:  # a resume embeds with the corpus backend the index began with (a cluster's actors too)
+        encoder = as_recorded(encoder, index_path(config.index.name) / dense[0].lower())
     embedder = None
     if args.ray_address:
         from serve.indexing import ray_embedder
 
-        embedder = ray_embedder(config.index.encoder, Encoder(config.index.encoder).corpus_kind,
+        embedder = ray_embedder(config.index.encoder, encoder.corpus_kind,
                                 address=args.ray_address, actors=args.encoder_actors)
     t = time.time()
     sources = config.index.sources
@@ -92,7 +97,7 @@ def cmd_index(args) -> int:
             raise ValueError(f"--sources: {', '.join(unknown)} not configured; index.sources: {', '.join(sources)}")
         sources = {name: conf for name, conf in sources.items() if name in only}
     with Console(verbose=args.verbose and not args.json) as con:  # --json: stdout carries only the JSON
-        info = build_indexes(corpus, config.index.name, Encoder(config.index.encoder), progress=con.out,
+        info = build_indexes(corpus, config.index.name, encoder, progress=con.out,
                              sources=sources, corpus_id=corpus.identity(), embedder=embedder,
                              complete=sources == config.index.sources)
     if args.json:

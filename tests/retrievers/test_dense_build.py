@@ -3,13 +3,15 @@ chosen by size, the shard merge and passages read by row."""
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import pytest
 
 from retrievers.corpus import Document
 from retrievers.sources.dense import DenseSource
-from retrievers.sources.dense_build import (BUILD_FILE, META_FILE, SHARDS_DIR, DenseIndexSettings, build_dense_index,
+from retrievers.sources.dense_build import (BUILD_FILE, META_FILE, SHARDS_DIR, DenseIndexSettings, as_recorded,
+                                            build_dense_index, recorded_corpus_kind,
                                             load_vectors, sample_ids, sample_rows, split_rows, vectors_path,
                                             write_vectors)
 from retrievers.sources.passage_store import PassageStore, read_shard
@@ -87,6 +89,43 @@ def test_a_build_resumed_over_another_corpus_or_settings_is_refused_naming_what_
         build_dense_index(corpus(12), tmp_path / "idx", HashEncoder(), passage_words=50, settings=SMALL,
                           corpus_id="a.jsonl|1|1")
     assert json.loads((tmp_path / "idx" / BUILD_FILE).read_text())["fingerprint"]["corpus"] == "a.jsonl|1|1"
+
+
+@dataclass
+class ChoosingEncoder:
+    """Chooses its corpus backend as `Encoder` does: "auto" is this machine's pick (`machine`)."""
+
+    corpus_backend: str = "auto"
+    machine: str = "onnx-int8"
+    hashes: HashEncoder = field(default_factory=HashEncoder)
+    name = "hashes"
+
+    @property
+    def corpus_kind(self):
+        return self.machine if self.corpus_backend == "auto" else self.corpus_backend
+
+    def encode_corpus(self, texts, show_progress=False):
+        return self.hashes.encode_corpus(texts)
+
+    def release_corpus(self):
+        pass
+
+
+def test_a_resume_on_a_machine_whose_auto_differs_embeds_with_the_recorded_backend(tmp_path):
+    docs, out = corpus(35), tmp_path / "idx"
+    assert recorded_corpus_kind(out) is None
+    with pytest.raises(KeyboardInterrupt):
+        build_dense_index(docs, out, ChoosingEncoder(machine="torch", hashes=HashEncoder(fail_after=20)),
+                          settings=SMALL, corpus_id="c")
+    assert recorded_corpus_kind(out) == "torch"
+    here = ChoosingEncoder(machine="openvino-int8")
+    assert as_recorded(here, out).corpus_kind == "torch" and here.corpus_kind == "openvino-int8"  # a copy
+    meta = build_dense_index(docs, out, here, settings=SMALL, corpus_id="c")
+    assert meta["corpus_backend"] == "torch" == recorded_corpus_kind(out) and here.hashes.embedded == 15
+    named = ChoosingEncoder(corpus_backend="onnx-int8")  # asked for by name: as asked, never swapped
+    assert as_recorded(named, out) is named
+    with pytest.raises(ValueError, match="other corpus_backend.*'torch'"):
+        build_dense_index(docs, tmp_path / "idx", named, settings=replace(SMALL, recall_queries=49), corpus_id="c")
 
 
 def test_the_index_is_exact_below_the_size_and_an_ann_index_above_with_its_recall(tmp_path):

@@ -1,4 +1,4 @@
-"""The int8 ONNX corpus encoder (the default on CPUs without bf16): close to torch fp32, its vectors not moved
+"""The int8 ONNX corpus encoder (the default on CPUs without AVX512-VNNI): close to torch fp32, its vectors not moved
 by its thread count, and the threads an encoder is given are the ones its session runs."""
 from __future__ import annotations
 
