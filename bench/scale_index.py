@@ -85,7 +85,8 @@ def ann_figures(root: Path, factory: str, queries: np.ndarray) -> dict:
 
     import faiss
 
-    from retrievers.sources.dense_build import SHARDS_DIR, DenseIndexSettings, build_faiss, index_file
+    from retrievers.sources.dense_build import SHARDS_DIR, DenseIndexSettings, index_file
+    from retrievers.sources.dense_index import build_faiss
 
     wiki = json.loads((root / "wiki" / "meta.json").read_text())
     with tempfile.TemporaryDirectory(dir=root) as tmp:

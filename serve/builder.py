@@ -28,7 +28,7 @@ def index_path(name: str) -> Path:
 
 def build_indexes(docs: Iterable[Document], name: str, encoder: Encoder, show_progress: bool = True,
                   progress: TextIO | None = None, sources: Mapping[str, SourceConfig] | None = None,
-                  corpus_id: str = "", embedder: Any = None, complete: bool = True) -> dict:
+                  corpus_id: str = "", embedder: Any = None, complete: bool = True, index_parts: Any = None) -> dict:
     """Every source `sources` lists (default: Wiki and SE), each built by its own class over one
     corpus (`docs` is read once per source: a list, or retrievers.corpus.Corpus for a file of any
     size). Resumable: a source already built from the same corpus is kept. `complete`: these are
@@ -37,9 +37,10 @@ def build_indexes(docs: Iterable[Document], name: str, encoder: Encoder, show_pr
     built = {}
     for source, conf in (sources or IndexConfig().sources).items():
         setting = SourceSetting(source, str(root / source.lower()), encoder, conf.options)
+        elsewhere = {"index_parts": index_parts} if index_parts is not None else {}  # a source may not take it
         summary = source_class(conf.backend).build_index(docs, setting, corpus_id=corpus_id, embedder=embedder,
                                                          progress=progress if progress is not None or not show_progress
-                                                         else sys.stderr)
+                                                         else sys.stderr, **elsewhere)
         if summary is not None:
             built[source] = summary
     info = {"sources": built}

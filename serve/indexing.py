@@ -1,4 +1,5 @@
-"""Embedding a corpus as a Ray Data job: the dense build's shards over a cluster's encoder actors.
+"""Embedding a corpus as a Ray Data job: the dense build's shards over a cluster's encoder actors; and its
+index files as Ray tasks, one a file, spread over the cluster's nodes.
 
 The streaming build (retrievers/sources/dense_build.py) writes passage shards to the index folder
 and asks an `Embedder` for the shards without vectors. This one makes them a dataset (a row a
@@ -19,6 +20,7 @@ from typing import Iterator, Sequence
 import numpy as np
 
 from retrievers.sources.dense_build import Embedder, embed_shard
+from retrievers.sources.dense_index import Found, IndexPart, PartBuilder, PartInputs, build_part
 
 
 ACTORS_READY_S = 300  # how long the pool may take to load every encoder before the build gives up
@@ -105,3 +107,33 @@ def ray_embedder(encoder_name: str, corpus_backend: str, address: str = "local",
             vectors = np.frombuffer(row["vectors"], dtype=np.float32).reshape(int(row["rows"]), -1)
             yield int(row["shard"]), vectors, float(row["seconds"])
     return embed
+
+
+def _index_part(out: str, part: IndexPart, inputs: PartInputs, threads: int) -> tuple[int, Found, str]:
+    """A Ray task: one index file built and written where the task runs (the folder is shared storage)."""
+    import faiss
+    import ray
+
+    faiss.omp_set_num_threads(threads)  # the CPUs the task was given, not every core of its node
+    return part.k, build_part(Path(out), part, inputs), ray.get_runtime_context().get_node_id()
+
+
+def ray_index_parts(address: str = "local", threads: int = 0, nodes_seen: dict | None = None) -> PartBuilder:
+    """A PartBuilder running on Ray: a task an index file, spread over the nodes (Ray's SPREAD strategy), each
+    of `threads` CPUs (0: the cluster's CPUs shared among the files, at least 1). The graph of one file is
+    the most a node holds; `nodes_seen`, if given, counts the files each node built."""
+    def build(out: Path, parts: Sequence[IndexPart], inputs: PartInputs) -> Iterator[tuple[int, Found]]:
+        import ray
+
+        connect(address)
+        cpus = threads or max(1, int(ray.cluster_resources().get("CPU", 1)) // max(1, len(parts)))
+        task = ray.remote(_index_part).options(num_cpus=cpus, scheduling_strategy="SPREAD", max_retries=2)
+        inputs_ref = ray.put(inputs)  # the template and the queries sent once, not once a task
+        pending = [task.remote(str(out), part, inputs_ref, cpus) for part in parts]
+        while pending:
+            done, pending = ray.wait(pending, num_returns=1)
+            k, found, node = ray.get(done[0])
+            if nodes_seen is not None:
+                nodes_seen[node] = nodes_seen.get(node, 0) + 1
+            yield k, found
+    return build

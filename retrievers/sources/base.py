@@ -48,11 +48,12 @@ class KnowledgeSource(Protocol):
 
     @classmethod
     def build_index(cls, docs: Iterable[Document], setting: SourceSetting, corpus_id: str = "",
-                    embedder: Any = None, progress: TextIO | None = None) -> dict | None:
+                    embedder: Any = None, progress: TextIO | None = None, **elsewhere: Any) -> dict | None:
         """Build (or resume) this source's index at `setting.index_dir` from a corpus that can be
         read again (`docs`); what `eor index` runs for the source's config line. `corpus_id` names
         the corpus, so a resumed build can refuse another one; `embedder` runs dense embedding
-        elsewhere (retrievers/sources/dense_build.py: Embedder). Returns a summary for the build's
+        elsewhere (retrievers/sources/dense_build.py: Embedder), and on a cluster `elsewhere` may hold
+        `index_parts` (dense_index.py: PartBuilder), passed only then. Returns a summary for the build's
         report; the default, for a source with no index of its own (a search API), builds nothing."""
         return None
 

@@ -41,11 +41,11 @@ class DenseSource(KnowledgeSource):
 
     @classmethod
     def build_index(cls, docs: Iterable[Document], setting: SourceSetting, corpus_id: str = "",
-                    embedder=None, progress: TextIO | None = None) -> dict:
+                    embedder=None, progress: TextIO | None = None, index_parts=None) -> dict:
         """Build (or resume) this source's index: what `eor index` runs for a `dense` line."""
         source = cls.from_setting(setting)
         return build_dense_index(docs, setting.index_dir, source.encoder, settings=source.settings,
-                                 corpus_id=corpus_id, embedder=embedder, progress=progress)
+                                 corpus_id=corpus_id, embedder=embedder, progress=progress, index_parts=index_parts)
 
     @classmethod
     def index_shards(cls, index_dir: str) -> int:

@@ -8,9 +8,10 @@ Three steps, each resumable at a shard (`DenseIndexSettings.shard_passages` pass
    `NNNNN.vectors.npy` by rename, so a killed build keeps every finished shard;
 3. index: exact inner product below `exact_below` passages, else a faiss `index_factory` index
    (HNSW with SQ8 by default: its SQ8 trained on a sample, filled shard by shard), split into
-   `index_shards` files with the passages' rows as ids; the build measures recall@10 against
-   exact search on a sample and, where the knob (`ef_search`, `nprobe`) is 0, takes its smallest
-   power of two that reaches `target_recall`. meta.json, written last, is the finished index.
+   `index_shards` files with the passages' rows as ids (dense_index.py: a file at a time here, or a
+   Ray task a file on a cluster); the build measures recall@10 against exact search on a sample and,
+   where the knob (`ef_search`, `nprobe`) is 0, takes its smallest power of two that reaches
+   `target_recall`. meta.json, written last, is the finished index.
 Why HNSW (session 42, 287k of the 1M corpus's vectors, 2 cores): MiniLM's 384-d neighbourhoods here
 are wide (the 10th and 20th neighbours 0.016 apart), so IVF4096,SQ8 reached recall@10 0.95 only
 probing 1,024 of 4,096 lists (7.2 ms, a quarter of the rows: ~27 ms at 1M), HNSW32,SQ8 at efSearch
@@ -31,11 +32,11 @@ import numpy as np
 
 from retrievers.corpus import Document, to_passages
 from retrievers.sources import build_lock
-from retrievers.sources.knn import exact_topk, merge_topk, recall_at, search_knob, set_knob, without_own_row
 from retrievers.sources.passage_store import read_shard, shard_done, shard_stem, write_shard
 
 if TYPE_CHECKING:
     from retrievers.encoder import CorpusEncoder
+    from retrievers.sources.dense_index import PartBuilder
 
 AUTO_ANN = "HNSW32,SQ8"  # "auto"'s index at or above exact_below passages (the module's docstring: why)
 SHARDS_DIR = "shards"
@@ -198,9 +199,13 @@ def split(docs: Iterable[Document], folder: Path, shard_passages: int, passage_w
 
 def build_dense_index(docs: Iterable[Document], out_dir: str | Path, encoder: CorpusEncoder, passage_words: int = 100,
                       settings: DenseIndexSettings = DenseIndexSettings(), corpus_id: str = "",
-                      embedder: Embedder | None = None, progress: TextIO | None = None) -> dict:
+                      embedder: Embedder | None = None, progress: TextIO | None = None,
+                      index_parts: PartBuilder | None = None) -> dict:
     """Build (or resume) the index at `out_dir`; returns its meta (passages, factory, recall@10...).
-    `corpus_id` names the corpus (path, size, time) so a resume over another one is refused."""
+    `corpus_id` names the corpus (path, size, time) so a resume over another one is refused. `embedder` and
+    `index_parts` run the embedding and the index files elsewhere (a Ray cluster: serve/indexing.py)."""
+    from retrievers.sources.dense_index import build_faiss
+
     out = Path(out_dir)
     encoder = as_recorded(encoder, out)
     folder = out / SHARDS_DIR
@@ -223,11 +228,12 @@ def build_dense_index(docs: Iterable[Document], out_dir: str | Path, encoder: Co
     pending = [i for i in range(shards) if not vectors_path(folder, i).exists()]
     embed_s, encode_s = _embed(pending, folder, embedder or local_embedder(encoder), passages, shards, progress)
     encoder.release_corpus()  # the index step's memory beside the encoder's, at 1M: ~0.75 GiB beside ~1 GiB
-    meta = build_faiss(out, shards, passages, settings)
+    t_index = time.time()
+    meta = build_faiss(out, shards, passages, settings, index_parts)
     meta.update({"format": FORMAT, "encoder": encoder.name, "corpus_backend": encoder.corpus_kind,
                  "passage_words": passage_words, "shards": shards, "settings": asdict(settings),
                  "embedded_now": sum(_count(folder, i) for i in pending), "embed_seconds": round(embed_s, 1),
-                 "encoder_seconds": round(encode_s, 1),
+                 "encoder_seconds": round(encode_s, 1), "index_seconds": round(time.time() - t_index, 1),
                  "build_seconds": round(time.time() - t0, 1)})
     tmp = out / (META_FILE + ".tmp")
     tmp.write_text(json.dumps(meta, indent=1), encoding="utf-8")
@@ -283,114 +289,5 @@ def load_vectors(folder: Path, shards: int) -> ShardVectors:
     return ShardVectors(folder, shards)
 
 
-def _lengths(vecs: Sequence[np.ndarray]) -> list[int]:
-    return list(vecs.lengths) if isinstance(vecs, ShardVectors) else [len(v) for v in vecs]
-
-
-def build_faiss(out: Path, shards: int, passages: int, settings: DenseIndexSettings) -> dict:
-    """The faiss index (in `index_shards` files) over every shard's vectors, and its recall@10 against exact
-    (`recall_queries` passages of the corpus as queries, each one's own row left out of both sides). One file's
-    index is built, searched at each knob value and written before the next: the step holds one at a time,
-    so `index_shards` divides its memory (at 21M passages HNSW32,SQ8 is ~14 GiB whole). The knob chosen is
-    meta.json's `search`, which every reader applies (dense.py: load_index_shards); a file holds the last tried."""
-    import faiss
-
-    vecs = load_vectors(out / SHARDS_DIR, shards)
-    dim = int(vecs[0].shape[1]) if vecs else 0
-    factory = settings.factory_for(passages)
-    template = faiss.index_factory(dim, factory, faiss.METRIC_INNER_PRODUCT)
-    graph = faiss.downcast_index(template)
-    if hasattr(graph, "hnsw"):
-        graph.hnsw.efConstruction = settings.ef_construction
-    if not template.is_trained:
-        template.train(sample_rows(vecs, settings.train_sample, seed=0))
-    parts = split_rows(vecs.lengths, settings.index_shards)
-    starts = np.cumsum([0, *vecs.lengths])
-    own = sample_ids(vecs.lengths, settings.recall_queries, seed=1)  # the queries: passages of the corpus
-    queries = rows_of(vecs, own)
-    exact = without_own_row(exact_topk(queries, vecs, 21), own, 20)
-    knob, ladder, found = "", [0], {}  # found: knob value -> each file's (scores, ids) for the queries
-    for k, (first, last) in enumerate(parts):
-        index = faiss.clone_index(template)
-        if not _takes_ids(index):
-            index = faiss.IndexIDMap(index)  # ids alone: IndexIDMap2's reverse map (~42 B a vector) unused
-        for i in range(first, last):
-            index.add_with_ids(np.ascontiguousarray(vecs[i], dtype=np.float32),
-                               np.arange(starts[i], starts[i + 1], dtype=np.int64))
-        if k == 0:
-            knob, ladder = knob_ladder(index, settings)
-        for value in ladder:
-            if knob:
-                set_knob([index], knob, value)
-            found.setdefault(value, []).append(index.search(queries, 11))
-        faiss.write_index(index, str(out / index_file(k)))
-        del index
-    recalls = {value: recall_at(without_own_row(merge_topk(found[value], 11), own, 10)[1], exact) for value in ladder}
-    value = next((v for v in ladder if recalls[v] >= settings.target_recall), ladder[-1])
-    return {"passages": passages, "dim": dim, "factory": factory,
-            "index_shards": [[int(starts[a]), int(starts[b] - starts[a])] for a, b in parts],
-            "search": {knob: value} if knob else {}, "recall_at_10": round(recalls[value], 4),
-            "recall_queries": len(queries)}
-
-
 def index_file(k: int) -> str:
     return f"index-{k:02d}.faiss"
-
-
-def _takes_ids(index) -> bool:
-    import faiss
-
-    try:
-        faiss.extract_index_ivf(index)
-        return True
-    except RuntimeError:
-        return False
-
-
-def split_rows(counts: Sequence[int], parts: int) -> list[tuple[int, int]]:
-    """Build shards [first, last) for each of `parts` index files, by passages, contiguous."""
-    parts = max(1, min(parts, len(counts)))
-    total, out, first, acc = sum(counts), [], 0, 0
-    for i, c in enumerate(counts):
-        acc += c
-        if len(out) < parts - 1 and acc >= total * (len(out) + 1) / parts:
-            out.append((first, i + 1))
-            first = i + 1
-    out.append((first, len(counts)))
-    return out
-
-
-def sample_ids(lengths: Sequence[int], n: int, seed: int) -> np.ndarray:
-    """`n` row numbers drawn without replacement across shards of these lengths (all when fewer), in order."""
-    total = sum(lengths)
-    return np.sort(np.random.default_rng(seed).choice(total, size=min(n, total), replace=False))
-
-
-def sample_rows(vecs: Sequence[np.ndarray], n: int, seed: int) -> np.ndarray:
-    """The vectors of `sample_ids`' rows (the same seed, the same rows)."""
-    return rows_of(vecs, sample_ids(_lengths(vecs), n, seed))
-
-
-def rows_of(vecs: Sequence[np.ndarray], rows: np.ndarray) -> np.ndarray:
-    """The vectors at these row numbers (in order) across the shards, each shard read once."""
-    lengths = _lengths(vecs)
-    starts = np.cumsum([0, *lengths])
-    shard = np.searchsorted(starts, rows, side="right") - 1
-    picked = [vecs[s][rows[shard == s] - starts[s]] for s in np.unique(shard)]
-    return np.concatenate(picked).astype(np.float32)
-
-
-def knob_ladder(index, settings: DenseIndexSettings) -> tuple[str, list[int]]:
-    """The index's search knob and the values the build tries, smallest first: the configured one, else powers
-    of two up to the number of lists (IVF) or 1,024 (efSearch). The build keeps the first whose recall@10
-    reaches the target, or the last."""
-    knob = search_knob(index)
-    if not knob:
-        return "", [0]
-    fixed = settings.nprobe if knob == "nprobe" else settings.ef_search
-    if fixed:
-        return knob, [fixed]
-    import faiss
-
-    top = faiss.extract_index_ivf(index).nlist if knob == "nprobe" else 1024
-    return knob, [2**i for i in range(top.bit_length())] + ([top] if top & (top - 1) else [])

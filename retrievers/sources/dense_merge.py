@@ -22,8 +22,9 @@ from typing import Iterator
 import numpy as np
 
 from retrievers.corpus import Document
-from retrievers.sources.dense_build import (FORMAT, META_FILE, SHARDS_DIR, DenseIndexSettings, Embedder,
-                                            build_faiss, chunks, passage_text, vectors_path, write_vectors)
+from retrievers.sources.dense_build import (FORMAT, META_FILE, SHARDS_DIR, DenseIndexSettings, Embedder, chunks,
+                                            passage_text, vectors_path, write_vectors)
+from retrievers.sources.dense_index import build_faiss
 from retrievers.sources.passage_store import PassageStore, read_shard, write_shard
 
 

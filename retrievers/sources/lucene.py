@@ -115,7 +115,7 @@ class LuceneSource(KnowledgeSource):
 
     @classmethod
     def build_index(cls, docs: Iterable[Document], setting: SourceSetting, corpus_id: str = "", embedder=None,
-                    progress=None) -> dict:
+                    progress=None, **elsewhere) -> dict:
         """What `eor index` runs for a `lucene` line."""
         return {"pages": build_lucene_index(docs, setting.index_dir, threads=min(4, os.cpu_count() or 1),
                                             corpus_id=corpus_id)}

@@ -82,12 +82,13 @@ def cmd_index(args) -> int:
     dense = [name for name, conf in config.index.sources.items() if conf.backend == "dense"]
     if dense:  # a resume embeds with the corpus backend the index began with (a cluster's actors too)
         encoder = as_recorded(encoder, index_path(config.index.name) / dense[0].lower())
-    embedder = None
-    if args.ray_address:
-        from serve.indexing import ray_embedder
+    embedder = index_parts = None
+    if args.ray_address:  # the embedding and the index files, each spread over the cluster
+        from serve.indexing import ray_embedder, ray_index_parts
 
         embedder = ray_embedder(config.index.encoder, encoder.corpus_kind,
                                 address=args.ray_address, actors=args.encoder_actors)
+        index_parts = ray_index_parts(args.ray_address)
     t = time.time()
     sources = config.index.sources
     if args.sources:
@@ -98,7 +99,7 @@ def cmd_index(args) -> int:
         sources = {name: conf for name, conf in sources.items() if name in only}
     with Console(verbose=args.verbose and not args.json) as con:  # --json: stdout carries only the JSON
         info = build_indexes(corpus, config.index.name, encoder, progress=con.out,
-                             sources=sources, corpus_id=corpus.identity(), embedder=embedder,
+                             sources=sources, corpus_id=corpus.identity(), embedder=embedder, index_parts=index_parts,
                              complete=sources == config.index.sources)
     if args.json:
         print(json.dumps({"index": config.index.name, "path": str(index_path(config.index.name)), **info,

@@ -11,9 +11,9 @@ import pytest
 from retrievers.corpus import Document
 from retrievers.sources.dense import DenseSource
 from retrievers.sources.dense_build import (BUILD_FILE, META_FILE, SHARDS_DIR, DenseIndexSettings, as_recorded,
-                                            build_dense_index, recorded_corpus_kind,
-                                            load_vectors, sample_ids, sample_rows, split_rows, vectors_path,
+                                            build_dense_index, load_vectors, recorded_corpus_kind, vectors_path,
                                             write_vectors)
+from retrievers.sources.dense_index import sample_ids, sample_rows, split_rows
 from retrievers.sources.passage_store import PassageStore, read_shard
 
 

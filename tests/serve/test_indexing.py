@@ -1,9 +1,11 @@
-"""The dense build's embedding as a Ray Data job (serve/indexing.py): on a real two-node Ray
-cluster formed on this machine both nodes embed shards of one build, and the vectors are those
-of a build in one process; index shards served by their own actors return what one index does."""
+"""The dense build's embedding as a Ray Data job and its index files as Ray tasks (serve/indexing.py): on a
+real two-node Ray cluster formed on this machine both nodes embed shards of one build and each builds one of
+its two index files; the vectors are those of a build in one process; index shards served by their own actors
+return what one index does."""
 from __future__ import annotations
 
 import itertools
+from dataclasses import asdict
 
 import numpy as np
 import pytest
@@ -51,15 +53,19 @@ import itertools, json, sys
 from retrievers.corpus import read_embedded
 from retrievers.encoder import Encoder
 from retrievers.sources.dense_build import DenseIndexSettings, build_dense_index
-from serve.indexing import ray_embedder
+from serve.indexing import ray_embedder, ray_index_parts
 docs = list(itertools.islice(read_embedded(), 120))
 encoder = Encoder(corpus_backend="torch")
-nodes = {}
+nodes, part_nodes = {}, {}
 embed = ray_embedder(encoder.name, encoder.corpus_kind, address=sys.argv[2], actors=2, nodes_seen=nodes)
-meta = build_dense_index(docs, sys.argv[1], encoder, settings=DenseIndexSettings(shard_passages=16, recall_queries=20),
-                         corpus_id="embedded-120", embedder=embed)
-print(json.dumps({"nodes": nodes, "shards": meta["shards"]}))
+parts = ray_index_parts(address=sys.argv[2], threads=1, nodes_seen=part_nodes)
+settings = DenseIndexSettings(**json.loads(sys.argv[3]))
+meta = build_dense_index(docs, sys.argv[1], encoder, settings=settings, corpus_id="embedded-120", embedder=embed,
+                         index_parts=parts)
+print(json.dumps({"nodes": nodes, "part_nodes": part_nodes, "shards": meta["shards"], "recall": meta["recall_at_10"]}))
 """
+# an IVF index in two files: one Ray task each, SPREAD over the two nodes
+SETTINGS = DenseIndexSettings(shard_passages=16, recall_queries=20, exact_below=50, factory="IVF4,Flat", index_shards=2)
 
 
 @pytest.mark.slow
@@ -73,21 +79,23 @@ def test_two_nodes_of_a_local_ray_cluster_build_one_index_with_the_vectors_of_on
     from retrievers.encoder import Encoder
 
     docs = list(itertools.islice(read_embedded(), 120))
-    settings = DenseIndexSettings(shard_passages=16, recall_queries=20)
     encoder = Encoder(corpus_backend="torch")  # fp32 on every class of CPU: the same vectors wherever they run
-    build_dense_index(docs, tmp_path / "one", encoder, settings=settings, corpus_id="embedded-120")
+    one_meta = build_dense_index(docs, tmp_path / "one", encoder, settings=SETTINGS, corpus_id="embedded-120")
     temp = f"/tmp/eor-idx-{tmp_path.name[-8:]}"
     try:
         start_head(6389, temp, 58391)
         start_worker(6389, temp, 58392)
-        proc = subprocess.run([sys.executable, "-c", TWO_NODE_BUILD, str(tmp_path / "two"), "127.0.0.1:6389"],
+        proc = subprocess.run([sys.executable, "-c", TWO_NODE_BUILD, str(tmp_path / "two"), "127.0.0.1:6389",
+                               json.dumps(asdict(SETTINGS))],
                               env=_ray_env(), capture_output=True, text=True, timeout=900)
         assert proc.returncode == 0, proc.stderr[-3000:]
         got = json.loads(proc.stdout.strip().splitlines()[-1])
         assert len(got["nodes"]) == 2 and sum(got["nodes"].values()) == got["shards"], got  # both nodes embedded
+        assert len(got["part_nodes"]) == 2 and sum(got["part_nodes"].values()) == 2, got  # a file on each node
     finally:
         stop_cluster(temp)
     one = load_vectors(tmp_path / "one" / SHARDS_DIR, got["shards"])
     two = load_vectors(tmp_path / "two" / SHARDS_DIR, got["shards"])
     for a, b in zip(one, two):
         assert a.shape == b.shape and np.allclose(a, b, atol=1e-5)
+    assert one_meta["factory"] == "IVF4,Flat" and abs(got["recall"] - one_meta["recall_at_10"]) <= 0.05
