@@ -17,7 +17,7 @@ Projected, each with its rule:
   links at level 0 and ~1 above, the graph's offset and level, the id map), and its graph's build time scaled
   by N log N from a measured build (`--hnsw-seconds` on `--hnsw-vectors` and `--hnsw-cores`). Disk: the
   largest report's, less its own index file, plus the factory's. The index step runs in one process
-  (dense_build.py: build_faiss), one file's graph at a time: `index_shards` divides its memory, not its time.
+  (dense_index.py: build_faiss), one file's graph at a time: `index_shards` divides its memory, not its time.
 """
 from __future__ import annotations
 
@@ -63,7 +63,7 @@ def encoder_flops(tokens: float, layers: int = LAYERS, width: int = WIDTH, ff: i
 
 def bytes_per_vector(factory: str, dims: int = WIDTH) -> float:
     """One vector in a faiss index of this factory string as `eor index` writes it: its code, the graph or the
-    inverted list's id, and the IndexIDMap it wraps an index without ids in (dense_build.py: build_faiss); the
+    inverted list's id, and the IndexIDMap it wraps an index without ids in (dense_index.py: build_faiss); the
     same in memory as on disk."""
     code = {"Flat": 4 * dims, "SQ8": dims, "SQ4": dims / 2, "SQfp16": 2 * dims}
     parts = factory.split(",")

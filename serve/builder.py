@@ -37,16 +37,27 @@ def build_indexes(docs: Iterable[Document], name: str, encoder: Encoder, show_pr
     built = {}
     for source, conf in (sources or IndexConfig().sources).items():
         setting = SourceSetting(source, str(root / source.lower()), encoder, conf.options)
-        elsewhere = {"index_parts": index_parts} if index_parts is not None else {}  # a source may not take it
-        summary = source_class(conf.backend).build_index(docs, setting, corpus_id=corpus_id, embedder=embedder,
-                                                         progress=progress if progress is not None or not show_progress
-                                                         else sys.stderr, **elsewhere)
+        cls = source_class(conf.backend)
+        # a source written before the index step could run elsewhere builds as it always did
+        elsewhere = {"index_parts": index_parts} if index_parts is not None and _takes(cls.build_index,
+                                                                                       "index_parts") else {}
+        summary = cls.build_index(docs, setting, corpus_id=corpus_id, embedder=embedder,
+                                  progress=progress if progress is not None or not show_progress else sys.stderr,
+                                  **elsewhere)
         if summary is not None:
             built[source] = summary
     info = {"sources": built}
     if complete:
         (root / "index.json").write_text(json.dumps(info, indent=2))
     return info
+
+
+def _takes(fn, name: str) -> bool:
+    """`fn` accepts keyword `name` (by name, or in its **kwargs)."""
+    import inspect
+
+    params = inspect.signature(fn).parameters
+    return name in params or any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
 
 
 def describe_index(info: dict) -> str:

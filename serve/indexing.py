@@ -118,22 +118,36 @@ def _index_part(out: str, part: IndexPart, inputs: PartInputs, threads: int) -> 
     return part.k, build_part(Path(out), part, inputs), ray.get_runtime_context().get_node_id()
 
 
+def node_cpus() -> int:
+    """The CPUs of the cluster's smallest live node: what a task may ask for and still be placed anywhere."""
+    import ray
+
+    sizes = [int(n["Resources"]["CPU"]) for n in ray.nodes() if n.get("Alive") and n["Resources"].get("CPU")]
+    return max(1, min(sizes, default=1))
+
+
 def ray_index_parts(address: str = "local", threads: int = 0, nodes_seen: dict | None = None) -> PartBuilder:
     """A PartBuilder running on Ray: a task an index file, spread over the nodes (Ray's SPREAD strategy), each
-    of `threads` CPUs (0: the cluster's CPUs shared among the files, at least 1). The graph of one file is
-    the most a node holds; `nodes_seen`, if given, counts the files each node built."""
+    of `threads` CPUs (0, and never more than: a node's, `node_cpus`), so a node of the cluster holds one
+    file's graph at a time, on one machine (`local`) too. `nodes_seen`, if given, counts the files each node
+    built. A failed file fails the step; the other files' tasks are cancelled."""
     def build(out: Path, parts: Sequence[IndexPart], inputs: PartInputs) -> Iterator[tuple[int, Found]]:
         import ray
 
         connect(address)
-        cpus = threads or max(1, int(ray.cluster_resources().get("CPU", 1)) // max(1, len(parts)))
+        per_node = node_cpus()
+        cpus = min(threads or per_node, per_node)
         task = ray.remote(_index_part).options(num_cpus=cpus, scheduling_strategy="SPREAD", max_retries=2)
         inputs_ref = ray.put(inputs)  # the template and the queries sent once, not once a task
         pending = [task.remote(str(out), part, inputs_ref, cpus) for part in parts]
-        while pending:
-            done, pending = ray.wait(pending, num_returns=1)
-            k, found, node = ray.get(done[0])
-            if nodes_seen is not None:
-                nodes_seen[node] = nodes_seen.get(node, 0) + 1
-            yield k, found
+        try:
+            while pending:
+                done, pending = ray.wait(pending, num_returns=1)
+                k, found, node = ray.get(done[0])
+                if nodes_seen is not None:
+                    nodes_seen[node] = nodes_seen.get(node, 0) + 1
+                yield k, found
+        finally:
+            for ref in pending:  # a failed (or abandoned) step: no file goes on building
+                ray.cancel(ref)
     return build

@@ -4,9 +4,10 @@ The trained template (SQ8's ranges, IVF's lists) is made once here; each file is
 rows (the passages' row numbers as ids), searched with the recall queries at each value of its search
 knob and written, by a `PartBuilder`: in this process one file after another (`local_parts`: the step
 holds one file's index at a time, so `index_shards` divides its memory), or on a Ray cluster one task a
-file (serve/indexing.py: `ray_index_parts`), each on a node of its own where the cluster has them, so
-`index_shards` divides its time too (21M on paper: 5.3 h of one 2-core node's graph, docs/benchmarks.md).
-Every builder runs `build_part`, wherever it runs; the files it writes are the same either way.
+file (serve/indexing.py: `ray_index_parts`) given a node's CPUs, so that each node holds one file's graph at
+a time and `index_shards` divides the step's time over the nodes too (21M on paper: 5.3 h of one 2-core node's graph, docs/benchmarks.md).
+Every builder runs `build_part`, wherever it runs: the files are equivalent either way (byte for byte for IVF and
+Flat; an HNSW graph filled by several threads differs from run to run, here too).
 """
 from __future__ import annotations
 

@@ -75,8 +75,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "index.merge_above). A running `eor serve` moves to the new generation by itself")
     i.add_argument("items", nargs="*", help="add: JSONL file(s); delete: document ids")
     i.add_argument("--corpus", help='JSONL corpus of {"id","title","text"}, .gz too (default: embedded corpus)')
-    i.add_argument("--ray-address", help="embed on this Ray cluster's nodes (a Ray Data job); 'local': a Ray "
-                   "instance on this machine; default: in this process")
+    i.add_argument("--ray-address", help="embed on this Ray cluster's nodes (a Ray Data job), then build the index "
+                   "files there (a Ray task a file); 'local': a Ray instance on this machine; default: in this process")
     i.add_argument("--encoder-actors", type=int, default=0,
                    help="encoder actors of the Ray Data job (default: one per node's cores / 2, at least 1)")
     i.add_argument("--fresh", action="store_true", help="start over: remove this index's earlier or unfinished build")

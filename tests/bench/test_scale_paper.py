@@ -21,7 +21,7 @@ def test_encoder_flops_count_weights_twice_a_token_and_attention_by_the_square()
 
 @pytest.mark.parametrize("factory", ["Flat", "HNSW32,SQ8", "HNSW16", "IVF16,SQ8"])
 def test_bytes_per_vector_on_disk_is_what_faiss_writes(factory):
-    """The same wrapping as dense_build.py's build_faiss; real indexes of 1,000 and 2,000 vectors serialized."""
+    """The same wrapping as dense_index.py's build_faiss; real indexes of 1,000 and 2,000 vectors serialized."""
     faiss = pytest.importorskip("faiss")  # the server's environment; .venv-bench has no faiss
     import numpy as np
 

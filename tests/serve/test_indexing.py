@@ -58,7 +58,7 @@ docs = list(itertools.islice(read_embedded(), 120))
 encoder = Encoder(corpus_backend="torch")
 nodes, part_nodes = {}, {}
 embed = ray_embedder(encoder.name, encoder.corpus_kind, address=sys.argv[2], actors=2, nodes_seen=nodes)
-parts = ray_index_parts(address=sys.argv[2], threads=1, nodes_seen=part_nodes)
+parts = ray_index_parts(address=sys.argv[2], nodes_seen=part_nodes)  # a node's CPUs a file
 settings = DenseIndexSettings(**json.loads(sys.argv[3]))
 meta = build_dense_index(docs, sys.argv[1], encoder, settings=settings, corpus_id="embedded-120", embedder=embed,
                          index_parts=parts)

@@ -256,6 +256,9 @@ def test_eor_index_builds_a_source_that_is_one_class_and_a_config_line(tmp_path,
     docs = [Document("a", "Ants", "ants live in colonies"), Document("b", "Bees", "bees make honey")]
     info = build_indexes(docs, "toy", encoder=None, show_progress=False, sources=config.index.sources)
     assert info == {"sources": {"Toy": {"documents": 2}}}
+    # a cluster's index files (`eor index --ray-address`): a build_index without the keyword is called as before
+    assert build_indexes(docs, "toy", encoder=None, show_progress=False, sources=config.index.sources,
+                         index_parts=lambda *a: iter(())) == info
     (row,) = make_sources(config, encoder=None)["Toy"].load().search(["who makes honey"], 1)
     assert (row[0].title, row[0].source) == ("Bees", "Toy")
 
