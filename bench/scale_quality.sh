@@ -2,7 +2,8 @@
 # Issue 54's answer quality against corpus size: the same NQ questions (the eval split's first N of the
 # dataset, by passage, seed 0) over each index, for SE@1~1.5B, Wiki@10~1.5B and the shipped cascade:
 #   bench/scale_quality.sh [N] [INDEX...]     (default 100; shared scale-1m)
-# Each index's two evals are skipped once their report exists; an interrupted eval keeps what it read (the
+# The shared corpus's index is built first where it is missing (the 1M one by bench/scale_1m.sh). Each index's
+# two evals are skipped once their report exists; an interrupted eval keeps what it read (the
 # reader cache under $EOR_HOME): run it again to go on. Reports: var/bench/scale-quality/INDEX/{singles,cascade}.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -11,9 +12,14 @@ shift || true
 indexes=("$@")
 [ ${#indexes[@]} -gt 0 ] || indexes=(shared scale-1m)
 questions=${EOR_QUESTIONS:-../shared/data/questions.dev.jsonl}
+home=${EOR_HOME:-var}
 for index in "${indexes[@]}"; do
   out=var/bench/scale-quality/$index
-  mkdir -p "$out"
+  mkdir -p "$out" var/logs
+  if [ "$index" = shared ] && [ ! -f "$home/indexes/shared/index.json" ]; then  # the 14k index: built here, once
+    echo "$(date -u +%FT%TZ) building the shared corpus's index (log: var/logs/index-shared.log)"
+    .venv/bin/eor index --corpus ../shared/data/corpus.jsonl --index shared --json >>var/logs/index-shared.log 2>&1
+  fi
   common=(--questions "$questions" --dataset nq-open-oracle --limit "$n" --index "$index" --no-progress --json)
   [ -f "$out/singles/eval.json" ] || { echo "$(date -u +%FT%TZ) $index: SE@1~1.5B and Wiki@10~1.5B on $n NQ"
     .venv/bin/eor eval "${common[@]}" --config bench/configs/scale-singles.yaml --equal-weights --reads pool \

@@ -73,3 +73,37 @@ def test_a_build_that_stops_stops_the_chain_and_says_where_to_look(tmp_path):
     out, calls = run(fake_checkout(tmp_path), fail="index")
     assert out.returncode != 0 and "var/logs/index-1m.log" in out.stdout
     assert [c.split()[0] for c in calls] == ["python", "eor"]  # nothing after the build
+
+
+QUALITY_EOR = """#!/usr/bin/env bash
+echo "eor $*" >> "$CALLS"
+args=" $* "
+case "$args" in
+  *" index --corpus "*) mkdir -p var/indexes/shared && touch var/indexes/shared/index.json ;;
+  *" eval "*) out=$(echo "$args" | sed 's/.*--out-dir \\([^ ]*\\).*/\\1/'); mkdir -p "$out"; touch "$out/eval.json" ;;
+esac
+"""
+
+
+def test_the_quality_eval_builds_the_shared_index_once_then_both_evals_once(tmp_path):
+    (tmp_path / "bench").mkdir()
+    (tmp_path / ".venv" / "bin").mkdir(parents=True)
+    shutil.copy(SCRIPT.with_name("scale_quality.sh"), tmp_path / "bench" / "scale_quality.sh")
+    eor = tmp_path / ".venv" / "bin" / "eor"
+    eor.write_text(QUALITY_EOR)
+    eor.chmod(eor.stat().st_mode | stat.S_IEXEC)
+    calls = tmp_path / "calls.log"
+    env = {k: v for k, v in os.environ.items() if k != "EOR_HOME"} | {"CALLS": str(calls)}
+
+    def quality() -> list[str]:
+        calls.write_text("")
+        out = subprocess.run(["bash", str(tmp_path / "bench" / "scale_quality.sh"), "20", "shared"], env=env,
+                             capture_output=True, text=True, timeout=60)
+        assert out.returncode == 0, out.stderr
+        return calls.read_text().splitlines()
+
+    first = quality()
+    assert [c.split()[1] for c in first] == ["index", "eval", "eval"]  # the 14k index first, where it is missing
+    assert "--corpus ../shared/data/corpus.jsonl --index shared" in first[0]
+    assert all("--index shared" in c and "--limit 20" in c for c in first[1:])
+    assert quality() == []  # every report there: nothing again
