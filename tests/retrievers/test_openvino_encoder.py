@@ -82,3 +82,11 @@ def test_two_machines_make_the_same_model_byte_for_byte(ov_encoder, tmp_path, mo
     monkeypatch.setenv("EOR_ENCODER_CACHE", str(tmp_path))
     Encoder(corpus_backend="openvino-int8", threads=1).encode_corpus(PASSAGES[:1])
     assert openvino_encoder.model_path(ov_encoder.path).with_suffix(".bin").read_bytes() == first
+
+
+@pytest.mark.slow
+def test_the_model_runs_with_the_threads_it_was_given_and_unpinned(ov_encoder):
+    ov_encoder.encode_corpus(PASSAGES[:1])
+    compiled = ov_encoder._int8.compiled  # (the shape cache's capacity is not a compiled model's property to read)
+    assert compiled.get_property("INFERENCE_NUM_THREADS") == 1
+    assert compiled.get_property("ENABLE_CPU_PINNING") is False
