@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Issue 54's answer quality against corpus size: the same NQ questions (the eval split's first N of the
-# dataset, by passage, seed 0) over each index, for SE@1~1.5B, Wiki@10~1.5B and the shipped cascade:
+# dataset, by question as the shipped voter's fit split, seed 0) over each index, for SE@1~1.5B,
+# Wiki@10~1.5B and the shipped cascade:
 #   bench/scale_quality.sh [N] [INDEX...]     (default 100; shared scale-1m)
 # The shared corpus's index is built first where it is missing (the 1M one by bench/scale_1m.sh). Each index's
 # two evals are skipped once their report exists; an interrupted eval keeps what it read (the
@@ -20,7 +21,10 @@ for index in "${indexes[@]}"; do
     echo "$(date -u +%FT%TZ) building the shared corpus's index (log: var/logs/index-shared.log)"
     .venv/bin/eor index --corpus ../shared/data/corpus.jsonl --index shared --json >>var/logs/index-shared.log 2>&1
   fi
-  common=(--questions "$questions" --dataset nq-open-oracle --limit "$n" --index "$index" --no-progress --json)
+  # --split-by question: the shipped voter's own fit split, which its cascade eval keeps whatever is asked; the
+  # singles then read the same 100 questions (grouped by passage they were another 100: session 45)
+  common=(--questions "$questions" --dataset nq-open-oracle --split-by question --limit "$n" --index "$index"
+          --no-progress --json)
   [ -f "$out/singles/eval.json" ] || { echo "$(date -u +%FT%TZ) $index: SE@1~1.5B and Wiki@10~1.5B on $n NQ"
     .venv/bin/eor eval "${common[@]}" --config bench/configs/scale-singles.yaml --equal-weights --reads pool \
       --out-dir "$out/singles" >"$out/singles.json"; }

@@ -105,5 +105,5 @@ def test_the_quality_eval_builds_the_shared_index_once_then_both_evals_once(tmp_
     first = quality()
     assert [c.split()[1] for c in first] == ["index", "eval", "eval"]  # the 14k index first, where it is missing
     assert "--corpus ../shared/data/corpus.jsonl --index shared" in first[0]
-    assert all("--index shared" in c and "--limit 20" in c for c in first[1:])
+    assert all("--index shared" in c and "--limit 20" in c and "--split-by question" in c for c in first[1:])
     assert quality() == []  # every report there: nothing again
