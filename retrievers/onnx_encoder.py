@@ -97,39 +97,56 @@ def mean_pooled(hidden: np.ndarray, attention_mask: np.ndarray) -> np.ndarray:
     return vecs / np.maximum(np.linalg.norm(vecs, axis=1, keepdims=True), 1e-12)
 
 
-class OnnxInt8Encoder:
-    """Normalised mean-pooled embeddings from the int8 model, batches sorted by length."""
+class ExportedEncoder:
+    """Normalised mean-pooled embeddings from an exported model (`_open`, its runtime's own; `hidden`), batches
+    sorted by length; the model and its tokenizer load once, on first use."""
 
     def __init__(self, folder: str, batch_size: int = 32, threads: int = 0) -> None:
         self.folder = folder
         self.batch_size = batch_size
         self.threads = threads or (os.cpu_count() or 1)
-        self._session = None
         self._tokenizer = None
         self._lock = threading.Lock()
 
-    def load(self) -> "OnnxInt8Encoder":
-        with self._lock:
-            if self._session is None:
-                import onnxruntime as ort
-                from transformers import AutoTokenizer
-
-                path = cache_dir() / f"{model_key(self.folder)}-int8.onnx"
-                if not path.exists():
-                    export_int8(self.folder, path)
-                options = ort.SessionOptions()
-                options.intra_op_num_threads = self.threads
-                self._session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
-                self._tokenizer = AutoTokenizer.from_pretrained(self.folder)
-        return self
+    def _open(self) -> None:
+        raise NotImplementedError
 
     def hidden(self, feeds: dict[str, np.ndarray]) -> np.ndarray:
         """The last hidden state of one tokenized batch (`INPUTS`, int64)."""
-        return self.load()._session.run(None, feeds)[0]
+        raise NotImplementedError
+
+    def load(self):
+        with self._lock:
+            if self._tokenizer is None:  # set last: loaded once the model is
+                from transformers import AutoTokenizer
+
+                self._open()
+                self._tokenizer = AutoTokenizer.from_pretrained(self.folder)
+        return self
 
     def encode(self, texts: Sequence[str]) -> np.ndarray:
         self.load()
         return encode_batched(self.hidden, self._tokenizer, texts, self.batch_size)
+
+
+class OnnxInt8Encoder(ExportedEncoder):
+    """The int8 ONNX model in onnxruntime."""
+
+    _session = None
+
+    def _open(self) -> None:
+        import onnxruntime as ort
+
+        path = cache_dir() / f"{model_key(self.folder)}-int8.onnx"
+        if not path.exists():
+            export_int8(self.folder, path)
+        options = ort.SessionOptions()
+        options.intra_op_num_threads = self.threads
+        self._session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+
+    def hidden(self, feeds: dict[str, np.ndarray]) -> np.ndarray:
+        """The last hidden state of one tokenized batch (`INPUTS`, int64)."""
+        return self.load()._session.run(None, feeds)[0]
 
 
 def encode_batched(hidden: Callable[[dict], np.ndarray], tokenizer, texts: Sequence[str], size: int) -> np.ndarray:

@@ -25,11 +25,10 @@ import tempfile
 import threading
 from functools import lru_cache
 from pathlib import Path
-from typing import Sequence
 
 import numpy as np
 
-from retrievers.onnx_encoder import cache_dir, encode_batched, export_fp32, length_sorted_batches, model_key
+from retrievers.onnx_encoder import ExportedEncoder, cache_dir, export_fp32, length_sorted_batches, model_key
 
 CALIBRATION_PASSAGES = 320  # NNCF's default is 300 samples; ours are batches of 8 passages, 40 of them
 CALIBRATION_SEED = 0
@@ -116,37 +115,25 @@ def made_model(folder: str) -> Path:
     return path
 
 
-class OpenVinoInt8Encoder:
-    """Normalised mean-pooled embeddings from the static int8 model, batches sorted by length."""
+class OpenVinoInt8Encoder(ExportedEncoder):
+    """The static int8 model in OpenVINO."""
+
+    compiled = None
+    _request = None
 
     def __init__(self, folder: str, batch_size: int = 32, threads: int = 0) -> None:
-        self.folder = folder
-        self.batch_size = batch_size
-        self.threads = threads or (os.cpu_count() or 1)
-        self.compiled = None
-        self._request = None
-        self._tokenizer = None
-        self._lock = threading.Lock()
+        super().__init__(folder, batch_size, threads)
         self._infer_lock = threading.Lock()
 
-    def load(self) -> "OpenVinoInt8Encoder":
-        with self._lock:
-            if self._request is None:
-                import openvino as ov
-                from transformers import AutoTokenizer
+    def _open(self) -> None:
+        import openvino as ov
 
-                path = made_model(self.folder)
-                self.compiled = ov.Core().compile_model(str(path), "CPU", SETTINGS | {"INFERENCE_NUM_THREADS": self.threads})
-                self._request = self.compiled.create_infer_request()
-                self._tokenizer = AutoTokenizer.from_pretrained(self.folder)
-        return self
+        path = made_model(self.folder)
+        self.compiled = ov.Core().compile_model(str(path), "CPU", SETTINGS | {"INFERENCE_NUM_THREADS": self.threads})
+        self._request = self.compiled.create_infer_request()
 
     def hidden(self, feeds: dict[str, np.ndarray]) -> np.ndarray:
         """The last hidden state of one tokenized batch (`INPUTS`, int64)."""
         self.load()
         with self._infer_lock:  # one infer request runs one batch at a time
             return self._request.infer(feeds)[0]
-
-    def encode(self, texts: Sequence[str]) -> np.ndarray:
-        self.load()
-        return encode_batched(self.hidden, self._tokenizer, texts, self.batch_size)
