@@ -78,7 +78,9 @@ def export_int8(folder: str, out: Path) -> Path:
     import openvino as ov
     from transformers import AutoTokenizer
 
-    nncf.set_log_level(logging.ERROR)  # its logger writes to stdout, which `eor index --json` keeps for its report
+    # its logger writes to stdout, which `eor index --json` keeps for its report: the logger's level alone, not
+    # nncf.set_log_level, which also sets every handler on it (a test runner's capture among them) to ERROR
+    logging.getLogger("nncf").setLevel(logging.ERROR)
     out.parent.mkdir(parents=True, exist_ok=True)
     tokenizer = AutoTokenizer.from_pretrained(folder)
     feeds = [f for _, f, _ in length_sorted_batches(tokenizer, calibration_texts(), CALIBRATION_BATCH)]

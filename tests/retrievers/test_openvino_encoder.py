@@ -2,6 +2,8 @@
 calibration, vectors close to torch fp32 and free of the batch they came in, one model made once."""
 from __future__ import annotations
 
+import logging
+
 import numpy as np
 import pytest
 
@@ -81,6 +83,9 @@ def test_two_machines_make_the_same_model_byte_for_byte(ov_encoder, tmp_path, mo
     first = openvino_encoder.model_path(ov_encoder.path).with_suffix(".bin").read_bytes()
     monkeypatch.setenv("EOR_ENCODER_CACHE", str(tmp_path))
     Encoder(corpus_backend="openvino-int8", threads=1).encode_corpus(PASSAGES[:1])
+    # making it leaves others' logging alone: nncf.set_log_level had set pytest's capture (on root and on
+    # nncf's logger) to ERROR, and every later test's warnings were lost
+    assert all(h.level == logging.NOTSET for h in logging.getLogger().handlers)
     assert openvino_encoder.model_path(ov_encoder.path).with_suffix(".bin").read_bytes() == first
 
 
