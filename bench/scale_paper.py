@@ -16,8 +16,10 @@ Projected, each with its rule:
 - The index: bytes per vector of the factory as `eor index` writes it (HNSW32,SQ8: 384 code bytes, 2M 4-byte
   links at level 0 and ~1 above, the graph's offset and level, the id map), and its graph's build time scaled
   by N log N from a measured build (`--hnsw-seconds` on `--hnsw-vectors` and `--hnsw-cores`). Disk: the
-  largest report's, less its own index file, plus the factory's. The index step runs in one process
-  (dense_index.py: build_faiss), one file's graph at a time: `index_shards` divides its memory, not its time.
+  largest report's, less its own index file, plus the factory's. On one machine the index step builds one
+  file's graph at a time (dense_index.py: build_faiss): `index_shards` divides its memory, not its time. With
+  `--ray-address` each file is a Ray task on a node of its own (serve/indexing.py: ray_index_parts), so S files
+  on S nodes divide its time too: each node builds 1/S of the passages' graph.
 """
 from __future__ import annotations
 
@@ -130,6 +132,10 @@ def plan(m: Measured, passages: int, node_cores: int, nodes: list[int], gpu_tflo
                   "memory_gib_per_shard": {str(s): round(index_gib / s, 1) for s in (1, 4, 8, 16)},
                   "graph_build_hours": {f"{c} cores": round(hnsw_build_hours(passages, c, *hnsw), 1)
                                         for c in (m.cores, node_cores)},
+                  # one file a node (ray_index_parts): the nodes build their files side by side
+                  "graph_build_hours_a_file_a_node": {
+                      f"{n} x {node_cores} cores": round(hnsw_build_hours(passages // n, node_cores, *hnsw), 2)
+                      for n in nodes if n > 1},
                   "graph_measured": dict(zip(("seconds", "vectors", "cores"), hnsw))},
         "disk_gib": {"wiki": round(passages * (m.wiki_bytes_per_passage + bytes_per_vector(factory))
                                    / 2**30),

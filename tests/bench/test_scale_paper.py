@@ -76,6 +76,10 @@ def test_the_plan_spreads_embedding_over_cores_and_the_index_over_shards():
     shards = p["index"]["memory_gib_per_shard"]
     assert shards["4"] == pytest.approx(shards["1"] / 4, abs=0.1)
     assert p["gpu"]["measured"] is False
+    # 4 files on 4 nodes (ray_index_parts): each builds a quarter's graph, a little under a quarter of the time
+    graph = sp.plan(m, 1_000_000_000, node_cores=32, nodes=[1, 4], gpu_tflops=100.0)["index"]  # hours not rounded away
+    whole, quarter = graph["graph_build_hours"]["32 cores"], graph["graph_build_hours_a_file_a_node"]["4 x 32 cores"]
+    assert whole / 4 * 0.85 < quarter < whole / 4
     swapped = 0.4 * 2**30 / 100_000 - (1536 + 8) + sp.bytes_per_vector("HNSW32,SQ8")  # Flat out
     assert p["disk_gib"]["wiki"] == round(10_000_000 * swapped / 2**30)
 
