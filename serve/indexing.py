@@ -19,7 +19,7 @@ from typing import Iterator, Sequence
 
 import numpy as np
 
-from retrievers.sources.dense_build import Embedder, embed_shard
+from retrievers.sources.dense_build import Embedder, as_recorded, embed_shard, recorded_corpus_kind
 from retrievers.sources.dense_index import Found, IndexPart, PartBuilder, PartInputs, build_part
 
 
@@ -71,6 +71,20 @@ def connect(address: str) -> None:
     else:
         ray.init(address=address, runtime_env=_runtime_env(), configure_logging=True, logging_level="WARNING",
                  log_to_driver=False)
+
+
+def cluster_encoder(encoder, address: str, out_dir: str | Path):
+    """The encoder a build on the cluster embeds with: the backend the index records where it began; else, where
+    it would choose itself ("auto") and the cluster has GPUs, torch (the actors take a GPU each: ray_embedder),
+    whatever the driver has (a head node without a GPU would have chosen a CPU backend for GPU actors)."""
+    from dataclasses import replace
+
+    if recorded_corpus_kind(out_dir) is not None or getattr(encoder, "corpus_backend", None) != "auto":
+        return as_recorded(encoder, out_dir)
+    import ray
+
+    connect(address)
+    return replace(encoder, corpus_backend="torch") if ray.cluster_resources().get("GPU", 0) else encoder
 
 
 def ray_embedder(encoder_name: str, corpus_backend: str, address: str = "local", actors: int = 0, threads: int = 1,

@@ -80,8 +80,12 @@ def cmd_index(args) -> int:
         shutil.rmtree(index_path(config.index.name), ignore_errors=True)
     encoder = Encoder(config.index.encoder)
     dense = [name for name, conf in config.index.sources.items() if conf.backend == "dense"]
-    if dense:  # a resume embeds with the corpus backend the index began with (a cluster's actors too)
-        encoder = as_recorded(encoder, index_path(config.index.name) / dense[0].lower())
+    if dense:  # a resume embeds with the corpus backend the index began with; a new build on GPUs, with torch
+        from serve.indexing import cluster_encoder
+
+        folder = index_path(config.index.name) / dense[0].lower()
+        encoder = (cluster_encoder(encoder, args.ray_address, folder) if args.ray_address
+                   else as_recorded(encoder, folder))
     embedder = index_parts = None
     if args.ray_address:  # the embedding and the index files, each spread over the cluster
         from serve.indexing import ray_embedder, ray_index_parts

@@ -5,7 +5,7 @@ return what one index does."""
 from __future__ import annotations
 
 import itertools
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 
 import numpy as np
 import pytest
@@ -99,3 +99,36 @@ def test_two_nodes_of_a_local_ray_cluster_build_one_index_with_the_vectors_of_on
     for a, b in zip(one, two):
         assert a.shape == b.shape and np.allclose(a, b, atol=1e-5)
     assert one_meta["factory"] == "IVF4,Flat" and abs(got["recall"] - one_meta["recall_at_10"]) <= 0.05
+
+
+@dataclass(frozen=True)
+class AutoEncoder:
+    """An Encoder's choosing: "auto" is what this machine (the driver) would take."""
+    corpus_backend: str = "auto"
+    machine: str = "openvino-int8"
+
+    @property
+    def corpus_kind(self) -> str:
+        return self.machine if self.corpus_backend == "auto" else self.corpus_backend
+
+
+@pytest.mark.parametrize("resources, recorded, asked, kind", [
+    ({"CPU": 64, "GPU": 4}, None, "auto", "torch"),  # a head node without a GPU: its actors' GPUs decide
+    ({"CPU": 64}, None, "auto", "openvino-int8"),  # CPUs only: the driver's choice, recorded for every node
+    ({"CPU": 64, "GPU": 4}, "onnx-int8", "auto", "onnx-int8"),  # a resume embeds as the index began
+    ({"CPU": 64, "GPU": 4}, None, "onnx-int8", "onnx-int8"),  # named: as asked
+])
+def test_a_cluster_build_embeds_with_the_record_else_torch_where_the_cluster_has_gpus(
+        monkeypatch, tmp_path, resources, recorded, asked, kind):
+    import json
+
+    import ray
+
+    from retrievers.sources.dense_build import BUILD_FILE
+    from serve import indexing
+
+    if recorded:
+        (tmp_path / BUILD_FILE).write_text(json.dumps({"fingerprint": {"corpus_backend": recorded}}))
+    monkeypatch.setattr(indexing, "connect", lambda address: None)
+    monkeypatch.setattr(ray, "cluster_resources", lambda: resources)
+    assert indexing.cluster_encoder(AutoEncoder(corpus_backend=asked), "ray://head:10001", tmp_path).corpus_kind == kind
