@@ -37,7 +37,24 @@ def without_own_row(result: tuple[np.ndarray, np.ndarray], own: np.ndarray, k: i
 
 
 def search_all(indexes: Sequence, queries: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
-    return merge_topk([index.search(queries, k) for index in indexes], k)
+    return merge_topk([search_index(index, queries, k) for index in indexes], k)
+
+
+def search_index(index, queries: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """`index.search`; a lone query against a faiss index on one OpenMP thread (this calling thread's
+    setting only). faiss's other threads otherwise spin-wait after the call and take a core from the
+    next question's encoding, torch's own thread pool: on 2 cores that cost the 1M Wiki source's
+    batch-1 call more than faiss itself (docs/notes/2026-11-30-session-47.md)."""
+    import faiss
+
+    if len(queries) != 1 or not isinstance(index, faiss.Index):
+        return index.search(queries, k)
+    threads = faiss.omp_get_max_threads()
+    faiss.omp_set_num_threads(1)
+    try:
+        return index.search(queries, k)
+    finally:
+        faiss.omp_set_num_threads(threads)
 
 
 def recall_at(found: np.ndarray, exact: tuple[np.ndarray, np.ndarray], k: int = 10) -> float:

@@ -24,6 +24,7 @@ from typing import Any
 from ray import serve
 
 from retrievers.groundwork import RoundRun
+from retrievers.sources.knn import search_index
 from retrievers.types import QuestionResult
 from serve.app import metrics
 from serve.app.handles import (RemoteEncoder, RemoteIndexShards, RemoteReader, RemoteSource, StageClock,
@@ -79,8 +80,8 @@ class IndexShard(Placed):
         index = self._bases.get(index_dir)
         if index is None:  # a base not announced by load_base: loaded now (the search waits)
             return await asyncio.get_running_loop().run_in_executor(
-                self._thread, lambda: self._load(index_dir).search(vectors, k))
-        return await asyncio.get_running_loop().run_in_executor(self._thread, index.search, vectors, k)
+                self._thread, lambda: search_index(self._load(index_dir), vectors, k))
+        return await asyncio.get_running_loop().run_in_executor(self._thread, search_index, index, vectors, k)
 
 
 @serve.deployment(ray_actor_options=THIN, max_ongoing_requests=64)
