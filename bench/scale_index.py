@@ -5,7 +5,8 @@
 
 Build (from the index's own records, dense_build.py's meta.json, and `/usr/bin/time -v`'s log of
 the `eor index` run when given): passages, the index kind and its recall@10 against exact (the build's, on
-passages as queries; and on the NQ questions' vectors, `recall_at_10_questions`), the
+passages as queries; and as a source serves it, on the NQ questions' vectors and on the build's own
+queries again, `recall_at_10_questions`), the
 embedding step's passages/s beside the encoder's own rate in the same run (its seconds inside
 `encode_corpus`: what the pipeline adds is the difference), per core, peak RSS and disk.
 Search: each source's latency per call at batch 1 and at batch 32 (p50 / p99, ms) over NQ questions
@@ -103,18 +104,25 @@ def ann_figures(root: Path, factory: str, queries: np.ndarray) -> dict:
             "batch_32": latencies_vec(search, queries, 32)}
 
 
-def question_recall(wiki: Path, vectors: np.ndarray) -> dict:
-    """The dense index's recall@10 against exact search, the questions' vectors as queries (the build's own
-    figure takes passages of the corpus as queries): what a real question loses to the ANN."""
-    from retrievers.sources.dense import load_index_shards
-    from retrievers.sources.dense_build import SHARDS_DIR, DenseIndexSettings, load_vectors
-    from retrievers.sources.knn import exact_topk, recall_at, search_all
+def question_recall(wiki: Path, encoder: Encoder, vectors: np.ndarray) -> dict:
+    """The dense index's recall@10 against exact search as a source serves it (its knob, its rows rescored), the
+    questions' vectors as queries, and the build's own queries (passages of the corpus, their own rows left
+    out): what a real question loses to the ANN, beside the build's figure."""
+    from retrievers.sources.dense import DenseSource
+    from retrievers.sources.dense_build import SHARDS_DIR, load_vectors
+    from retrievers.sources.dense_index import rows_of, sample_ids
+    from retrievers.sources.knn import exact_topk, recall_at, without_own_row
 
-    meta = json.loads((wiki / "meta.json").read_text())
-    files = load_index_shards(wiki, meta, DenseIndexSettings())  # the build's knob, as a source applies it
-    exact = exact_topk(vectors, load_vectors(wiki / SHARDS_DIR, meta["shards"]), 20)
-    return {"factory": meta["factory"], "search": meta["search"], "questions": len(vectors),
-            "recall_at_10": round(recall_at(search_all(files, vectors, 10)[1], exact), 4)}
+    source = DenseSource(str(wiki), encoder).load()
+    meta, vecs = source.meta, load_vectors(wiki / SHARDS_DIR, source.meta["shards"])
+    own = sample_ids(vecs.lengths, meta.get("recall_queries", 500), seed=1)  # the build's queries (dense_index.py)
+    passages = rows_of(vecs, own)
+    exact_own = without_own_row(exact_topk(passages, vecs, 21), own, 20)
+    served_own = without_own_row(source.top_rows(passages, 11), own, 10)
+    return {"factory": meta["factory"], "search": meta["search"], "rescore": source.settings.rescore_for(meta["factory"]),
+            "questions": len(vectors),
+            "recall_at_10": round(recall_at(source.top_rows(vectors, 10)[1], exact_topk(vectors, vecs, 20)), 4),
+            "passage_queries": len(own), "recall_at_10_passages": round(recall_at(served_own[1], exact_own), 4)}
 
 
 def search_figures(sources: dict, gen, root: Path, rows: list[dict]) -> dict:
@@ -170,9 +178,10 @@ def main(argv: list[str] | None = None) -> dict:
             report["search"].setdefault("generations", []).append(figures)
         else:
             report["search"] = figures
-    vectors = Encoder().encode(queries)
+    encoder = Encoder()
+    vectors = encoder.encode(queries)
     current = generations.load(root, generations.current_number(root))
-    report["build"]["recall_at_10_questions"] = question_recall(current.source_dir(root, "Wiki"), vectors)
+    report["build"]["recall_at_10_questions"] = question_recall(current.source_dir(root, "Wiki"), encoder, vectors)
     report["ann"] = [ann_figures(root, f, vectors) for f in args.ann]
     emit_json(report, args.out)
     return report

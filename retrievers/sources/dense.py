@@ -16,6 +16,7 @@ from retrievers.sources.dense_build import (BUILD_FILE, FORMAT, META_FILE, SHARD
                                             as_recorded, build_dense_index, index_file)
 from retrievers.sources.knn import search_all, set_knob
 from retrievers.sources.passage_store import PassageStore
+from retrievers.sources.rescore import StoredVectors, rescored
 from retrievers.types import Passage
 
 MAX_OVERFETCH = 1000  # hidden rows a generation's base search asks beyond k (more: merge the generation)
@@ -25,7 +26,8 @@ MAX_OVERFETCH = 1000  # hidden rows a generation's base search asks beyond k (mo
 @dataclass
 class DenseSource(KnowledgeSource):
     """Search a dense index built by `eor index` (dense_build.py): faiss over the passages'
-    vectors, the passages themselves read from disk by row (passage_store.py)."""
+    vectors (an ANN index's rows ordered by their stored vectors: rescore.py), the passages
+    themselves read from disk by row (passage_store.py)."""
 
     index_dir: str
     encoder: Encoder
@@ -77,6 +79,7 @@ class DenseSource(KnowledgeSource):
     def __post_init__(self) -> None:
         self._indexes: list = []
         self._store: PassageStore | None = None
+        self._vectors: StoredVectors | None = None  # an ANN index's: its rows are rescored
         self.meta: dict = {}
         self._delta_dir: str | None = None
         self._hidden: frozenset[str] = frozenset()
@@ -106,6 +109,8 @@ class DenseSource(KnowledgeSource):
         self._check_encoder(path)
         self._indexes = self._indexes or load_index_shards(path, self.meta, self.settings)
         self._store = PassageStore(path / SHARDS_DIR, self.meta["shards"])
+        if self.settings.rescore_for(self.meta.get("factory", "Flat")) > 1:
+            self._vectors = StoredVectors(path / SHARDS_DIR, self.meta["shards"])
         if self._hidden:
             self._hidden_rows = self._store.rows_of(self._hidden)
         if self._delta_dir and (Path(self._delta_dir) / META_FILE).exists():
@@ -132,15 +137,22 @@ class DenseSource(KnowledgeSource):
         if not len(self._hidden_rows) and self._delta is None:
             return self.search_vectors(vectors, k)
         # a generation: the base without its hidden rows (asked for that many more), then the delta
-        scores, ids = search_all(self._indexes, vectors, k + min(len(self._hidden_rows), MAX_OVERFETCH))
+        scores, ids = self.top_rows(vectors, k + min(len(self._hidden_rows), MAX_OVERFETCH))
         base = self.passages(*first_k(scores, np.where(np.isin(ids, self._hidden_rows), -1, ids), k))
         delta = self._delta.search_vectors(vectors, k) if self._delta else [[]] * len(base)
         return [sorted(b + d, key=lambda p: -p.score)[:k] for b, d in zip(base, delta)]
 
     def search_vectors(self, vectors: np.ndarray, k: int) -> list[list[Passage]]:
         """The top k of query vectors over this index alone (no generation applied)."""
+        return self.passages(*self.top_rows(vectors, k))
+
+    def top_rows(self, vectors: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
+        """Each query vector's best n rows of this index alone (scores, faiss ids; -1 for none)."""
         self.load()
-        return self.passages(*search_all(self._indexes, vectors, k))
+        if self._vectors is None:
+            return search_all(self._indexes, vectors, n)
+        scores, ids = rescored(self._vectors, vectors, search_all(self._indexes, vectors, n * self.settings.rescore))
+        return scores[:, :n], ids[:, :n]
 
     def passages(self, scores: np.ndarray, ids: np.ndarray) -> list[list[Passage]]:
         """Rows found (faiss ids, -1 for none) as passages read from the store."""

@@ -66,10 +66,11 @@ class DenseIndexSettings:
     index_shards: int = 1  # faiss files the rows are split into (the service: one actor each)
     shard_passages: int = 4096  # the unit of writing, embedding and resuming
     train_sample: int = 100_000  # vectors an IVF or SQ8 is trained on
+    rescore: int = 2  # an ANN index is asked for rescore x k rows, ordered by their stored vectors (1: by its codes)
 
     def __post_init__(self) -> None:
         for name in ("exact_below", "index_shards", "shard_passages", "train_sample", "recall_queries",
-                     "ef_construction"):
+                     "ef_construction", "rescore"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
         if self.nprobe < 0 or self.ef_search < 0:
@@ -94,6 +95,10 @@ class DenseIndexSettings:
         if self.factory != "auto":
             return self.factory
         return "Flat" if passages < self.exact_below else AUTO_ANN
+
+    def rescore_for(self, factory: str) -> int:
+        """How many times k rows a search asks of an index of `factory` (rescore.py): 1 for exact search."""
+        return 1 if factory == "Flat" else self.rescore
 
 
 def vectors_path(folder: Path, shard: int) -> Path:

@@ -20,6 +20,7 @@ import numpy as np
 from retrievers.sources.dense_build import (SHARDS_DIR, DenseIndexSettings, ShardVectors, index_file, load_vectors,
                                             vectors_path)
 from retrievers.sources.knn import exact_topk, merge_topk, recall_at, search_knob, set_knob, without_own_row
+from retrievers.sources.rescore import StoredVectors, rescored
 
 Found = dict[int, tuple[np.ndarray, np.ndarray]]  # knob value -> the recall queries' (scores, ids) in one file
 
@@ -37,12 +38,13 @@ class IndexPart:
 @dataclass(frozen=True)
 class PartInputs:
     """What every file's builder is handed: the trained, empty index (faiss-serialized), the recall queries,
-    the knob and the values the build tries."""
+    the knob and the values the build tries, the rows each query asks (k, or rescore x k, and its own row)."""
 
     template: bytes
     queries: np.ndarray
     knob: str
     ladder: tuple[int, ...]
+    depth: int = 11
 
 
 # (index folder, the parts, their inputs) -> (k, found) for each part as it is written, in any order
@@ -64,7 +66,7 @@ def build_part(out: Path, part: IndexPart, inputs: PartInputs) -> Found:
     for value in inputs.ladder:
         if inputs.knob:
             set_knob([index], inputs.knob, value)
-        found[value] = index.search(inputs.queries, 11)
+        found[value] = index.search(inputs.queries, inputs.depth)
     path = out / index_file(part.k)
     tmp = path.with_name(path.name + ".tmp")
     faiss.write_index(index, str(tmp))
@@ -81,8 +83,8 @@ def local_parts(out: Path, parts: Sequence[IndexPart], inputs: PartInputs) -> It
 def build_faiss(out: Path, shards: int, passages: int, settings: DenseIndexSettings,
                 index_parts: PartBuilder | None = None) -> dict:
     """The faiss index (in `index_shards` files) over every shard's vectors, and its recall@10 against exact
-    (`recall_queries` passages of the corpus as queries, each one's own row left out of both sides). The knob
-    value chosen is meta.json's `search`, which every reader applies (dense.py: load_index_shards); a file
+    (`recall_queries` passages of the corpus as queries, each one's own row left out of both sides), the rows
+    found ordered as a source orders them (rescore.py). The knob value chosen is meta.json's `search`, which every reader applies (dense.py: load_index_shards); a file
     holds the last value tried."""
     import faiss
 
@@ -101,18 +103,25 @@ def build_faiss(out: Path, shards: int, passages: int, settings: DenseIndexSetti
     queries = rows_of(vecs, own)
     exact = without_own_row(exact_topk(queries, vecs, 21), own, 20)
     knob, ladder = knob_ladder(template, settings)
-    inputs = PartInputs(faiss.serialize_index(template).tobytes(), queries, knob, tuple(ladder))
+    depth = 11 * settings.rescore_for(factory)  # as a source asks for its top 10 and the own row (rescore.py)
+    inputs = PartInputs(faiss.serialize_index(template).tobytes(), queries, knob, tuple(ladder), depth)
     parts = [IndexPart(k, first, last, starts) for k, (first, last) in enumerate(rows)]
     found: dict[int, Found] = dict((index_parts or local_parts)(out, parts, inputs))
     if sorted(found) != [p.k for p in parts]:
         raise RuntimeError(f"the index step returned files {sorted(found)} of {len(parts)}")
     by_value = {value: [found[p.k][value] for p in parts] for value in ladder}
-    recalls = {value: recall_at(without_own_row(merge_topk(by_value[value], 11), own, 10)[1], exact)
-               for value in ladder}
+    stored = StoredVectors(out / SHARDS_DIR, shards) if depth > 11 else None
+
+    def served(value: int) -> tuple[np.ndarray, np.ndarray]:  # the rows a source would return at this value
+        merged = merge_topk(by_value[value], depth)
+        return rescored(stored, queries, merged) if stored is not None else merged
+
+    recalls = {value: recall_at(without_own_row(served(value), own, 10)[1], exact) for value in ladder}
     value = next((v for v in ladder if recalls[v] >= settings.target_recall), ladder[-1])
     return {"passages": passages, "dim": dim, "factory": factory,
             "index_shards": [[starts[a], starts[b] - starts[a]] for a, b in rows],
-            "search": {knob: value} if knob else {}, "recall_at_10": round(recalls[value], 4),
+            "search": {knob: value} if knob else {}, "rescore": settings.rescore_for(factory),
+            "recall_at_10": round(recalls[value], 4),
             "recall_queries": len(queries)}
 
 

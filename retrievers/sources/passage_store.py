@@ -1,4 +1,5 @@
 """Passages on disk, fetched by row: what a dense index serves without holding the corpus.
+(Their vectors are read by row the same way: rescore.py.)
 
 A store is a folder of shards, each `NNNNN.jsonl` (a passage a line: id, title, text) beside
 `NNNNN.offsets.npy` (each line's byte offset, then the end). Rows are numbered across the shards
@@ -63,18 +64,16 @@ def _document(line: str | bytes) -> Document:
     return Document(r["id"], r["title"], r["text"])
 
 
-class PassageStore:
-    """Read passages by row from a folder of `shards` shards (opened lazily, read-only)."""
+class RowFiles:
+    """Rows numbered across a folder's shard files in order, each read with a `pread` of a file
+    opened lazily, read-only (no lock: threads share the descriptors)."""
 
-    def __init__(self, folder: str | Path, shards: int) -> None:
-        self.folder = Path(folder)
-        self._offsets = [np.load(shard_stem(self.folder, i).with_name(f"{i:05d}{OFFSETS_SUFFIX}"), mmap_mode="r")
-                         for i in range(shards)]
-        counts = [len(o) - 1 for o in self._offsets]
+    def __init__(self, paths: Sequence[Path], counts: Sequence[int]) -> None:
+        self._paths = list(paths)
         self._starts = list(np.cumsum([0, *counts[:-1]]).tolist()) if counts else []
         self._size = int(sum(counts))
-        self._fds: list[int | None] = [None] * shards
-        # a store let go unclosed (an index generation swapped out) closes its files when collected: 262 a 1M index
+        self._fds: list[int | None] = [None] * len(self._paths)
+        # files let go unclosed (an index generation swapped out) are closed when collected: 262 a 1M index
         weakref.finalize(self, _close_all, self._fds)
 
     def __len__(self) -> int:
@@ -83,7 +82,7 @@ class PassageStore:
     def _fd(self, shard: int) -> int:
         fd = self._fds[shard]
         if fd is None:  # two threads may both open it: one descriptor is kept, the other closed
-            fd = os.open(shard_stem(self.folder, shard).with_suffix(TEXT_SUFFIX), os.O_RDONLY)
+            fd = os.open(self._paths[shard], os.O_RDONLY)
             if self._fds[shard] is None:
                 self._fds[shard] = fd
             else:
@@ -91,15 +90,32 @@ class PassageStore:
                 fd = self._fds[shard]
         return fd
 
+    def locate(self, row: int) -> tuple[int, int]:
+        """(shard, row within it) of a row; a row outside the files is an IndexError."""
+        if not 0 <= row < self._size:
+            raise IndexError(f"passage row {row} is outside this store's {self._size}")
+        shard = bisect.bisect_right(self._starts, row) - 1
+        return shard, row - self._starts[shard]
+
+    def close(self) -> None:
+        _close_all(self._fds)
+
+
+class PassageStore(RowFiles):
+    """Read passages by row from a folder of `shards` shards."""
+
+    def __init__(self, folder: str | Path, shards: int) -> None:
+        self.folder = Path(folder)
+        self._offsets = [np.load(shard_stem(self.folder, i).with_name(f"{i:05d}{OFFSETS_SUFFIX}"), mmap_mode="r")
+                         for i in range(shards)]
+        super().__init__([shard_stem(self.folder, i).with_suffix(TEXT_SUFFIX) for i in range(shards)],
+                         [len(o) - 1 for o in self._offsets])
+
     def get(self, rows: Sequence[int]) -> list[Document]:
         out = []
         for row in rows:
-            if not 0 <= row < self._size:
-                raise IndexError(f"passage row {row} is outside this store's {self._size}")
-            shard = bisect.bisect_right(self._starts, row) - 1
-            offsets = self._offsets[shard]
-            i = row - self._starts[shard]
-            start, end = int(offsets[i]), int(offsets[i + 1])
+            shard, i = self.locate(row)
+            start, end = int(self._offsets[shard][i]), int(self._offsets[shard][i + 1])
             out.append(_document(os.pread(self._fd(shard), end - start, start)))
         return out
 
@@ -134,9 +150,6 @@ class PassageStore:
         finally:
             db.close()
         return np.asarray(sorted(found), dtype=np.int64)
-
-    def close(self) -> None:
-        _close_all(self._fds)
 
 
 def _close_all(fds: list[int | None]) -> None:

@@ -16,6 +16,8 @@ from tests.retrievers.test_dense_build import HashEncoder, corpus  # noqa: E402
 def test_question_recall_is_one_for_an_exact_index_and_measured_for_an_ann(tmp_path, settings, exact):
     build_dense_index(corpus(600), tmp_path / "wiki", HashEncoder(), settings=settings)
     questions = HashEncoder().encode([f"w{i} w{i + 7} w{i + 50}" for i in range(40)])
-    got = question_recall(tmp_path / "wiki", questions)
+    got = question_recall(tmp_path / "wiki", HashEncoder(), questions)
     assert got["questions"] == 40 and got["factory"] == ("Flat" if exact else "HNSW32,SQ8")
     assert got["recall_at_10"] == 1.0 if exact else 0.2 < got["recall_at_10"] < 1.0
+    assert got["passage_queries"] == 50 and got["rescore"] == (1 if exact else 2)
+    assert got["recall_at_10_passages"] == 1.0 if exact else 0.2 < got["recall_at_10_passages"] < 1.0

@@ -173,29 +173,28 @@ def test_index_shards_return_what_one_index_returns(tmp_path):
 
 
 def test_an_ann_index_in_files_built_one_at_a_time_reports_the_recall_its_files_give(tmp_path):
-    """The build searches each file as it is built; loaded back with the knob it chose, the files give that recall,
-    and the knob is the smallest power of two reaching the target."""
-    from retrievers.sources.dense import load_index_shards
-    from retrievers.sources.knn import exact_topk, recall_at, search_all, set_knob, without_own_row
+    """The build searches each file as it is built; loaded back by a source with the knob it chose, the files give
+    that recall, their rows rescored as the build rescored them, and the knob is the smallest power of two
+    reaching the target."""
+    from retrievers.sources.knn import exact_topk, recall_at, without_own_row
 
     settings = DenseIndexSettings(shard_passages=64, exact_below=100, recall_queries=100, index_shards=3,
                                   ef_construction=16, target_recall=0.97)
     meta = build_dense_index(corpus(600), tmp_path / "idx", HashEncoder(), settings=settings)
-    assert meta["factory"] == "HNSW32,SQ8" and len(meta["index_shards"]) == 3
+    assert meta["factory"] == "HNSW32,SQ8" and len(meta["index_shards"]) == 3 and meta["rescore"] == 2
     vecs = load_vectors(tmp_path / "idx" / SHARDS_DIR, meta["shards"])
     queries, own = sample_rows(vecs, 100, seed=1), sample_ids(vecs.lengths, 100, seed=1)
     exact = without_own_row(exact_topk(queries, vecs, 21), own, 20)
-    files = load_index_shards(tmp_path / "idx", meta, settings)
 
-    def recall() -> float:
-        return recall_at(without_own_row(search_all(files, queries, 11), own, 10)[1], exact)
+    def recall(source: DenseSource) -> float:
+        return recall_at(without_own_row(source.top_rows(queries, 11), own, 10)[1], exact)
 
-    assert recall() == pytest.approx(meta["recall_at_10"])
+    served = DenseSource(str(tmp_path / "idx"), HashEncoder(), settings=settings)
+    assert recall(served) == pytest.approx(meta["recall_at_10"])
     ef = meta["search"]["efSearch"]
     assert meta["recall_at_10"] >= 0.97 and ef > 1  # this corpus and seed: a few steps up the ladder
-    set_knob(files, "efSearch", ef // 2)
-    assert recall() < 0.97
-    assert recall_at(search_all(files, queries, 10)[1], exact_topk(queries, vecs, 20)) > recall()  # self: flattering
+    assert recall(DenseSource(str(tmp_path / "idx"), HashEncoder(), settings=replace(settings, ef_search=ef // 2))) < 0.97
+    assert recall_at(served.top_rows(queries, 10)[1], exact_topk(queries, vecs, 20)) > recall(served)  # self: flattering
 
 
 def test_a_query_drawn_from_the_corpus_is_left_out_of_its_own_neighbours():

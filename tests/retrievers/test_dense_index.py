@@ -59,7 +59,7 @@ def test_each_part_is_searched_at_every_knob_value_tried(tmp_path):
     def counting(out, parts, inputs):
         for k, found in local_parts(out, parts, inputs):
             calls.append((k, sorted(found)))
-            assert all(ids.shape == (60, 11) for _, ids in found.values())
+            assert all(ids.shape == (60, 22) for _, ids in found.values())  # (10 and its own row) x rescore 2
             yield k, found
 
     meta = build_dense_index(corpus(400), tmp_path / "idx", HashEncoder(),
