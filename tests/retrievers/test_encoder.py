@@ -62,10 +62,10 @@ def test_memo_embeds_each_text_once_and_keeps_only_the_newest(monkeypatch):
     enc = Encoder(memo_size=3)
     seen: list[list[str]] = []
 
-    def fake(texts, show_progress, bf16):
+    def fake(texts, show_progress):
         seen.append(list(texts))
         return np.array([[float(len(t)), 1.0] for t in texts], dtype=np.float32)
-    monkeypatch.setattr(enc, "_encode", fake)
+    monkeypatch.setattr(enc, "_encode_queries", fake)
     first = enc.encode(["a", "bb", "a"])
     assert seen == [["a", "bb"]]  # a text twice in one call is embedded once
     np.testing.assert_array_equal(first[:, 0], [1, 2, 1])

@@ -1,5 +1,5 @@
-"""The int8 ONNX corpus encoder (the default on CPUs without AVX512-VNNI): close to torch fp32, its vectors not moved
-by its thread count, and the threads an encoder is given are the ones its session runs."""
+"""The ONNX encoders: int8 for the corpus (the default on CPUs without AVX512-VNNI), close to torch fp32, its vectors not moved
+by its thread count, the threads an encoder is given the ones its session runs; fp32 for questions, torch's vectors."""
 from __future__ import annotations
 
 import numpy as np
@@ -61,3 +61,19 @@ def test_the_int8_model_let_go_after_a_build_comes_back_the_same():
     before = enc.encode_corpus(PASSAGES)
     enc.release_corpus()
     assert enc._int8 is None and np.array_equal(enc.encode_corpus(PASSAGES), before)
+
+
+@pytest.mark.slow
+def test_questions_on_onnx_get_torchs_vectors_without_torchs_model():
+    """The query encoder: the fp32 graph in onnxruntime, chosen on a CPU; torch's vectors, whatever the batch."""
+    texts = [*PASSAGES, "who painted the mona lisa"]
+    on_torch = Encoder(query_backend="torch", memo_size=0)
+    on_onnx = Encoder(query_backend="onnx", memo_size=0)
+    got = on_onnx.encode(texts)
+    np.testing.assert_allclose(got, on_torch.encode(texts), atol=1e-5)
+    np.testing.assert_allclose(on_onnx.encode(texts[-1:])[0], got[-1], atol=1e-5)  # alone as in a batch
+    assert on_onnx._model is None and on_onnx.dim == 384 and on_onnx.encode([]).shape == (0, 384)
+    assert on_onnx._queries._session.get_session_options().intra_op_num_threads == on_onnx._queries.threads
+    assert Encoder().query_kind == "onnx" and Encoder(device="cuda").query_kind == "torch"
+    with pytest.raises(ValueError, match="query_backend must be one of auto, torch, onnx"):
+        Encoder(query_backend="tensorflow")

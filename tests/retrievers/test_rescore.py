@@ -20,7 +20,6 @@ def test_vectors_are_read_by_row_across_shards_and_their_files_closed_when_let_g
     build_dense_index(corpus(150), tmp_path / "idx", HashEncoder(), settings=ANN)
     folder = tmp_path / "idx" / SHARDS_DIR
     whole = np.concatenate(list(load_vectors(folder, 3)))
-    before = len(os.listdir("/proc/self/fd"))
     stored = StoredVectors(folder, 3)
     assert len(stored) == 150 and stored.dim == whole.shape[1]
     rows = np.array([149, 0, 64, -1, 63, 128])
@@ -28,9 +27,21 @@ def test_vectors_are_read_by_row_across_shards_and_their_files_closed_when_let_g
     assert np.array_equal(got[[0, 1, 2, 4, 5]], whole[[149, 0, 64, 63, 128]]) and not got[3].any()
     with pytest.raises(IndexError, match="row 150 is outside"):
         stored.get(np.array([150]))
+    assert opened_in(folder) == 3  # a file a shard read
     del stored, got
     gc.collect()
-    assert len(os.listdir("/proc/self/fd")) == before
+    assert opened_in(folder) == 0
+
+
+def opened_in(folder) -> int:
+    """This process's open files under `folder` (other tests' files may close meanwhile: only these count)."""
+    found = 0
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            found += os.readlink(f"/proc/self/fd/{fd}").startswith(str(folder))
+        except OSError:  # closed while listed
+            pass
+    return found
 
 
 def test_found_rows_come_back_by_exact_inner_product_empty_slots_last(tmp_path):
