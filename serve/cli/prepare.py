@@ -21,9 +21,28 @@ def cmd_models(args) -> int:
         done[name] = {"path": str(path), "seconds": round(time.time() - t, 1)}
         if not args.json:
             print(f"{name}: {path} ({time.time() - t:.0f} s)")
+    t = time.time()
+    query_model = prepare_query_encoder()
+    if query_model:  # the questions' encoder in onnxruntime, exported once here rather than at the first ask
+        done["query encoder"] = {"path": query_model, "seconds": round(time.time() - t, 1)}
+        if not args.json:
+            print(f"query encoder: {query_model} ({time.time() - t:.0f} s)")
     if args.json:
         print(json.dumps(done))
     return 0
+
+
+def prepare_query_encoder() -> str:
+    """The file the question encoder runs where it runs on onnxruntime (made once into the encoder cache); ""
+    where it runs on torch."""
+    from retrievers.encoder import Encoder
+
+    encoder = Encoder()
+    if encoder.query_kind != "onnx":
+        return ""
+    from retrievers.onnx_encoder import OnnxFp32Encoder
+
+    return str(OnnxFp32Encoder(encoder.path).made_model())
 
 
 def cmd_speed(args) -> int:

@@ -2,6 +2,8 @@
 by its thread count, the threads an encoder is given the ones its session runs; fp32 for questions, torch's vectors."""
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -77,3 +79,17 @@ def test_questions_on_onnx_get_torchs_vectors_without_torchs_model():
     assert Encoder().query_kind == "onnx" and Encoder(device="cuda").query_kind == "torch"
     with pytest.raises(ValueError, match="query_backend must be one of auto, torch, onnx"):
         Encoder(query_backend="tensorflow")
+
+
+@pytest.mark.slow
+def test_models_prepare_makes_the_question_encoders_file_once(tmp_path, monkeypatch):
+    from serve.cli.prepare import prepare_query_encoder
+
+    monkeypatch.setenv("EOR_ENCODER_CACHE", str(tmp_path))
+    made = prepare_query_encoder()
+    assert made.startswith(str(tmp_path)) and made.endswith("-fp32.onnx") and list(tmp_path.iterdir()) == [Path(made)]
+    stamp = Path(made).stat().st_mtime_ns
+    encoder = Encoder(memo_size=0).load()  # finds it: not made again
+    assert str(encoder._queries.made_model()) == made and Path(made).stat().st_mtime_ns == stamp
+    monkeypatch.setattr("retrievers.encoder.Encoder.query_kind", "torch")
+    assert prepare_query_encoder() == ""  # queries on torch: nothing to make
