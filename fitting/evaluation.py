@@ -169,8 +169,7 @@ def evaluate(scored: Scored, votes: Sequence[Vote] | dict[str, Sequence[str]], p
         if len(answers) != len(scored):
             raise ValueError(f"{len(answers)} {name} answers for {len(scored)} questions")
     pool = list(pool)
-    grid = answer_grid([r for _, r in scored], pool)  # None: failed / no answer -> scores 0
-    rows = [[a or "" for a in answers] + [ensembles[e][i] for e in ensembles] for i, answers in enumerate(grid)]
+    rows = _answer_rows(scored, ensembles, pool)
     tokens: dict[str, list[ReaderTokens]] = {s: [r.reader_tokens({s}) for _, r in scored] for s in pool}
     tokens.update({k: list(v) for k, v in (ensemble_tokens or {}).items()})
     groups: dict[str, list[int]] = {}
@@ -181,6 +180,24 @@ def evaluate(scored: Scored, votes: Sequence[Vote] | dict[str, Sequence[str]], p
     return [_dataset_report(name, [scored[i][0].answers for i in groups[name]], [rows[i] for i in groups[name]], pool,
                             tuple(ensembles), {k: [v[i] for i in groups[name]] for k, v in tokens.items()}, baseline)
             for name in names]
+
+
+def _answer_rows(scored: Scored, ensembles: dict[str, Sequence[str]], pool: Sequence[str]) -> list[list[str]]:
+    """Each question's answers: the pool's in order ('' where it failed or gave none), then each ensemble's."""
+    grid = answer_grid([r for _, r in scored], list(pool))
+    return [[a or "" for a in answers] + [ensembles[e][i] for e in ensembles] for i, answers in enumerate(grid)]
+
+
+def question_records(scored: Scored, votes: dict[str, Sequence[str]], pool: Sequence[str]) -> list[dict[str, Any]]:
+    """One record a question (`eor eval`'s questions.jsonl): its id and dataset, each system's answer and Match,
+    EM and F1, so that two evals of the same questions (two indexes, two configurations) can be paired."""
+    labels = [*pool, *votes]
+    out = []
+    for (q, _), row in zip(scored, _answer_rows(scored, dict(votes), pool)):
+        out.append({"qid": q.qid, "dataset": q.dataset, "answers": dict(zip(labels, row)),
+                    **{name: {lab: _clean(fn(a, q.answers)) for lab, a in zip(labels, row)}
+                       for name, fn in (("match", right), ("em", exact_match), ("f1", token_f1))}})
+    return out
 
 
 def weights_summary(saved: SavedWeights, source: str) -> dict[str, Any]:

@@ -14,7 +14,8 @@ def cmd_eval(args) -> int:
     import math
 
     from serve.offline.cascade_reads import round_members
-    from fitting.evaluation import confidence_report, evaluate, format_confidence, format_table, report_dict
+    from fitting.evaluation import (confidence_report, evaluate, format_confidence, format_table, question_records,
+                                    report_dict)
     from fitting.replay import cascade_stops, per_system, replay_ensembles
     from serve.paths import eor_home
     from serve.offline.plots import cost_accuracy_plot, reliability_plot, rwr_heatmap, safe_name, weights_plot
@@ -84,6 +85,8 @@ def cmd_eval(args) -> int:
                       "stop_rate": runs.stop_rate, "threshold_sweep": [
                           {**p, "scale": None if not math.isfinite(p["scale"]) else p["scale"]} for p in runs.sweep]}
     (out_dir / "eval.json").write_text(json.dumps(doc, indent=2) + "\n")
+    with open(out_dir / "questions.jsonl", "w", encoding="utf-8") as f:  # each question's answers and scores
+        f.writelines(json.dumps(r) + "\n" for r in question_records(scored, runs.answers, singles))
     if args.json:
         print(json.dumps(doc, indent=2))
     else:

@@ -80,7 +80,7 @@ echo "eor $*" >> "$CALLS"
 args=" $* "
 case "$args" in
   *" index --corpus "*) mkdir -p var/indexes/shared && touch var/indexes/shared/index.json ;;
-  *" eval "*) out=$(echo "$args" | sed 's/.*--out-dir \\([^ ]*\\).*/\\1/'); mkdir -p "$out"; touch "$out/eval.json" ;;
+  *" eval "*) out=$(echo "$args" | sed 's/.*--out-dir \\([^ ]*\\).*/\\1/'); mkdir -p "$out"; touch "$out/eval.json" "$out/questions.jsonl" ;;
 esac
 """
 
@@ -95,15 +95,23 @@ def test_the_quality_eval_builds_the_shared_index_once_then_both_evals_once(tmp_
     calls = tmp_path / "calls.log"
     env = {k: v for k, v in os.environ.items() if k != "EOR_HOME"} | {"CALLS": str(calls)}
 
-    def quality() -> list[str]:
+    python = tmp_path / ".venv" / "bin" / "python"
+    python.write_text('#!/usr/bin/env bash\necho "python $*" >> "$CALLS"\n')
+    python.chmod(python.stat().st_mode | stat.S_IEXEC)
+
+    def quality(*indexes: str) -> list[str]:
         calls.write_text("")
-        out = subprocess.run(["bash", str(tmp_path / "bench" / "scale_quality.sh"), "20", "shared"], env=env,
+        out = subprocess.run(["bash", str(tmp_path / "bench" / "scale_quality.sh"), "20", *indexes], env=env,
                              capture_output=True, text=True, timeout=60)
         assert out.returncode == 0, out.stderr
         return calls.read_text().splitlines()
 
-    first = quality()
+    first = quality("shared")
     assert [c.split()[1] for c in first] == ["index", "eval", "eval"]  # the 14k index first, where it is missing
     assert "--corpus ../shared/data/corpus.jsonl --index shared" in first[0]
     assert all("--index shared" in c and "--limit 20" in c and "--split-by question" in c for c in first[1:])
-    assert quality() == []  # every report there: nothing again
+    assert quality("shared") == []  # every report there: nothing again
+    both = quality("shared", "big")  # the second index's evals, then each paired with the first's
+    assert [c.split()[1] for c in both] == ["eval", "eval", "-m", "-m"] and all("--index big" in c for c in both[:2])
+    assert ("bench.paired_evals var/bench/scale-quality/shared/singles/questions.jsonl "
+            "var/bench/scale-quality/big/singles/questions.jsonl") in both[2] and "--system EoR" in both[3]

@@ -94,6 +94,15 @@ def test_eval_numbers_by_hand_and_plots(qfile, tmp_path, eor_home, use_pool, cap
     for name in pngs:
         assert (out_dir / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert json.loads((out_dir / "eval.json").read_text())["datasets"]["a"]["oracle"] == 0.75
+    records = {r["qid"]: r for r in map(json.loads, (out_dir / "questions.jsonl").read_text().splitlines())}
+    assert sorted(records) == ["q1", "q2", "q3", "q4", "q5", "q6"] and records["q5"]["dataset"] == "b"
+    q2, q3 = records["q2"], records["q3"]
+    assert q2["answers"] == {"Wiki@10": "1991", "SE@1": "in 1990", "ReFree": "1990", "EoR": "1991",
+                             "EoR pruned": "1991", "EoR-all equal": "1991"}
+    assert (q2["match"]["SE@1"], q2["em"]["SE@1"], q2["f1"]["SE@1"]) == (1.0, 0.0, pytest.approx(2 / 3, abs=1e-6))
+    assert q3["answers"]["Wiki@10"] == "" and q3["match"]["Wiki@10"] == 0.0  # failed: no answer, scores 0
+    for system, figure in (("EoR", 0.25), ("Wiki@10", 0.5)):  # the records add up to the table
+        assert sum(records[q]["match"][system] for q in ("q1", "q2", "q3", "q4")) / 4 == figure
 
 
 def test_eval_with_fitted_weights_and_a_wrong_weights_file(qfile, tmp_path, eor_home, use_pool, capsys):
