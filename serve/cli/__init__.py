@@ -30,7 +30,7 @@ from serve.app.errors import StartFailed, engine_died, engine_stopped
 from serve.cli.ask import cmd_ask
 from serve.cli.bench import cmd_bench, run_bench
 from serve.cli.calibrate import LINE_METHODS, cmd_calibrate
-from serve.cli.common import DEFAULT_EVAL_DIR, DEFAULT_WEIGHTS, _quiet_logs, stop_on_sigterm
+from serve.cli.common import DEFAULT_EVAL_DIR, DEFAULT_WEIGHTS, _quiet_logs, open_files_to_hard_limit, stop_on_sigterm
 from serve.cli.console import log_path
 from serve.cli.evaluate import cmd_eval
 from serve.cli.fit import cmd_fit, push_weights
@@ -251,6 +251,7 @@ def main(argv: list[str] | None = None) -> int:
     _quiet_logs()
     args = build_parser().parse_args(argv)
     stop_on_sigterm()
+    open_files_to_hard_limit()
     try:
         return run_reporting_errors(lambda: args.func(args))
     except KeyboardInterrupt:

@@ -43,6 +43,21 @@ def stop_on_sigterm() -> None:
     signal.signal(signal.SIGINT, stop)
 
 
+def open_files_to_hard_limit() -> int:
+    """Raise this process's open-file limit to the hard one, as Ray does in its workers: a dense index is read
+    by row from two files a shard (passages, vectors: 524 at 1M), opened as rows are asked, and a common soft
+    limit of 1,024 would fail a search at ~2M passages. Returns the limit now."""
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard == resource.RLIM_INFINITY or soft < hard:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+        except (ValueError, OSError):  # an infinite hard limit some kernels refuse as a soft one: kept as it is
+            return soft
+    return resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+
+
 def _config(args):
     from serve.config import load_config
 

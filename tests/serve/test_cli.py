@@ -33,3 +33,19 @@ def test_any_other_failure_is_not_called_a_dead_engine(eor_home, monkeypatch, er
     monkeypatch.setattr(serve.cli, "cmd_run", fails)
     with pytest.raises(type(error)):
         main(["run", "--questions", "q.jsonl"])
+
+
+def test_eor_raises_its_open_file_limit_to_the_hard_one():
+    """A 1M dense index reads from 524 files by row: the soft limit must not fail a search (Ray's workers do the same)."""
+    import resource
+
+    from serve.cli.common import open_files_to_hard_limit
+
+    before = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if before[1] != resource.RLIM_INFINITY and before[1] <= 256:
+        pytest.skip(f"a hard limit of {before[1]}: nothing to raise to")
+    try:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (256, before[1]))
+        assert open_files_to_hard_limit() == before[1] == resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    finally:
+        resource.setrlimit(resource.RLIMIT_NOFILE, before)
