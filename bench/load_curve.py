@@ -298,6 +298,9 @@ def main(argv: list[str] | None = None) -> int:
 
     check_loopback(args.server)
     questions = never_asked(args.questions, args.offset, args.split)
+    if args.mode == "capacity" and len(questions) < args.n:  # a capacity of nothing asked is no figure
+        raise SystemExit(f"the {args.split} split has {len(questions)} questions past row {args.offset}, "
+                         f"{args.n} asked for: take another split or offset")
     with EorClient(args.server) as client:
         client.health()
         if args.mode == "capacity":

@@ -131,3 +131,14 @@ def test_curves_run_apart_merge_into_one_report_by_rate(tmp_path):
     assert main(["merge", *map(str, paths), "--out", str(tmp_path / "all")]) == 0
     assert (tmp_path / "all" / "load-curve.png").stat().st_size > 0
     assert json.loads((tmp_path / "all" / "load-curve.json").read_text())["merged_from"] == 2
+
+
+def test_a_capacity_past_the_splits_end_is_refused_not_reported_as_zero(tmp_path):
+    from bench.load_curve import main, never_asked
+    from tests.shared_data import QUESTIONS_FILE
+
+    rows = len(never_asked(str(QUESTIONS_FILE), 0, "fit"))
+    with pytest.raises(SystemExit, match=rf"the fit split has 2 questions past row {rows - 2}, 4 asked for"):
+        main(["capacity", "--questions", str(QUESTIONS_FILE), "--split", "fit", "--offset", str(rows - 2), "-n", "4",
+              "--out", str(tmp_path)])
+    assert not list(tmp_path.iterdir())  # no report of nothing
