@@ -97,8 +97,8 @@ def main(argv: list[str] | None = None) -> dict:
     passages = itertools.islice(to_passages(read_jsonl(args.corpus)), args.skip,
                                 args.skip + args.texts)
     texts = [passage_text(p) for p in passages]
-    encoder = Encoder(memo_size=0).load()
-    reference = encoder.encode(texts)  # torch fp32, as every query: what a corpus vector is compared with
+    encoder = Encoder(memo_size=0, query_backend="torch").load()
+    reference = encoder.encode(texts)  # torch fp32 (a query's vectors): what a corpus vector is compared with
     from transformers import AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(encoder.path)

@@ -4,7 +4,7 @@
 # Starts `eor serve --index INDEX --config CONFIG` (default bench/configs/memory-lean.yaml; - for none: the shipped
 # settings), asks 4 questions
 # by 2 clients (SPLIT's rows OFFSET.., default the fit split: never asked by a fit or a benchmark, say which; the
-# fit split's 1,582 are all asked by session 47, the eval split's rows from 1,049 are left), measures the PSS of
+# fit split's 1,582 are all asked by session 47; of the eval split's, 1,049-1,054 are left), measures the PSS of
 # every process under the service, and stops it. Report: OUT (default var/bench/scale/memory-INDEX.json).
 set -euo pipefail
 cd "$(dirname "$0")/.."

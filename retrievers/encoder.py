@@ -67,7 +67,7 @@ class Encoder:
     # by an earlier question (or an earlier Ask of the same one) is not embedded again (two
     # threads missing the same text at once may both embed it: harmless, the vectors are equal).
     memo_size: int = 50_000
-    # How the corpus is embedded (queries always run the torch model above): "torch" (with
+    # How the corpus is embedded (queries: `query_backend`): "torch" (with
     # `corpus_dtype`), "onnx-int8" (retrievers/onnx_encoder.py: ~2.7x torch fp32 on CPUs without
     # AVX512), "openvino-int8" (retrievers/openvino_encoder.py: static int8, 1.4x onnx-int8 and 1.85x
     # torch bf16 with AVX512-VNNI, 0.59x onnx-int8 without), or "auto": torch on a GPU, openvino-int8
@@ -79,7 +79,8 @@ class Encoder:
     threads: int = 0
     # How questions and rerank chunks are embedded, float32 either way: "onnx" (the same graph in
     # onnxruntime, retrievers/onnx_encoder.py: torch's vectors, a lone question ~3.5x faster on 2 cores),
-    # "torch", or "auto": onnx on a CPU where onnxruntime is installed, else torch.
+    # "torch", or "auto": onnx for the default encoder on a CPU with onnxruntime, else torch (the export
+    # pools as MiniLM does, mean and normalised over BERT's inputs: another model stays on torch).
     query_backend: str = "auto"
 
     def __post_init__(self) -> None:
@@ -118,7 +119,7 @@ class Encoder:
         """The backend `encode` runs here."""
         if self.query_backend != "auto":
             return self.query_backend
-        if self.device != "cpu":
+        if self.device != "cpu" or self.name != DEFAULT_ENCODER:
             return "torch"
         import importlib.util
 
@@ -196,7 +197,7 @@ class Encoder:
 
         self._torch()
         if not texts:
-            return np.zeros((0, self.dim), dtype=np.float32)
+            return np.zeros((0, self._model.get_sentence_embedding_dimension()), dtype=np.float32)
         ctx = torch.autocast("cpu", dtype=torch.bfloat16) if bf16 and self.device == "cpu" else contextlib.nullcontext()
         with ctx:
             vecs = self._model.encode(list(texts), batch_size=self.batch_size, normalize_embeddings=True,

@@ -135,6 +135,7 @@ class OnnxEncoder(ExportedEncoder):
     """An exported model (`made_model`: made once, into the cache) in onnxruntime."""
 
     _session = None
+    spin = True  # onnxruntime's default: its threads spin-wait after a call for the next one
 
     def made_model(self) -> Path:
         raise NotImplementedError
@@ -144,6 +145,8 @@ class OnnxEncoder(ExportedEncoder):
 
         options = ort.SessionOptions()
         options.intra_op_num_threads = self.threads
+        if not self.spin:
+            options.add_session_config_entry("session.intra_op.allow_spinning", "0")
         self._session = ort.InferenceSession(str(self.made_model()), options, providers=["CPUExecutionProvider"])
 
     def hidden(self, feeds: dict[str, np.ndarray]) -> np.ndarray:
@@ -166,7 +169,11 @@ class OnnxInt8Encoder(OnnxEncoder):
 
 
 class OnnxFp32Encoder(OnnxEncoder):
-    """The fp32 graph in onnxruntime: the query encoder."""
+    """The fp32 graph in onnxruntime: the query encoder. Its threads do not spin after a question: spinning
+    took 2.2x the CPU a 1M Wiki search costs (32-34 against 14-16 ms a call), CPU the readers beside it need,
+    for a p50 1.10x lower (docs/notes/2026-11-30-session-47.md)."""
+
+    spin = False
 
     def made_model(self) -> Path:
         import tempfile

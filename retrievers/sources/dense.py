@@ -108,15 +108,16 @@ class DenseSource(KnowledgeSource):
         self.meta = read_meta(path, self.name)
         self._check_encoder(path)
         self._indexes = self._indexes or load_index_shards(path, self.meta, self.settings)
-        self._store = PassageStore(path / SHARDS_DIR, self.meta["shards"])
+        store = PassageStore(path / SHARDS_DIR, self.meta["shards"])
         if self.settings.rescore_for(self.meta.get("factory", "Flat")) > 1:
             self._vectors = StoredVectors(path / SHARDS_DIR, self.meta["shards"])
         if self._hidden:
-            self._hidden_rows = self._store.rows_of(self._hidden)
+            self._hidden_rows = store.rows_of(self._hidden)
         if self._delta_dir and (Path(self._delta_dir) / META_FILE).exists():
             flat = replace(self.settings, factory="Flat", index_shards=1)
             self._delta = DenseSource(self._delta_dir, self.encoder, self.name, flat).load()
         self.encoder.load()
+        self._store = store  # last: a search that sees it loaded sees every part
         return self
 
     def _check_encoder(self, path: Path) -> None:

@@ -75,8 +75,10 @@ def test_questions_on_onnx_get_torchs_vectors_without_torchs_model():
     np.testing.assert_allclose(got, on_torch.encode(texts), atol=1e-5)
     np.testing.assert_allclose(on_onnx.encode(texts[-1:])[0], got[-1], atol=1e-5)  # alone as in a batch
     assert on_onnx._model is None and on_onnx.dim == 384 and on_onnx.encode([]).shape == (0, 384)
-    assert on_onnx._queries._session.get_session_options().intra_op_num_threads == on_onnx._queries.threads
+    options = on_onnx._queries._session.get_session_options()
+    assert options.get_session_config_entry("session.intra_op.allow_spinning") == "0"  # no spin-wait after a question
     assert Encoder().query_kind == "onnx" and Encoder(device="cuda").query_kind == "torch"
+    assert Encoder("/models/another-sentence-encoder").query_kind == "torch"  # its pooling may not be MiniLM's
     with pytest.raises(ValueError, match="query_backend must be one of auto, torch, onnx"):
         Encoder(query_backend="tensorflow")
 
