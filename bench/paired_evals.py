@@ -39,7 +39,8 @@ def paired(a: dict[str, dict], b: dict[str, dict], systems: list[str]) -> dict:
             a_higher = sum(x > y for x, y in zip(xa, xb))
             b_higher = sum(y > x for x, y in zip(xa, xb))
             row[metric] = {"a": round(sum(xa) / len(qids), 4), "b": round(sum(xb) / len(qids), 4),
-                           "a_higher": a_higher, "b_higher": b_higher, "sign_test_p": round(sign_test(a_higher, b_higher), 4)}
+                           "a_higher": a_higher, "b_higher": b_higher,
+                           "sign_test_p": round(sign_test(a_higher, b_higher), 4)}
         out["systems"][system] = row
     return out
 
@@ -52,7 +53,7 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--out", type=Path)
     args = ap.parse_args(argv)
     a, b = read_records(args.a), read_records(args.b)
-    systems = args.system or list(next(iter(a.values()))["match"]) if a else []
+    systems = args.system or (list(next(iter(a.values()))["match"]) if a else [])
     report = {"a": str(args.a), "b": str(args.b), **paired(a, b, systems)}
     emit_json(report, args.out)
     return report

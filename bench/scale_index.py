@@ -90,7 +90,7 @@ def ann_figures(root: Path, factory: str, queries: np.ndarray) -> dict:
     from retrievers.sources.dense_build import SHARDS_DIR, DenseIndexSettings, index_file
     from retrievers.sources.dense_index import build_faiss
     from retrievers.sources.knn import search_index
-    from retrievers.sources.rescore import StoredVectors, rescored
+    from retrievers.sources.rescore import StoredVectors, rescored_top
 
     wiki = json.loads((root / "wiki" / "meta.json").read_text())
     settings = DenseIndexSettings(factory=factory)
@@ -106,8 +106,7 @@ def ann_figures(root: Path, factory: str, queries: np.ndarray) -> dict:
     stored = StoredVectors(root / "wiki" / SHARDS_DIR, wiki["shards"]) if depth > 1 else None
 
     def search(q: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
-        found = search_index(index, q, k * depth)
-        return found if stored is None else tuple(x[:, :k] for x in rescored(stored, q, found))
+        return rescored_top(lambda qs, m: search_index(index, qs, m), stored, q, k, depth)
     return {"factory": factory, "recall_at_10": meta["recall_at_10"], "search": meta["search"],
             "build_seconds": round(seconds, 1), "batch_1": latencies_vec(search, queries, 1),
             "batch_32": latencies_vec(search, queries, 32)}
@@ -128,8 +127,8 @@ def question_recall(wiki: Path, encoder: Encoder, vectors: np.ndarray) -> dict:
     passages = rows_of(vecs, own)
     exact_own = without_own_row(exact_topk(passages, vecs, 21), own, 20)
     served_own = without_own_row(source.top_rows(passages, 11), own, 10)
-    return {"factory": meta["factory"], "search": meta["search"], "rescore": source.settings.rescore_for(meta["factory"]),
-            "questions": len(vectors),
+    return {"factory": meta["factory"], "search": meta["search"],
+            "rescore": source.settings.rescore_for(meta["factory"]), "questions": len(vectors),
             "recall_at_10": round(recall_at(source.top_rows(vectors, 10)[1], exact_topk(vectors, vecs, 20)), 4),
             "passage_queries": len(own), "recall_at_10_passages": round(recall_at(served_own[1], exact_own), 4)}
 

@@ -16,7 +16,7 @@ from retrievers.sources.dense_build import (BUILD_FILE, FORMAT, META_FILE, SHARD
                                             as_recorded, build_dense_index, index_file)
 from retrievers.sources.knn import search_all, set_knob
 from retrievers.sources.passage_store import PassageStore
-from retrievers.sources.rescore import StoredVectors, rescored
+from retrievers.sources.rescore import StoredVectors, rescored_top
 from retrievers.types import Passage
 
 MAX_OVERFETCH = 1000  # hidden rows a generation's base search asks beyond k (more: merge the generation)
@@ -150,10 +150,8 @@ class DenseSource(KnowledgeSource):
     def top_rows(self, vectors: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
         """Each query vector's best n rows of this index alone (scores, faiss ids; -1 for none)."""
         self.load()
-        if self._vectors is None:
-            return search_all(self._indexes, vectors, n)
-        scores, ids = rescored(self._vectors, vectors, search_all(self._indexes, vectors, n * self.settings.rescore))
-        return scores[:, :n], ids[:, :n]
+        return rescored_top(lambda q, m: search_all(self._indexes, q, m), self._vectors, vectors, n,
+                            self.settings.rescore)
 
     def passages(self, scores: np.ndarray, ids: np.ndarray) -> list[list[Passage]]:
         """Rows found (faiss ids, -1 for none) as passages read from the store."""

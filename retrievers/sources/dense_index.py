@@ -20,7 +20,7 @@ import numpy as np
 from retrievers.sources.dense_build import (SHARDS_DIR, DenseIndexSettings, ShardVectors, index_file, load_vectors,
                                             vectors_path)
 from retrievers.sources.knn import exact_topk, merge_topk, recall_at, search_knob, set_knob, without_own_row
-from retrievers.sources.rescore import StoredVectors, rescored
+from retrievers.sources.rescore import StoredVectors, rescored_top
 
 Found = dict[int, tuple[np.ndarray, np.ndarray]]  # knob value -> the recall queries' (scores, ids) in one file
 
@@ -84,8 +84,8 @@ def build_faiss(out: Path, shards: int, passages: int, settings: DenseIndexSetti
                 index_parts: PartBuilder | None = None) -> dict:
     """The faiss index (in `index_shards` files) over every shard's vectors, and its recall@10 against exact
     (`recall_queries` passages of the corpus as queries, each one's own row left out of both sides), the rows
-    found ordered as a source orders them (rescore.py). The knob value chosen is meta.json's `search`, which every reader applies (dense.py: load_index_shards); a file
-    holds the last value tried."""
+    found ordered as a source orders them (rescore.py). The knob value chosen is meta.json's `search`, which
+    every reader applies (dense.py: load_index_shards); a file holds the last value tried."""
     import faiss
 
     vecs = load_vectors(out / SHARDS_DIR, shards)
@@ -103,18 +103,17 @@ def build_faiss(out: Path, shards: int, passages: int, settings: DenseIndexSetti
     queries = rows_of(vecs, own)
     exact = without_own_row(exact_topk(queries, vecs, 21), own, 20)
     knob, ladder = knob_ladder(template, settings)
-    depth = 11 * settings.rescore_for(factory)  # as a source asks for its top 10 and the own row (rescore.py)
-    inputs = PartInputs(faiss.serialize_index(template).tobytes(), queries, knob, tuple(ladder), depth)
+    rescore = settings.rescore_for(factory)  # a source asks for rescore x its top 10 and the own row (rescore.py)
+    inputs = PartInputs(faiss.serialize_index(template).tobytes(), queries, knob, tuple(ladder), 11 * rescore)
     parts = [IndexPart(k, first, last, starts) for k, (first, last) in enumerate(rows)]
     found: dict[int, Found] = dict((index_parts or local_parts)(out, parts, inputs))
     if sorted(found) != [p.k for p in parts]:
         raise RuntimeError(f"the index step returned files {sorted(found)} of {len(parts)}")
     by_value = {value: [found[p.k][value] for p in parts] for value in ladder}
-    stored = StoredVectors(out / SHARDS_DIR, shards) if depth > 11 else None
+    stored = StoredVectors(out / SHARDS_DIR, shards) if rescore > 1 else None
 
     def served(value: int) -> tuple[np.ndarray, np.ndarray]:  # the rows a source would return at this value
-        merged = merge_topk(by_value[value], depth)
-        return rescored(stored, queries, merged) if stored is not None else merged
+        return rescored_top(lambda _, m: merge_topk(by_value[value], m), stored, queries, 11, rescore)
 
     recalls = {value: recall_at(without_own_row(served(value), own, 10)[1], exact) for value in ladder}
     value = next((v for v in ladder if recalls[v] >= settings.target_recall), ladder[-1])

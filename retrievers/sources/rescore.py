@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 
@@ -57,3 +58,13 @@ def rescored(vectors: StoredVectors, queries: np.ndarray, found: tuple[np.ndarra
         order = np.argsort(-scores, kind="stable")
         out_s[q, : len(keep)], out_i[q, : len(keep)] = scores[order], keep[order]
     return out_s, out_i
+
+
+def rescored_top(search: Callable[[np.ndarray, int], tuple[np.ndarray, np.ndarray]], stored: StoredVectors | None,
+                 queries: np.ndarray, n: int, depth: int) -> tuple[np.ndarray, np.ndarray]:
+    """Each query's best n rows as a source serves them: `search` (queries, rows asked) -> (scores, ids) asked for
+    `depth` x n rows, ordered by their `stored` vectors; without stored vectors (an exact index), its own n."""
+    if stored is None:
+        return search(queries, n)
+    scores, ids = rescored(stored, queries, search(queries, n * depth))
+    return scores[:, :n], ids[:, :n]
